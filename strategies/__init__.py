@@ -1,0 +1,1 @@
+"""Test-time-scaling strategies: one module per strategy, plus the shared contract."""

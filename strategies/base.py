@@ -1,0 +1,131 @@
+"""The strategy contract: what a strategy receives, what it yields.
+
+One ``run`` serves both modes: the server drains it for a JSON response, or
+forwards its events as SSE. The last event is always ``Final``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+from strategies.budget import Budget
+from strategies.engine import Engine, FinishReason, SamplingConfig
+
+# A JSON-ready value for the ``thinkgate`` extension object.
+JSON = None | bool | int | float | str | Sequence["JSON"] | Mapping[str, "JSON"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategyRequest:
+    """A validated request, as strategies see it (built by the server from the body)."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    thinking_open: bool  # the prompt leaves <think> open (see strategies.reasoning)
+    n: int  # choices the client asked for (OpenAI ``n``)
+    sampling: SamplingConfig  # the client's settings; ``n`` there is 1, set per call
+    budget: Budget
+    stream: bool
+    options: Mapping[str, JSON] = field(default_factory=dict)  # strategy-specific body fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """One returned choice (a trajectory, or the chosen answer of many)."""
+
+    index: int
+    reasoning: str
+    content: str
+    finish_reason: FinishReason
+    info: Mapping[str, JSON] = field(default_factory=dict)  # per-choice thinkgate details
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Exact token counts, summed over every trajectory the strategy drew."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceDelta:
+    """Live text of one choice (single-trajectory strategies stream these)."""
+
+    index: int
+    reasoning: str = ""
+    content: str = ""
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A progress event of a multi-sample strategy (sent as an SSE ``thinkgate.progress``)."""
+
+    data: Mapping[str, JSON]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Final:
+    """The result. ``samples`` is the number of trajectories drawn."""
+
+    choices: tuple[Choice, ...]
+    usage: Usage
+    samples: int
+    info: Mapping[str, JSON] = field(default_factory=dict)  # merged into ``thinkgate``
+
+
+StrategyEvent = ChoiceDelta | Progress | Final
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """Server-wide things strategies may use, attached at start-up (None: not configured).
+
+    Typed loosely on purpose: each strategy module owns the protocol of what it reads
+    (a scorer, an allocation table), so adding one does not touch this file's users.
+    """
+
+    items: Mapping[str, object] = field(default_factory=dict)
+
+    def get(self, name: str) -> object | None:
+        return self.items.get(name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategyContext:
+    engine: Engine
+    request: StrategyRequest
+    resources: Resources = field(default_factory=Resources)
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """A test-time-scaling strategy, registered under ``name`` (entry point group
+    ``thinkgate.strategies``)."""
+
+    name: ClassVar[str]
+    # Budget fields this strategy honours ("thinking", "solution", "samples", "k");
+    # a request that sets another one is a 400 naming it, never silently ignored.
+    budget_fields: ClassVar[frozenset[str]]
+    # Whether it streams live ChoiceDelta events (single trajectory) or progress
+    # events then the chosen answer (the server replays Final's choices as chunks).
+    streams_live: ClassVar[bool]
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        """Before any engine call; raises ``InvalidRequest``/``InvalidBudget`` on bad input."""
+        ...
+
+    def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+        """An async generator of events; the last one is ``Final``."""
+        ...

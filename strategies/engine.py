@@ -1,0 +1,120 @@
+"""What strategies need from an engine: values in, values out, and the protocol.
+
+The protocol lives here (not in ``server/``) because imports point one way,
+``kernels`` <- ``strategies`` <- ``server``: strategies call engines, the server
+builds them. ``server.engines`` implements it (``LocalEngine`` over vLLM's
+``AsyncLLM``) and re-exports the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+ExtraArg = int | float | str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingConfig:
+    """Sampling settings of one engine request (maps 1:1 onto vLLM ``SamplingParams``)."""
+
+    n: int = 1
+    max_tokens: int | None = None  # None: up to the model's context
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False  # per-token logprob of the sampled token
+    # Arguments for our logits processors (kernels/args.py names the keys).
+    extra_args: Mapping[str, ExtraArg] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateRequest:
+    """One engine request: ``n`` samples of one prompt share its KV cache."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """One finished trajectory, by token ids (text is derived by ``ModelTokens``)."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    # Sum of the sampled tokens' logprobs when ``SamplingConfig.logprobs`` was set.
+    cumulative_logprob: float | None = None
+    # Which stop string or stop token ended it, if any (vLLM's ``stop_reason``).
+    stop_reason: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleDelta:
+    """New tokens of one trajectory while streaming (``finish_reason`` on its last delta)."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None = None
+    cumulative_logprob: float | None = None
+    stop_reason: int | str | None = None
+
+
+@runtime_checkable
+class ModelTokens(Protocol):
+    """The tokenizer facts strategies rely on, resolved once at start-up.
+
+    Think-token ids come from the tokenizer, never hard-coded; an engine for a
+    reasoning model refuses to start when they are missing.
+    """
+
+    think_start_id: int | None
+    think_end_id: int | None
+    eos_token_ids: tuple[int, ...]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` with special tokens left out."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text (no special tokens added)."""
+        ...
+
+    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        """Prompt ids for a chat, generation prompt included (thinking opened if the
+        template opens it)."""
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """How the gateway talks to a vLLM engine, local or remote.
+
+    Cancelling the task that awaits ``generate`` or iterates ``stream`` aborts
+    the engine request (all of its ``n`` samples).
+    """
+
+    model_name: str
+    tokens: ModelTokens
+    max_model_len: int
+    # Our logits processors loaded in this engine (kernels/ names: "elastic", ...).
+    processors: frozenset[str]
+
+    async def generate(self, request: GenerateRequest) -> list[Sample]:
+        """All ``n`` samples, finished, ordered by index."""
+        ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[SampleDelta]:
+        """Deltas as tokens are sampled; every index ends with a finish_reason."""
+        ...
+
+    async def health(self) -> None:
+        """Returns when the engine serves; raises ``BackendUnavailable`` otherwise."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,81 @@
+"""Strategy registration through the ``thinkgate.strategies`` entry-point group.
+
+Loaded once, at start-up; a broken plugin fails start-up loudly instead of
+failing the first request that names it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Iterator
+from importlib.metadata import entry_points
+
+from strategies.base import Strategy
+from strategies.errors import UnknownStrategy
+
+GROUP = "thinkgate.strategies"
+
+
+class PluginValidationError(ValueError):
+    """A strategy class does not honour the contract (checked at registration)."""
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Strategy]] = {}
+        self._instances: dict[str, Strategy] = {}
+
+    def register(self, cls: type[Strategy], *, name: str | None = None) -> None:
+        """Register ``cls``; ``name`` (the entry-point name) must equal ``cls.name``."""
+        cls_name = getattr(cls, "name", None)
+        if not isinstance(cls_name, str) or not cls_name:
+            raise PluginValidationError(f"{cls!r} has no class attribute 'name'")
+        if name is not None and name != cls_name:
+            raise PluginValidationError(
+                f"entry point {name!r} loads {cls.__qualname__} whose name is {cls_name!r}"
+            )
+        if cls_name in self._classes:
+            raise ValueError(f"strategy {cls_name!r} registered twice")
+        if not inspect.isasyncgenfunction(getattr(cls, "run", None)):
+            raise PluginValidationError(f"{cls.__qualname__}.run must be an async generator")
+        if not isinstance(getattr(cls, "budget_fields", None), frozenset):
+            raise PluginValidationError(f"{cls.__qualname__}.budget_fields must be a frozenset")
+        if not callable(getattr(cls, "validate", None)):
+            raise PluginValidationError(f"{cls.__qualname__} has no validate()")
+        self._classes[cls_name] = cls
+
+    def load_entry_points(self, allow: Iterable[str] | None = None) -> None:
+        """Register every installed strategy (or only those in ``allow``)."""
+        allowed = set(allow) if allow is not None else None
+        for ep in entry_points(group=GROUP):
+            if allowed is not None and ep.name not in allowed:
+                continue
+            if ep.name in self._classes:
+                continue
+            try:
+                cls = ep.load()
+            except Exception as exc:
+                raise RuntimeError(f"failed to load strategy plugin {ep.value!r}: {exc}") from exc
+            self.register(cls, name=ep.name)
+        if allowed is not None and (missing := allowed - set(self._classes)):
+            raise RuntimeError(f"strategies not installed: {sorted(missing)}")
+
+    def instantiate(self) -> None:
+        """Build one instance per strategy; strategies are stateless across requests."""
+        for name, cls in self._classes.items():
+            self._instances.setdefault(name, cls())
+
+    def get(self, name: str) -> Strategy:
+        try:
+            return self._instances[name]
+        except KeyError:
+            raise UnknownStrategy(
+                f"unknown strategy {name!r}; available: {', '.join(sorted(self._classes))}",
+                param="strategy",
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
