@@ -1,0 +1,90 @@
+"""Model configuration and export of the testbed models as Hugging Face directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Final
+
+import torch
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen2ForSequenceClassification,
+)
+
+from testbed.tokenizer import CharCodec, save_tokenizer
+
+MAX_POSITIONS: Final = 512
+
+
+def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Config:
+    """The one architecture of the family (the reward model adds a one-label head).
+
+    head_dim 64 because vLLM's CPU attention backend refuses 16; untied embeddings
+    because tied ones collapsed the digit embeddings and the loss stayed flat.
+    """
+    extra: dict[str, object] = {}
+    if num_labels is not None:
+        extra = {"num_labels": num_labels, "architectures": ["Qwen2ForSequenceClassification"]}
+    else:
+        extra = {"architectures": ["Qwen2ForCausalLM"]}
+    return Qwen2Config(
+        vocab_size=codec.vocab_size,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=MAX_POSITIONS,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        bos_token_id=codec.pad_id,
+        eos_token_id=codec.eos_id,
+        pad_token_id=codec.pad_id,
+        torch_dtype="float32",
+        **extra,
+    )
+
+
+def new_causal_lm(codec: CharCodec, *, seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(qwen2_config(codec))
+
+
+def new_reward_model(codec: CharCodec, *, seed: int) -> Qwen2ForSequenceClassification:
+    torch.manual_seed(seed)
+    return Qwen2ForSequenceClassification(qwen2_config(codec, num_labels=1))
+
+
+def export(model: PreTrainedModel, codec: CharCodec, directory: Path) -> None:
+    """Write a directory that both `transformers` and vLLM load as is."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.config.pad_token_id = codec.pad_id
+    model.save_pretrained(str(directory), safe_serialization=True)
+    if isinstance(model, Qwen2ForCausalLM):
+        gen = GenerationConfig(
+            bos_token_id=codec.pad_id,
+            eos_token_id=[codec.eos_id, codec.pad_id],
+            pad_token_id=codec.pad_id,
+            do_sample=False,
+        )
+        gen.save_pretrained(str(directory))
+    save_tokenizer(directory)
+
+
+def write_card(directory: Path, card: dict[str, object]) -> None:
+    (directory / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+
+
+def read_card(directory: Path) -> dict[str, object]:
+    path = directory / "card.json"
+    if not path.exists():
+        return {}
+    data: dict[str, object] = json.loads(path.read_text())
+    return data

@@ -1,0 +1,139 @@
+"""Supervised training of the causal testbed models (`base`, `elastic`) on CPU."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import Qwen2ForCausalLM
+
+from testbed.data import Example, Variant, example_stream
+from testbed.model import export, new_causal_lm
+from testbed.tokenizer import CharCodec
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSettings:
+    variant: Variant
+    seed: int = 0
+    minutes: float = 20.0  # wall-clock cap; the schedule follows whichever cap is nearer
+    max_steps: int = 100_000
+    batch_size: int = 48
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    threads: int = 2
+    init_from: str | None = None  # a model directory to fine-tune instead of a fresh init
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    steps: int
+    tokens: int
+    wall_s: float
+    final_loss: float
+
+
+def batches(stream: Iterator[Example], batch_size: int, *, seed: int) -> Iterator[list[Example]]:
+    """Batches of similar lengths (less padding): sort a pool, cut it, shuffle the cuts."""
+    rng = random.Random(seed)
+    while True:
+        pool = sorted((next(stream) for _ in range(batch_size * 16)), key=lambda e: len(e.ids))
+        chunks = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+        rng.shuffle(chunks)
+        yield from chunks
+
+
+def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    weights = torch.zeros((len(examples), width), dtype=torch.float32)
+    for row, e in enumerate(examples):
+        n = len(e.ids)
+        ids[row, :n] = torch.tensor(e.ids)
+        mask[row, :n] = 1
+        weights[row, :n] = torch.tensor(e.weights)
+    return ids, mask, weights
+
+
+def weighted_lm_loss(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    # Position t predicts token t+1; the weight belongs to the predicted token.
+    pred = logits[:, :-1].reshape(-1, logits.shape[-1])
+    target = ids[:, 1:].reshape(-1)
+    w = weights[:, 1:].reshape(-1)
+    per_token = torch.nn.functional.cross_entropy(pred, target, reduction="none")
+    return (per_token * w).sum() / w.sum().clamp(min=1.0)
+
+
+def lr_factor(progress: float, step: int, warmup_steps: int) -> float:
+    """Linear warm-up, then cosine decay to 10% as `progress` goes from 0 to 1."""
+    warm = min(1.0, (step + 1) / max(1, warmup_steps))
+    return warm * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = True) -> TrainResult:
+    """Train one causal variant and export it to `out` (a Hugging Face model directory)."""
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    codec = CharCodec()
+    model: Qwen2ForCausalLM
+    if settings.init_from is not None:
+        model = Qwen2ForCausalLM.from_pretrained(settings.init_from, dtype=torch.float32)
+    else:
+        model = new_causal_lm(codec, seed=settings.seed)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
+    optim = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": settings.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=settings.lr,
+        betas=(0.9, 0.98),
+    )
+    stream = example_stream(codec, settings.variant, seed=settings.seed)
+    budget_s = settings.minutes * 60.0
+    start = time.monotonic()
+    tokens = 0
+    ema: float | None = None
+    step = 0
+    bar = tqdm(total=settings.max_steps, disable=not progress_bar, desc=settings.variant)
+    for batch in batches(stream, settings.batch_size, seed=settings.seed):
+        elapsed = time.monotonic() - start
+        if step >= settings.max_steps or elapsed >= budget_s:
+            break
+        progress = max(step / settings.max_steps, elapsed / budget_s)
+        for group in optim.param_groups:
+            group["lr"] = settings.lr * lr_factor(progress, step, settings.warmup_steps)
+        ids, mask, weights = collate(batch, codec.pad_id)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss = weighted_lm_loss(logits, ids, weights)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        step += 1
+        tokens += int(mask.sum())
+        value = float(loss.detach())
+        ema = value if ema is None else 0.98 * ema + 0.02 * value
+        bar.update(1)
+        if step % 10 == 0:
+            rate = tokens / max(1e-9, time.monotonic() - start)
+            bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{rate:.0f}", min=f"{elapsed / 60:.1f}")
+    bar.close()
+    wall = time.monotonic() - start
+    model.eval()
+    export(model, codec, out)
+    return TrainResult(steps=step, tokens=tokens, wall_s=wall, final_loss=ema or float("nan"))
+
+
+def settings_dict(settings: TrainSettings) -> dict[str, object]:
+    return asdict(settings)
