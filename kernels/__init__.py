@@ -1,0 +1,1 @@
+"""Batched logits ops and vLLM logits-processor adapters."""

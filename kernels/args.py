@@ -1,0 +1,102 @@
+"""Per-request arguments of the Elastic Reasoning processors.
+
+They travel in ``SamplingParams.extra_args`` (HTTP: ``vllm_xargs``). Over HTTP every
+value is a scalar and a string stays a string, so types are checked strictly here:
+``"5"`` and ``True`` are refused, not coerced.
+
+A request opts in by carrying :data:`THINKING_BUDGET`. Then:
+
+* :data:`THINKING_BUDGET` ``t >= 0``: at most ``t`` tokens are generated while thinking;
+  the next one is forced to be ``</think>`` (``t = 0`` forces it as the first token).
+* :data:`SOLUTION_BUDGET` ``s >= 0``, absent = unlimited: after ``</think>`` (natural or
+  forced) at most ``s`` answer tokens, then EOS is forced.
+* :data:`THINK_END_ID`, :data:`EOS_ID`: the token ids of ``</think>`` and EOS, resolved
+  from the tokenizer by the caller (never hard-coded). Required with a budget.
+* :data:`THINKING_OPEN` 0/1, default 1: whether the prompt ends inside an open
+  ``<think>`` (R1/Qwen3 templates), so decoding starts in the thinking phase. With 0
+  the prompt has no open thinking block (thinking disabled, or ``<think></think>``
+  already closed by the template): decoding starts in the answer phase, ``t`` is
+  unused and only ``s`` applies. A ``<think>`` the model writes then is plain answer
+  text; nothing reopens the thinking phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+PREFIX: Final = "thinkgate_"
+THINKING_BUDGET: Final = "thinkgate_thinking_budget"
+SOLUTION_BUDGET: Final = "thinkgate_solution_budget"
+THINK_END_ID: Final = "thinkgate_think_end_id"
+EOS_ID: Final = "thinkgate_eos_id"
+THINKING_OPEN: Final = "thinkgate_thinking_open"
+
+KEYS: Final = (THINKING_BUDGET, SOLUTION_BUDGET, THINK_END_ID, EOS_ID, THINKING_OPEN)
+
+# Budgets above this are refused: they are almost surely a unit mistake, and every
+# value must fit the int32 state tensors with room for arithmetic.
+MAX_BUDGET: Final = 1_000_000
+# Token ids are bounded by int32 for the same reason; the vocab bound is checked by
+# the processor that knows the vocab size.
+MAX_TOKEN_ID: Final = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElasticArgs:
+    """A validated Elastic Reasoning request: budgets and the ids they force."""
+
+    thinking_budget: int
+    solution_budget: int | None  # None: unlimited
+    think_end_id: int
+    eos_id: int
+    thinking_open: bool = True
+
+
+def _int(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
+    """The int at ``key`` in ``[lo, hi]``, None when absent; ValueError naming the key."""
+    if key not in extra or extra[key] is None:
+        return None
+    value = extra[key]
+    # bool is an int subclass; True as a budget is a client bug, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"extra_args[{key!r}] must be an integer, got {type(value).__name__} {value!r}"
+        )
+    if not lo <= value <= hi:
+        raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
+    """The request's :class:`ElasticArgs`, or None when it does not opt in.
+
+    Raises ValueError (naming the key) for a bad value, or for ids missing while a
+    budget is given. Keys of other processors are ignored; a ``thinkgate_*`` key
+    without :data:`THINKING_BUDGET` is refused, because a client that sends a solution
+    budget alone would otherwise be silently unbudgeted.
+    """
+    if not extra_args:
+        return None
+    thinking = _int(extra_args, THINKING_BUDGET, 0, MAX_BUDGET)
+    if thinking is None:
+        stray = sorted(k for k in extra_args if k in KEYS)
+        if stray:
+            raise ValueError(f"extra_args{stray} given without {THINKING_BUDGET!r}")
+        return None
+    solution = _int(extra_args, SOLUTION_BUDGET, 0, MAX_BUDGET)
+    think_end = _int(extra_args, THINK_END_ID, 0, MAX_TOKEN_ID)
+    eos = _int(extra_args, EOS_ID, 0, MAX_TOKEN_ID)
+    open_ = _int(extra_args, THINKING_OPEN, 0, 1)
+    if think_end is None:
+        raise ValueError(f"extra_args[{THINK_END_ID!r}] is required with {THINKING_BUDGET!r}")
+    if eos is None:
+        raise ValueError(f"extra_args[{EOS_ID!r}] is required with {THINKING_BUDGET!r}")
+    return ElasticArgs(
+        thinking_budget=thinking,
+        solution_budget=solution,
+        think_end_id=think_end,
+        eos_id=eos,
+        thinking_open=open_ != 0 if open_ is not None else True,
+    )
