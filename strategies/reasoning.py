@@ -110,6 +110,7 @@ class StreamSplitter:
         self._content = IncrementalDecoder(tokens)
         self.reasoning_tokens = 0
         self.completion_tokens = 0
+        self.content_tokens = 0  # answer tokens, EOS excluded
         self.think_closed = False
 
     def push(self, new_ids: Sequence[int]) -> TextDelta:
@@ -128,6 +129,8 @@ class StreamSplitter:
             elif tok == start and not self.think_closed and start is not None:
                 self._thinking = True
             else:
+                if tok not in self._tokens.eos_token_ids:
+                    self.content_tokens += 1
                 content.append(self._content.push((tok,)))
         return TextDelta("".join(reasoning), "".join(content))
 

@@ -1,0 +1,243 @@
+"""Elastic Reasoning: a thinking budget ``t`` and a solution budget ``s`` per trajectory.
+
+One engine pass when the engine has our logits processor (``kernels.vllm_v1``):
+the processor forces ``</think>`` once ``t`` thinking tokens are spent, then
+allows ``s`` answer tokens, then forces EOS, so an answer always comes. Without
+the processor (a remote replica without thinkgate installed) the same contract
+is kept with two engine calls per trajectory: think with ``max_tokens = t``
+stopping at ``</think>``, then answer from the thinking with ``max_tokens = s``
+(ALGORITHMS.md section 1). Only the ``</think>`` token is ever injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import ClassVar, Final
+
+from kernels import args as elastic_args
+from strategies.base import JSON, Choice, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.base import Final as FinalEvent
+from strategies.budget import Budget
+from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
+from strategies.errors import InvalidBudget, InvalidRequest
+from strategies.trajectories import Trajectory, TrajectorySet
+
+PROCESSOR: Final = "elastic"  # the name LocalEngine reports when kernels' processor is loaded
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElasticPlan:
+    """Budgets as they will be enforced for one request."""
+
+    thinking: int  # t, clamped so that the answer still fits the context
+    solution: int | None  # s; None: the answer may run to the context's end
+    sampling: SamplingConfig  # one-pass settings: max_tokens = t + 1 + s, extra_args set
+    thinking_open: bool
+    think_end_id: int
+    eos_id: int
+
+
+def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None) -> ElasticPlan:
+    """The elastic plan of ``request`` (``budget`` defaults to the request's).
+
+    Other strategies compose with elastic budgets through this (one plan per request,
+    applied to each of its samples). Raises ``InvalidBudget`` before any engine call
+    when the budgets cannot be honoured.
+    """
+    budget = budget or request.budget
+    tokens = engine.tokens
+    if tokens.think_end_id is None or not tokens.eos_token_ids:
+        raise InvalidRequest(
+            f"model {engine.model_name!r} has no </think> or EOS token; thinking/solution "
+            "budgets need a reasoning model",
+            param="strategy",
+        )
+    room = engine.max_model_len - len(request.prompt_token_ids)
+    s = budget.solution
+    if s is not None and s + 1 > room:
+        raise InvalidBudget(
+            f"solution budget {s} does not fit the context: the prompt leaves {room} tokens",
+            param="budget.solution",
+        )
+    # Thinking gets what the answer leaves; an unset t means "until the context ends".
+    ceiling = room - 1 - (s if s is not None else 0)
+    t = min(budget.thinking, ceiling) if budget.thinking is not None else ceiling
+    max_tokens = t + 1 + s if s is not None else None
+    user_cap = request.sampling.max_tokens
+    if user_cap is not None:
+        max_tokens = min(max_tokens, user_cap) if max_tokens is not None else user_cap
+    extra: dict[str, int | float | str] = dict(request.sampling.extra_args)
+    extra[elastic_args.THINKING_BUDGET] = t
+    if s is not None:
+        extra[elastic_args.SOLUTION_BUDGET] = s
+    extra[elastic_args.THINK_END_ID] = tokens.think_end_id
+    extra[elastic_args.EOS_ID] = tokens.eos_token_ids[0]
+    extra[elastic_args.THINKING_OPEN] = int(request.thinking_open)
+    return ElasticPlan(
+        thinking=t,
+        solution=s,
+        sampling=replace(request.sampling, n=request.n, max_tokens=max_tokens, extra_args=extra),
+        thinking_open=request.thinking_open,
+        think_end_id=tokens.think_end_id,
+        eos_id=tokens.eos_token_ids[0],
+    )
+
+
+def outcome(traj: Trajectory, p: ElasticPlan) -> tuple[FinishReason, dict[str, JSON]]:
+    """Honest finish_reason and per-choice details of a finished trajectory.
+
+    ``length`` when the answer was cut (the solution budget or the context ran out);
+    ``stop`` when the model ended its answer itself, even if thinking was cut.
+    """
+    thinking_cut = p.thinking_open and (
+        not traj.think_closed or traj.reasoning_tokens >= p.thinking
+    )
+    solution_cut = (
+        p.solution is not None
+        and traj.content_tokens >= p.solution
+        and (traj.think_closed or not p.thinking_open)
+    )
+    reason: FinishReason = traj.finish_reason or "abort"
+    if reason == "stop" and solution_cut:
+        reason = "length"
+    info: dict[str, JSON] = {
+        "thinking_tokens": traj.reasoning_tokens,
+        "answer_tokens": traj.content_tokens,
+        "cut": thinking_cut,
+        "solution_cut": solution_cut,
+    }
+    return reason, info
+
+
+class Elastic:
+    """``elastic``: thinking and solution budgets, enforced in one decoding pass."""
+
+    name: ClassVar[str] = "elastic"
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution"})
+    streams_live: ClassVar[bool] = True
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        if request.budget.thinking is None and request.budget.solution is None:
+            raise InvalidBudget(
+                "elastic needs a thinking and/or solution budget "
+                "(X-Budget-Thinking, X-Budget-Solution or budget.thinking/solution)",
+                param="budget.thinking",
+            )
+        plan(request, engine)
+
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+        request, engine = ctx.request, ctx.engine
+        p = plan(request, engine)
+        trajectories = TrajectorySet(engine.tokens, thinking_open=request.thinking_open)
+        if PROCESSOR in engine.processors:
+            deltas = engine.stream(
+                GenerateRequest(
+                    request_id=request.request_id,
+                    prompt_token_ids=request.prompt_token_ids,
+                    sampling=p.sampling,
+                )
+            )
+            mode = "one-pass"
+        else:
+            deltas = two_pass(engine, request, p)
+            mode = "two-pass"
+        async for delta in deltas:
+            event = trajectories.push(delta)
+            if event is not None:
+                yield event
+        choices: list[Choice] = []
+        per_choice: list[JSON] = []
+        for traj in trajectories.ordered():
+            reason, info = outcome(traj, p)
+            choices.append(traj.choice(finish_reason=reason, info=info))
+            per_choice.append(info)
+        yield FinalEvent(
+            choices=tuple(choices),
+            usage=trajectories.usage(len(request.prompt_token_ids)),
+            samples=len(choices),
+            info={
+                "mode": mode,
+                "thinking_budget": p.thinking,
+                "solution_budget": p.solution,
+                "cut": any(bool(c["cut"]) for c in per_choice if isinstance(c, dict)),
+                "choices": per_choice,
+            },
+        )
+
+
+async def two_pass(
+    engine: Engine, request: StrategyRequest, p: ElasticPlan
+) -> AsyncIterator[SampleDelta]:
+    """The fallback: per trajectory, think (``max_tokens = t``, stop at ``</think>``),
+    then answer (``max_tokens = s``), with the same deltas a one-pass run would give.
+
+    Each trajectory's answer call starts as soon as its thinking ends, so answers of
+    early finishers overlap the others' thinking. Closing this generator cancels
+    every engine call in flight.
+    """
+    queue: asyncio.Queue[SampleDelta | None] = asyncio.Queue()
+    base = replace(request.sampling, extra_args={}, stop_token_ids=())
+
+    async def answer(index: int, thought: list[int]) -> None:
+        if p.solution == 0:
+            await queue.put(SampleDelta(index=index, token_ids=(p.eos_id,), finish_reason="stop"))
+            return
+        seed = None if base.seed is None else base.seed + index
+        second = GenerateRequest(
+            request_id=f"{request.request_id}-answer-{index}",
+            prompt_token_ids=request.prompt_token_ids + tuple(thought),
+            sampling=replace(base, n=1, seed=seed, max_tokens=p.solution),
+        )
+        async for d in engine.stream(second):
+            await queue.put(replace(d, index=index))
+
+    async def think() -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                if not p.thinking_open or p.thinking == 0:
+                    for i in range(request.n):
+                        thought = [p.think_end_id] if p.thinking_open else []
+                        if thought:
+                            await queue.put(SampleDelta(index=i, token_ids=tuple(thought)))
+                        group.create_task(answer(i, thought))
+                    return
+                first = GenerateRequest(
+                    request_id=f"{request.request_id}-think",
+                    prompt_token_ids=request.prompt_token_ids,
+                    sampling=replace(
+                        base, n=request.n, max_tokens=p.thinking, stop_token_ids=(p.think_end_id,)
+                    ),
+                )
+                thoughts: dict[int, list[int]] = {}
+                async for d in engine.stream(first):
+                    ids = list(d.token_ids)
+                    if d.finish_reason is None:
+                        thoughts.setdefault(d.index, []).extend(ids)
+                        await queue.put(d)
+                        continue
+                    if d.finish_reason == "abort":
+                        await queue.put(d)
+                        continue
+                    # Close thinking by injecting only </think> (a model that stopped
+                    # with EOS while thinking loses that EOS: the answer must follow).
+                    while ids and ids[-1] in engine.tokens.eos_token_ids:
+                        ids.pop()
+                    if not ids or ids[-1] != p.think_end_id:
+                        ids.append(p.think_end_id)
+                    thoughts.setdefault(d.index, []).extend(ids)
+                    await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
+                    group.create_task(answer(d.index, thoughts[d.index]))
+        finally:
+            await queue.put(None)
+
+    task = asyncio.create_task(think())
+    try:
+        while (item := await queue.get()) is not None:
+            yield item
+        await task  # re-raises an engine error of either phase
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

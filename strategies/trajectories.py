@@ -1,0 +1,117 @@
+"""Following the trajectories of one engine request as they stream.
+
+Single-trajectory strategies (``plain``, ``elastic``, ``budget-guidance``) all turn
+engine ``SampleDelta``s into live ``ChoiceDelta`` events and, at the end, into
+choices with exact usage; this module is that shared part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+from strategies.base import JSON, Choice, ChoiceDelta, Usage
+from strategies.engine import FinishReason, ModelTokens, SampleDelta
+from strategies.reasoning import StreamSplitter
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """One trajectory's ids and text so far (mutable while it streams)."""
+
+    index: int
+    splitter: StreamSplitter
+    token_ids: list[int] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+    cumulative_logprob: float | None = None
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.splitter.reasoning_tokens
+
+    @property
+    def think_closed(self) -> bool:
+        return self.splitter.think_closed
+
+    @property
+    def content_tokens(self) -> int:
+        """Answer tokens after ``</think>``, EOS excluded."""
+        return self.splitter.content_tokens
+
+    def choice(
+        self, *, finish_reason: FinishReason | None = None, info: dict[str, JSON] | None = None
+    ) -> Choice:
+        return Choice(
+            index=self.index,
+            reasoning="".join(self.reasoning),
+            content="".join(self.content),
+            finish_reason=finish_reason or self.finish_reason or "abort",
+            info=info or {},
+        )
+
+
+class TrajectorySet:
+    """Routes the deltas of an ``n``-sample request to their trajectories.
+
+    ``index_offset`` shifts engine indices, so several engine requests can feed
+    one response's choices.
+    """
+
+    def __init__(self, tokens: ModelTokens, *, thinking_open: bool) -> None:
+        self._tokens = tokens
+        self._thinking_open = thinking_open
+        self.by_index: dict[int, Trajectory] = {}
+
+    def get(self, index: int) -> Trajectory:
+        traj = self.by_index.get(index)
+        if traj is None:
+            splitter = StreamSplitter(self._tokens, thinking_open=self._thinking_open)
+            traj = self.by_index[index] = Trajectory(index=index, splitter=splitter)
+        return traj
+
+    def push(self, delta: SampleDelta, *, index: int | None = None) -> ChoiceDelta | None:
+        """Feed one delta; the live text event to send, if there is text or an end."""
+        traj = self.get(delta.index if index is None else index)
+        traj.token_ids.extend(delta.token_ids)
+        text = traj.splitter.push(delta.token_ids)
+        reasoning, content = text.reasoning, text.content
+        if delta.finish_reason is not None:
+            tail = traj.splitter.flush()
+            reasoning += tail.reasoning
+            content += tail.content
+            traj.finish_reason = delta.finish_reason
+            traj.stop_reason = delta.stop_reason
+            traj.cumulative_logprob = delta.cumulative_logprob
+        traj.reasoning.append(reasoning)
+        traj.content.append(content)
+        if not reasoning and not content:
+            return None
+        return ChoiceDelta(index=traj.index, reasoning=reasoning, content=content)
+
+    def usage(self, prompt_tokens: int) -> Usage:
+        """Exact usage over every trajectory; the prompt counted once per engine request."""
+        return Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=sum(t.splitter.completion_tokens for t in self.by_index.values()),
+            reasoning_tokens=sum(t.reasoning_tokens for t in self.by_index.values()),
+        )
+
+    def ordered(self) -> list[Trajectory]:
+        return [self.by_index[i] for i in sorted(self.by_index)]
+
+
+async def follow(
+    deltas: AsyncIterator[SampleDelta], trajectories: TrajectorySet
+) -> AsyncIterator[ChoiceDelta]:
+    """Live text events of a stream; ``trajectories`` holds the results afterwards."""
+    async for delta in deltas:
+        event = trajectories.push(delta)
+        if event is not None:
+            yield event
+
+
+def finished(trajectories: Iterable[Trajectory]) -> bool:
+    return all(t.finish_reason is not None for t in trajectories)
