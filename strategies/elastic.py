@@ -25,6 +25,26 @@ from strategies.errors import InvalidBudget, InvalidRequest
 from strategies.trajectories import Trajectory, TrajectorySet
 
 PROCESSOR: Final = "elastic"  # the name LocalEngine reports when kernels' processor is loaded
+MODES: Final = ("auto", "one-pass", "two-pass")
+
+
+def requested_mode(request: StrategyRequest, engine: Engine) -> str:
+    """Body field ``elastic_mode``: ``auto`` (default: one pass when the engine has the
+    processor), ``one-pass`` (400 without it) or ``two-pass`` (always the fallback)."""
+    mode = request.options.get("elastic_mode", "auto")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidRequest(
+            f"elastic_mode must be one of {', '.join(MODES)}, got {mode!r}", param="elastic_mode"
+        )
+    has_processor = PROCESSOR in engine.processors
+    if mode == "one-pass" and not has_processor:
+        raise InvalidRequest(
+            "this engine has no elastic logits processor; use elastic_mode two-pass or auto",
+            param="elastic_mode",
+        )
+    if mode == "auto":
+        return "one-pass" if has_processor else "two-pass"
+    return mode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,12 +146,14 @@ class Elastic:
                 param="budget.thinking",
             )
         plan(request, engine)
+        requested_mode(request, engine)
 
     async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
         request, engine = ctx.request, ctx.engine
         p = plan(request, engine)
         trajectories = TrajectorySet(engine.tokens, thinking_open=request.thinking_open)
-        if PROCESSOR in engine.processors:
+        mode = requested_mode(request, engine)
+        if mode == "one-pass":
             deltas = engine.stream(
                 GenerateRequest(
                     request_id=request.request_id,
@@ -139,10 +161,8 @@ class Elastic:
                     sampling=p.sampling,
                 )
             )
-            mode = "one-pass"
         else:
             deltas = two_pass(engine, request, p)
-            mode = "two-pass"
         async for delta in deltas:
             event = trajectories.push(delta)
             if event is not None:
