@@ -1,0 +1,98 @@
+"""Per-request arguments of the budget-guidance processors.
+
+They travel in ``SamplingParams.extra_args`` (HTTP: ``vllm_xargs``); types are checked
+strictly (``"5"`` and ``True`` are refused, not coerced), as in :mod:`kernels.args`.
+
+A request opts in by carrying :data:`BUDGET`:
+
+* :data:`BUDGET` ``B`` (int): the thinking budget the predictor steers toward. ``B <= 0``
+  disables guidance for the request (the spec: "B <= 0 disables BG entirely"); its
+  decoding is then bit-identical to an unguided request.
+* :data:`THINKING_OPEN` 0/1, default 1: whether the prompt ends inside an open
+  ``<think>``. With 0 the request starts in the answer phase and is never guided.
+* :data:`MASK` 0/1, default 1: the spec's reliability mask on (alpha, lambda). 0 keeps
+  the pure formula ``p * Pr(L <= b)``; it exists for tests and ablations.
+
+Token facts (``</think>``, the newline tokens that mark a line boundary) are not
+request arguments: they belong to the predictor, which resolved them from the
+tokenizer when it was trained (``bg_predictor/config.json``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+BUDGET: Final = "thinkgate_bg_budget"
+THINKING_OPEN: Final = "thinkgate_bg_thinking_open"
+MASK: Final = "thinkgate_bg_mask"
+
+KEYS: Final = (BUDGET, THINKING_OPEN, MASK)
+
+# Name under which an engine advertises the processor (``Engine.processors``).
+PROCESSOR_NAME: Final = "budget-guidance"
+
+# Same bound as the elastic budgets: above it is almost surely a unit mistake, and
+# every value must fit the int32 row state with room for arithmetic.
+MAX_BUDGET: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuidanceArgs:
+    """A validated budget-guidance request (only built when ``budget > 0``)."""
+
+    budget: int
+    thinking_open: bool = True
+    mask: bool = True
+
+
+def _int(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
+    """The int at ``key`` in ``[lo, hi]``, None when absent; ValueError naming the key."""
+    if key not in extra or extra[key] is None:
+        return None
+    value = extra[key]
+    # bool is an int subclass; True as a budget is a client bug, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"extra_args[{key!r}] must be an integer, got {type(value).__name__} {value!r}"
+        )
+    if not lo <= value <= hi:
+        raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
+    """The request's :class:`GuidanceArgs`, or None when it is not guided.
+
+    None for no :data:`BUDGET` or ``B <= 0``. Raises ValueError (naming the key) for a
+    bad value, or for a :data:`THINKING_OPEN`/:data:`MASK` sent without a budget (a
+    client that forgot the budget would otherwise be silently unguided).
+    """
+    if not extra_args:
+        return None
+    budget = _int(extra_args, BUDGET, -MAX_BUDGET, MAX_BUDGET)
+    open_ = _int(extra_args, THINKING_OPEN, 0, 1)
+    mask = _int(extra_args, MASK, 0, 1)
+    if budget is None:
+        stray = sorted(k for k in (THINKING_OPEN, MASK) if k in extra_args)
+        if stray:
+            raise ValueError(f"extra_args{stray} given without {BUDGET!r}")
+        return None
+    if budget <= 0:
+        return None
+    return GuidanceArgs(
+        budget=budget,
+        thinking_open=open_ != 0 if open_ is not None else True,
+        mask=mask != 0 if mask is not None else True,
+    )
+
+
+def extra_args(budget: int, *, thinking_open: bool = True, mask: bool = True) -> dict[str, int]:
+    """The ``extra_args`` entries that ask for guidance toward ``budget``."""
+    out = {BUDGET: budget}
+    if not thinking_open:
+        out[THINKING_OPEN] = 0
+    if not mask:
+        out[MASK] = 0
+    return out

@@ -1,0 +1,170 @@
+"""Elastic Reasoning as a vLLM V1-runner logits processor (the CPU engine).
+
+Load it explicitly: ``AsyncLLM``/``LLM(..., logits_processors=[ElasticLogitsProcessor])``
+or ``python -m vllm.entrypoints.openai.api_server ... --logits-processors
+kernels.vllm_v1:ElasticLogitsProcessor``; never through the auto-loaded
+``vllm.logits_processors`` entry-point group (it would run in every engine of the
+environment). Requests opt in with the ``extra_args`` keys of :mod:`kernels.args`.
+
+Per step, vLLM calls :meth:`update_state` (host bookkeeping) then :meth:`apply` (one
+batched mask op). The bookkeeping reads each active row's live output-token list (its
+length, and any new ``</think>``): O(active rows) of Python per step, as vLLM's own
+MinTokens processor does, while :meth:`apply` has no per-row loop and no host sync.
+
+Assumes synchronous scheduling, as on CPU (vLLM turns async scheduling off there):
+with async scheduling the last output token is a placeholder at ``update_state``
+time. On GPU use :mod:`kernels.vllm_v2` (Model Runner V2, the GPU default).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from vllm.v1.sample.logits_processor import (
+    BatchUpdate,
+    LogitsProcessor,
+    MoveDirectionality,
+)
+
+from kernels import args as elastic_args
+from kernels.elastic.mask import apply_elastic_mask
+from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Track:
+    """Host-side token tracking of one active row (mutable on purpose: updated per step)."""
+
+    out: list[int]  # vLLM's live output-token list of the request
+    think_end_id: int
+    thinking: bool
+    phase_start: int = 0  # index in ``out`` where the current phase began
+    scanned: int = 0  # ``out[:scanned]`` holds no </think> (while thinking)
+
+    def step(self) -> tuple[int, int]:
+        """(phase, tokens used in it) after the tokens generated so far."""
+        n = len(self.out)
+        if self.thinking and n > self.scanned:
+            try:
+                at = self.out.index(self.think_end_id, self.scanned, n)
+            except ValueError:
+                pass
+            else:
+                # The first </think>, natural or forced, opens the answer phase.
+                self.thinking = False
+                self.phase_start = at + 1
+            self.scanned = n
+        return (THINKING if self.thinking else ANSWER), n - self.phase_start
+
+
+class ElasticLogitsProcessor(LogitsProcessor):
+    """Thinking budget t and solution budget s per request, in one engine pass."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """At admission (frontend process): a ValueError becomes an HTTP 400."""
+        elastic_args.parse(sampling_params.extra_args)
+
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
+        self._vocab_size = vllm_config.model_config.get_vocab_size()
+        self._state = new_state(
+            vllm_config.scheduler_config.max_num_seqs, device, pin_memory=is_pin_memory
+        )
+        self._tracks: dict[int, _Track] = {}
+        self._failed = False
+
+    def is_argmax_invariant(self) -> bool:
+        """Forcing a token changes the argmax, so greedy rows must see it."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Once per step before :meth:`apply`: batch changes, then token bookkeeping.
+
+        Changes are applied in vLLM's order: removed, added, moved. A reused slot
+        appears only in ``added`` and is fully overwritten there.
+        """
+        try:
+            if batch_update is not None:
+                self._apply_batch_update(batch_update)
+            if self._tracks:
+                rows = list(self._tracks)
+                steps = [self._tracks[row].step() for row in rows]
+                self._state.set_column(ElasticCol.PHASE, rows, [p for p, _ in steps])
+                self._state.set_column(ElasticCol.USED, rows, [u for _, u in steps])
+            self._state.flush()
+        except Exception:
+            # Raising here kills the engine for every request; drop our state instead.
+            self._fail("update_state")
+
+    def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
+        for row in batch_update.removed:
+            if self._tracks.pop(row, None) is not None:
+                self._state.clear(row)
+        for row, params, _prompt, out in batch_update.added:
+            self._tracks.pop(row, None)
+            self._state.clear(row)
+            parsed = self._parse(params)
+            if parsed is None:
+                continue
+            self._state.write(row, row_values(parsed))
+            self._tracks[row] = _Track(out, parsed.think_end_id, parsed.thinking_open)
+        for src, dst, direction in batch_update.moved:
+            if direction == MoveDirectionality.SWAP:
+                self._state.swap(src, dst)
+                a, b = self._tracks.pop(src, None), self._tracks.pop(dst, None)
+                if a is not None:
+                    self._tracks[dst] = a
+                if b is not None:
+                    self._tracks[src] = b
+            else:
+                self._state.move(src, dst)
+                self._tracks.pop(dst, None)
+                if (moved := self._tracks.pop(src, None)) is not None:
+                    self._tracks[dst] = moved
+
+    def _parse(self, params: SamplingParams) -> elastic_args.ElasticArgs | None:
+        """The row's args, or None (row left free) when absent or unusable here."""
+        try:
+            parsed = elastic_args.parse(params.extra_args)
+        except ValueError as exc:  # validate_params should have refused it already
+            logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
+            return None
+        if parsed is not None and max(parsed.think_end_id, parsed.eos_id) >= self._vocab_size:
+            logger.warning(
+                "thinkgate elastic: token id outside the vocab (%d); budget not applied",
+                self._vocab_size,
+            )
+            return None
+        return parsed
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Once per step, on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
+        if not self._state.active_count:
+            return logits
+        try:
+            return apply_elastic_mask(logits, self._state.device)
+        except Exception:
+            self._fail("apply")
+            return logits
+
+    def _fail(self, where: str) -> None:
+        """Log once and deactivate every row: unbudgeted output beats a dead engine."""
+        if not self._failed:
+            logger.exception("thinkgate elastic: %s failed; budgets disabled", where)
+            self._failed = True
+        for row in list(self._tracks):
+            self._state.clear(row)
+        self._tracks.clear()
+        try:
+            self._state.flush()
+        except Exception:
+            self._state.active_count = 0

@@ -1,0 +1,98 @@
+"""Elastic Reasoning as a Model Runner V2 logits processor (vLLM's GPU default).
+
+Load it explicitly: ``logits_processors=[ElasticLogitsProcessorV2]`` or
+``--logits-processors kernels.vllm_v2:ElasticLogitsProcessorV2``. The V2 loader rejects
+V1-interface classes, hence a second adapter over the same ops as
+:mod:`kernels.vllm_v1`. Requests opt in with the ``extra_args`` keys of
+:mod:`kernels.args`.
+
+Slots are recycled through a free list and there is no removal call: ``add_request``
+overwrites the whole slot row (inactive when the request does not opt in). Per step
+:meth:`apply` runs two launches for the batch: the tracking op (phase and tokens used,
+from the committed tokens on the device) and the mask op, rows mapped to slots by
+``ctx.expanded_idx_mapping``. Nothing is read back to the host; the early exit uses
+the host copy of the ACTIVE column and ``ctx.idx_mapping_np``.
+
+V2 requires Triton and CUDA, so on CPU this module is exercised by unit tests with
+hand-built contexts, never inside an engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from vllm.v1.worker.gpu.sample.logits_processor import (
+    LogitsContext,
+    LogitsProcessor,
+    LogitsProcRequestState,
+)
+
+from kernels import args as elastic_args
+from kernels.elastic.mask import apply_elastic_mask
+from kernels.elastic.state import ElasticCol, new_state, row_values
+from kernels.elastic.track import apply_elastic_track
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger(__name__)
+
+
+class ElasticLogitsProcessorV2(LogitsProcessor):
+    """Thinking budget t and solution budget s per request, in one engine pass."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """At admission (frontend process): a ValueError becomes an HTTP 400."""
+        elastic_args.parse(sampling_params.extra_args)
+
+    def __init__(self, vllm_config: VllmConfig, req_states: LogitsProcRequestState) -> None:
+        self._req_states = req_states
+        device = torch.device(req_states.device)
+        self._state = new_state(req_states.max_num_reqs, device, pin_memory=device.type == "cuda")
+        # Host view of ACTIVE: the early exit must not touch the device.
+        self._active_np: np.ndarray = self._state.host_np[ElasticCol.ACTIVE]
+        self._failed = False
+
+    def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
+        """When a request takes slot ``req_idx``: overwrite the slot; True if budgeted."""
+        try:
+            parsed = elastic_args.parse(sampling_params.extra_args)
+        except ValueError as exc:  # validate_params should have refused it already
+            logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
+            parsed = None
+        vocab = self._req_states.vocab_size
+        if parsed is not None and max(parsed.think_end_id, parsed.eos_id) >= vocab:
+            logger.warning("thinkgate elastic: token id outside the vocab (%d)", vocab)
+            parsed = None
+        if parsed is None:
+            self._state.clear(req_idx)
+            return False
+        self._state.write(req_idx, row_values(parsed))
+        return True
+
+    def apply_staged_writes(self) -> None:
+        """Once per step before the forward pass: ship the rows written by add_request."""
+        self._state.flush()
+
+    def apply(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
+        """Once per step on ``[num_logits_rows, vocab]`` fp32 logits; in place, never raises."""
+        if not self._active_np[ctx.idx_mapping_np].any():
+            return logits
+        try:
+            rs = self._req_states
+            table = self._state.device
+            apply_elastic_track(
+                table, ctx.idx_mapping, rs.all_token_ids.gpu, rs.prompt_len.gpu, rs.total_len.gpu
+            )
+            apply_elastic_mask(logits, table, ctx.expanded_idx_mapping)
+        except Exception:
+            # Raising here kills the engine for every request: pass the logits through.
+            if not self._failed:
+                logger.exception("thinkgate elastic: apply failed; logits passed through")
+                self._failed = True
+        return logits

@@ -1,0 +1,30 @@
+"""Triton kernels vs torch ops under TRITON_INTERPRET=1, in a child process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_triton_matches_torch_under_interpreter(seed: int) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    script = Path(__file__).with_name("triton_interpret_check.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(seed), "30"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "ok 30"
