@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import random
+
+from testbed.task import Question, make_questions
+from testbed.tokenizer import THINK_END
+from testbed.traces import (
+    CONCISE,
+    FULL,
+    check_line,
+    classify_line,
+    count_lines,
+    cut_trace,
+    line_is_correct,
+    make_trace,
+    step_line,
+)
+
+
+def test_lines() -> None:
+    assert step_line(3, "+", 8) == "3+8=1"
+    assert check_line(1, "-", 5) == "check 6+5=1"
+    assert classify_line("3+8=1") == "step"
+    assert classify_line("check 6+5=1") == "check"
+    assert classify_line("1-5+7=3") == "merged"
+    assert classify_line("hello") == "other"
+    assert line_is_correct("1-5+7=3")
+    assert line_is_correct("check 6+5=1")
+    assert not line_is_correct("1-5+7=4")
+    assert not line_is_correct("1-5=")
+
+
+def test_example_trace_shape() -> None:
+    q = Question.from_expr("3+8-5+7")
+    t = make_trace(q, random.Random(0), FULL)
+    assert t.completion.startswith(t.thinking)
+    assert t.completion.endswith(f"{THINK_END}\n\\boxed{{3}}")
+    assert all(line_is_correct(line) for line in t.thinking.splitlines())
+
+
+def test_rates_match_style() -> None:
+    rng = random.Random(1)
+    totals = {"step": 0, "check": 0, "merged": 0, "other": 0}
+    for q in make_questions("train", 400, seed=1):
+        for k, v in count_lines(make_trace(q, rng, FULL).thinking).items():
+            totals[k] += v
+    assert totals["other"] == 0
+    assert 0.55 < totals["check"] / totals["step"] < 0.65
+    # A merge consumes two operations; lines that compute = steps + merged.
+    assert 0.08 < totals["merged"] / (totals["step"] + totals["merged"]) < 0.2
+
+
+def test_concise_has_no_checks_and_is_shorter() -> None:
+    rng = random.Random(2)
+    qs = make_questions("train", 200, seed=2, min_ops=12, max_ops=12)
+    full = sum(len(make_trace(q, rng, FULL).thinking) for q in qs)
+    concise = [make_trace(q, rng, CONCISE).thinking for q in qs]
+    assert all(count_lines(c)["check"] == 0 for c in concise)
+    assert sum(map(len, concise)) < 0.6 * full
+
+
+def test_cut_trace_keeps_the_right_answer() -> None:
+    rng = random.Random(3)
+    q = Question.from_expr("1+2+3+4+5")
+    t = make_trace(q, rng, FULL)
+    for _ in range(20):
+        c = cut_trace(t, rng)
+        assert c.forced_close
+        assert t.thinking.startswith(c.thinking)
+        assert c.completion.endswith("\\boxed{5}")
