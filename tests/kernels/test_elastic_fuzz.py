@@ -227,13 +227,13 @@ def test_v2_adapter_never_raises() -> None:
 
     broken = SimpleNamespace(gpu=None)  # the tracking op will fail on it
     req_states = LogitsProcRequestState(
-        torch.device("cpu"),
-        2,
-        VOCAB,
-        broken,
-        broken,
-        broken,
-        broken,  # type: ignore[arg-type]
+        device=torch.device("cpu"),
+        max_num_reqs=2,
+        vocab_size=VOCAB,
+        all_token_ids=broken,  # type: ignore[arg-type]
+        prompt_len=broken,  # type: ignore[arg-type]
+        prefill_len=broken,  # type: ignore[arg-type]
+        total_len=broken,  # type: ignore[arg-type]
     )
     proc = v2.ElasticLogitsProcessorV2(SimpleNamespace(), req_states)
     params = SamplingParams(
