@@ -1,0 +1,119 @@
+"""``RewardEngine``: a reward model served by a second, in-process vLLM engine.
+
+A ``Qwen2ForSequenceClassification`` with one label (the TRL / AutoModel format) runs
+in vLLM's pooling runner; ``classify`` with ``PoolingParams(use_activation=False)``
+gives the raw logit per sequence (VLLM-NOTES.md section 1). It sits beside the
+generation engine in the same process, with its own EngineCore and KV space.
+
+It implements ``strategies.scorers.SequenceScorer``; ``RewardModelScorer`` turns it
+into the ``reward`` scorer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from server.engines.errors import map_engine_errors
+from strategies.errors import BackendError, BackendUnavailable
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = structlog.get_logger("thinkgate.reward")
+
+
+class RewardEngine:
+    """One raw reward per token sequence, all sequences of a call batched by vLLM."""
+
+    def __init__(self, llm: AsyncLLM, *, model: str, max_model_len: int) -> None:
+        self._llm = llm
+        self.model = model
+        self.max_model_len = max_model_len
+        self._ids = itertools.count()
+
+    @classmethod
+    def start(
+        cls,
+        model: str,
+        *,
+        max_model_len: int = 512,
+        dtype: str = "float32",
+        enforce_eager: bool = True,
+        max_num_seqs: int = 64,
+        gpu_memory_utilization: float = 0.9,
+        seed: int = 0,
+    ) -> RewardEngine:
+        """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
+
+        ``gpu_memory_utilization`` is this engine's share on a GPU shared with the
+        generation engine; on CPU each engine has its own ``VLLM_CPU_KVCACHE_SPACE``.
+        """
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=model,
+            runner="pooling",
+            dtype=dtype,  # type: ignore[arg-type]
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_seqs * max_model_len,
+            enforce_eager=enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            disable_log_stats=True,
+        )
+        log.info("reward.starting", model=model)
+        llm = AsyncLLM.from_engine_args(args)
+        return cls(llm, model=model, max_model_len=max_model_len)
+
+    async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
+        """Raw logits, in input order. A sequence longer than the context is an error:
+        truncating it would score a different response."""
+        for seq in sequences:
+            if not seq:
+                raise BackendError("cannot score an empty sequence")
+            if len(seq) > self.max_model_len:
+                raise BackendError(
+                    f"a scored sequence has {len(seq)} tokens; the reward model's context "
+                    f"is {self.max_model_len}"
+                )
+        if self._llm.errored:
+            raise BackendUnavailable("the reward engine is dead; the server must be restarted")
+        batch = next(self._ids)
+        return list(
+            await asyncio.gather(
+                *(self._one(f"reward-{batch}-{i}", seq) for i, seq in enumerate(sequences))
+            )
+        )
+
+    async def _one(self, request_id: str, sequence: Sequence[int]) -> float:
+        from vllm import PoolingParams
+        from vllm.inputs import TokensPrompt
+
+        params = PoolingParams(task="classify", use_activation=False)
+        prompt = TokensPrompt(prompt_token_ids=list(sequence))
+        last: Any = None
+        finished = False
+        try:
+            with map_engine_errors():
+                async for out in self._llm.encode(prompt, params, request_id):
+                    last, finished = out, out.finished
+        finally:
+            if not finished:  # cancelled: free the engine's slot
+                await asyncio.shield(self._llm.abort(request_id))
+        if last is None:
+            raise BackendError("the reward engine returned nothing")
+        return float(last.outputs.data[0])
+
+    async def health(self) -> None:
+        if self._llm.errored:
+            raise BackendUnavailable("the reward engine is dead; the server must be restarted")
+
+    async def aclose(self) -> None:
+        self._llm.shutdown()

@@ -1,0 +1,29 @@
+"""``best-of-majority``: pass@k by Best-of-Majority (ALGORITHMS.md section 3).
+
+N samples in one engine request, each scored; answer classes whose frequency reaches
+``alpha`` (body field, else the server default 0.02) are kept, and the ``k`` of highest
+mean score are returned, best first. When no class reaches ``alpha`` the answer falls
+back to majority voting, and the ``thinkgate`` object says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from strategies.base import JSON, StrategyContext
+from strategies.sampling import SamplingStrategy, defaults_of, option_alpha
+from strategies.selection import AnswerClass, Selection, select_best_of_majority
+
+
+class BestOfMajority(SamplingStrategy):
+    name: ClassVar[str] = "best-of-majority"
+
+    def select(
+        self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        alpha = option_alpha(ctx.request)
+        if alpha is None:
+            alpha = defaults_of(ctx).alpha
+        selection = select_best_of_majority(classes, k, alpha=alpha, total=total)
+        return selection, {"alpha": alpha}

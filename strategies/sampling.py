@@ -1,0 +1,393 @@
+"""What the sampling strategies share: draw N samples as ONE engine request, score them,
+and turn a selection into the response.
+
+``self-consistency``, ``best-of-n`` and ``best-of-majority`` differ only in their
+selection rule; everything here is common to them. All N samples go to the engine as a
+single request with ``n = N`` (the prompt's KV cache is shared), consumed through
+``engine.stream`` so that a progress event can be sent as each sample finishes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar, Final
+
+from strategies import elastic
+from strategies.answers import extract_answer
+from strategies.base import (
+    JSON,
+    Choice,
+    Progress,
+    StrategyContext,
+    StrategyRequest,
+    Usage,
+)
+from strategies.base import (
+    Final as FinalEvent,
+)
+from strategies.elastic import ElasticPlan
+from strategies.engine import (
+    Engine,
+    FinishReason,
+    GenerateRequest,
+    ModelTokens,
+    Sample,
+    SampleDelta,
+)
+from strategies.errors import BackendError, InvalidBudget, InvalidRequest
+from strategies.reasoning import Split, split_ids
+from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
+from strategies.scorers import SCORER_KINDS, MeanLogprob, ScoreQuery, Scorer, ScorerSet
+from strategies.selection import AnswerClass, Selection, build_classes
+
+DEFAULTS_KEY: Final = "sampling"  # Resources item holding SamplingDefaults
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingDefaults:
+    """Server settings of the sampling strategies (``Resources`` item ``"sampling"``)."""
+
+    samples: int = 8  # N when the request sets no samples budget
+    alpha: float = 0.02  # Best-of-Majority frequency threshold
+
+
+def defaults_of(ctx: StrategyContext) -> SamplingDefaults:
+    found = ctx.resources.get(DEFAULTS_KEY)
+    return found if isinstance(found, SamplingDefaults) else SamplingDefaults()
+
+
+def requested_k(request: StrategyRequest) -> int:
+    """Answers to return: the ``k`` budget, else the OpenAI ``n``; they must agree."""
+    k = request.budget.k
+    if k is None:
+        return request.n
+    if request.n not in (1, k):
+        raise InvalidRequest(
+            f"n={request.n} conflicts with the k budget {k}; set one of them", param="n"
+        )
+    return k
+
+
+def requested_samples(request: StrategyRequest, defaults: SamplingDefaults) -> int:
+    return request.budget.samples if request.budget.samples is not None else defaults.samples
+
+
+def option_alpha(request: StrategyRequest) -> float | None:
+    """The body field ``alpha`` (a fraction of N in [0, 1]); None when absent."""
+    value = request.options.get("alpha")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest("alpha must be a number in [0, 1]", param="alpha")
+    if not 0.0 <= value <= 1.0:
+        raise InvalidRequest(f"alpha must be in [0, 1], got {value}", param="alpha")
+    return float(value)
+
+
+def option_scorer(request: StrategyRequest) -> str | None:
+    """The body field ``scorer``: one of ``SCORER_KINDS``; None when absent."""
+    value = request.options.get("scorer")
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in SCORER_KINDS:
+        raise InvalidRequest(
+            f"unknown scorer {value!r}; expected one of {', '.join(SCORER_KINDS)}",
+            param="scorer",
+        )
+    return value
+
+
+def resolve_scorer(ctx: StrategyContext) -> Scorer:
+    """The scorer the request names (or the server default); raises ``InvalidRequest``
+    before any engine call when it is not configured. ``logprob`` always exists."""
+    name = option_scorer(ctx.request)
+    found = ctx.resources.get(SCORERS_KEY)
+    scorers = found if isinstance(found, ScorerSet) else ScorerSet()
+    scorer = scorers.get(name)
+    if scorer is not None:
+        return scorer
+    if name in (None, "logprob"):
+        return MeanLogprob()
+    raise InvalidRequest(f"scorer {name!r} is not configured on this server", param="scorer")
+
+
+def validate_common(request: StrategyRequest, engine: Engine, *, uses_scorer: bool) -> None:
+    """Checks shared by the sampling strategies (before any engine call)."""
+    samples, k = request.budget.samples, requested_k(request)
+    if samples is not None and samples < 1:
+        raise InvalidBudget("samples must be >= 1", param="samples")
+    if k < 1:
+        raise InvalidBudget("k must be >= 1", param="k")
+    if samples is not None and k > samples:
+        raise InvalidBudget(f"k={k} exceeds samples={samples}", param="k")
+    if uses_scorer:
+        option_scorer(request)
+    elif "scorer" in request.options:
+        raise InvalidRequest("this strategy uses no scorer", param="scorer")
+    option_alpha(request)
+    if has_token_budget(request):
+        elastic.plan(request, engine)  # budgets that cannot be honoured: 400 now
+        elastic.requested_mode(request, engine)
+
+
+def has_token_budget(request: StrategyRequest) -> bool:
+    return request.budget.thinking is not None or request.budget.solution is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Draw:
+    """How the pool is drawn: the engine deltas of all ``n`` samples, and the
+    per-sample elastic plan when thinking/solution budgets apply."""
+
+    n: int
+    deltas: AsyncIterator[SampleDelta]
+    plan: ElasticPlan | None
+    mode: str  # "plain", or the elastic mode ("one-pass" / "two-pass")
+    engine_requests: int
+
+
+def start_draw(ctx: StrategyContext, n: int, *, logprobs: bool) -> Draw:
+    """Open the engine stream of ``n`` samples: ONE request with ``n = N``.
+
+    With thinking/solution budgets every sample is budgeted exactly as the
+    ``elastic`` strategy budgets its trajectory (same plan, same processor); an engine
+    without the processor falls back to elastic's two-pass mode (one thinking request
+    with ``n = N``, then one answer request per sample).
+    """
+    request, engine = ctx.request, ctx.engine
+    widened = replace(request, n=n)
+    if not has_token_budget(request):
+        sampling = replace(request.sampling, n=n, logprobs=logprobs or request.sampling.logprobs)
+        gen = GenerateRequest(
+            request_id=f"{request.request_id}-pool",
+            prompt_token_ids=request.prompt_token_ids,
+            sampling=sampling,
+        )
+        return Draw(n=n, deltas=engine.stream(gen), plan=None, mode="plain", engine_requests=1)
+    p = elastic.plan(widened, engine)
+    mode = elastic.requested_mode(widened, engine)
+    if mode == "one-pass":
+        sampling = replace(p.sampling, n=n, logprobs=logprobs or p.sampling.logprobs)
+        gen = GenerateRequest(
+            request_id=f"{request.request_id}-pool",
+            prompt_token_ids=request.prompt_token_ids,
+            sampling=sampling,
+        )
+        return Draw(n=n, deltas=engine.stream(gen), plan=p, mode=mode, engine_requests=1)
+    if logprobs:
+        # Two passes give two partial logprob sums per sample; no honest mean exists.
+        raise InvalidRequest(
+            "the logprob scorer needs one-pass budgets (an engine with the elastic "
+            "logits processor)",
+            param="scorer",
+        )
+    return Draw(
+        n=n, deltas=elastic.two_pass(engine, widened, p), plan=p, mode=mode, engine_requests=1 + n
+    )
+
+
+@dataclass(slots=True)
+class Pool:
+    """The samples of one request, filled by :func:`draw`."""
+
+    samples: list[Sample]
+
+
+async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
+    """Collect every sample of ``source`` into ``pool``, yielding
+    ``{"samples_done": i, "samples": N}`` as each one finishes."""
+    n = source.n
+    ids: list[list[int]] = [[] for _ in range(n)]
+    done: dict[int, Sample] = {}
+    async for delta in source.deltas:
+        ids[delta.index].extend(delta.token_ids)
+        if delta.finish_reason is not None and delta.index not in done:
+            done[delta.index] = Sample(
+                index=delta.index,
+                token_ids=tuple(ids[delta.index]),
+                finish_reason=delta.finish_reason,
+                cumulative_logprob=delta.cumulative_logprob,
+                stop_reason=delta.stop_reason,
+            )
+            yield Progress(data={"samples_done": len(done), "samples": n})
+    if len(done) != n:
+        # The engine contract says every index ends with a finish_reason.
+        raise BackendError(f"engine finished {len(done)} of {n} samples")
+    pool.samples = [done[i] for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Analysed:
+    """A pool, split and read: per sample its thinking/answer split and answer."""
+
+    samples: tuple[Sample, ...]
+    splits: tuple[Split, ...]
+    answers: tuple[str | None, ...]
+
+
+def analyse(ctx: StrategyContext, samples: Sequence[Sample]) -> Analysed:
+    tokens = ctx.engine.tokens
+    splits = tuple(
+        split_ids(s.token_ids, tokens, thinking_open=ctx.request.thinking_open) for s in samples
+    )
+    answers = tuple(extract_answer(tokens.decode(s.content_ids)) for s in splits)
+    return Analysed(samples=tuple(samples), splits=splits, answers=answers)
+
+
+async def score(ctx: StrategyContext, scorer: Scorer, pool: Analysed) -> list[float]:
+    query = ScoreQuery(
+        prompt_token_ids=ctx.request.prompt_token_ids,
+        samples=pool.samples,
+        tokens=ctx.engine.tokens,
+        thinking_open=ctx.request.thinking_open,
+    )
+    return await scorer.score(query)
+
+
+def usage_of(ctx: StrategyContext, pool: Analysed) -> Usage:
+    """Exact usage: the prompt once (one request, shared prefix), every sample's tokens."""
+    return Usage(
+        prompt_tokens=len(ctx.request.prompt_token_ids),
+        completion_tokens=sum(len(s.token_ids) for s in pool.samples),
+        reasoning_tokens=sum(s.reasoning_tokens for s in pool.splits),
+    )
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def class_info(c: AnswerClass, total: int) -> dict[str, JSON]:
+    return {
+        "answer": c.answer,
+        "count": c.count,
+        "frequency": _round(c.frequency(total)),
+        "mean_reward": _round(c.mean_reward),
+    }
+
+
+class SamplingStrategy:
+    """Base of the three sampling strategies: draw, (score), select, answer."""
+
+    name: ClassVar[str] = ""
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
+    streams_live: ClassVar[bool] = False
+    uses_scorer: ClassVar[bool] = True
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        validate_common(request, engine, uses_scorer=self.uses_scorer)
+
+    def select(
+        self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        """The rule; returns the selection and rule-specific ``thinkgate`` fields."""
+        raise NotImplementedError
+
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+        request = ctx.request
+        k = requested_k(request)
+        n = requested_samples(request, defaults_of(ctx))
+        if k > n:
+            raise InvalidBudget(f"k={k} exceeds samples={n}", param="k")
+        scorer = resolve_scorer(ctx) if self.uses_scorer else None
+        source = start_draw(ctx, n, logprobs=scorer is not None and scorer.needs_logprobs)
+        pool = Pool(samples=[])
+        async for progress in draw(source, pool):
+            yield progress
+        analysed = analyse(ctx, pool.samples)
+        rewards = await score(ctx, scorer, analysed) if scorer is not None else None
+        classes = build_classes(analysed.answers, rewards)
+        selection, extra = self.select(ctx, classes, k, n)
+        info: dict[str, JSON] = {
+            "strategy": self.name,
+            "samples": n,
+            "engine_requests": source.engine_requests,
+            "k": k,
+            "scorer": scorer.name if scorer is not None else None,
+            **extra,
+        }
+        if source.plan is not None:
+            info["budget"] = budget_info(ctx, analysed, source)
+        yield final_event(ctx, analysed, rewards, classes, selection, source.plan, info)
+
+
+def finish_of(
+    sample: Sample, split: Split, plan: ElasticPlan | None, tokens: ModelTokens
+) -> FinishReason:
+    """Honest finish_reason: ``length`` when the solution budget cut the answer."""
+    reason = sample.finish_reason
+    if plan is None or plan.solution is None or reason != "stop":
+        return reason
+    content = split.content_ids
+    while content and content[-1] in tokens.eos_token_ids:
+        content = content[:-1]
+    answering = split.think_closed or not plan.thinking_open
+    return "length" if answering and len(content) >= plan.solution else reason
+
+
+def budget_info(ctx: StrategyContext, pool: Analysed, source: Draw) -> dict[str, JSON]:
+    """The per-sample elastic budgets as applied, and how often they cut."""
+    p = source.plan
+    assert p is not None
+    cut = sum(
+        1
+        for sp in pool.splits
+        if p.thinking_open and (not sp.think_closed or sp.reasoning_tokens >= p.thinking)
+    )
+    return {
+        "thinking": p.thinking,
+        "solution": p.solution,
+        "mode": source.mode,
+        "thinking_cut": cut,
+    }
+
+
+def final_event(
+    ctx: StrategyContext,
+    pool: Analysed,
+    rewards: Sequence[float] | None,
+    classes: Sequence[AnswerClass],
+    selection: Selection,
+    plan: ElasticPlan | None,
+    info: dict[str, JSON],
+) -> FinalEvent:
+    """The response: one choice per chosen class (its representative sample), best
+    first, and the ``thinkgate`` object describing every class."""
+    total = len(pool.samples)
+    tokens = ctx.engine.tokens
+    picks: list[tuple[int, AnswerClass | None]] = [(c.representative, c) for c in selection.chosen]
+    rule: str = selection.rule
+    fallback = selection.fallback
+    if not picks:
+        # No sample stated an answer: return the best-scored (else first) sample.
+        best = max(range(total), key=lambda i: (rewards[i], -i)) if rewards else 0
+        picks = [(best, None)]
+        rule, fallback = "no-answer", "no sample contained an extractable answer"
+    choices = []
+    for rank, (i, cls) in enumerate(picks):
+        split, sample = pool.splits[i], pool.samples[i]
+        choice_info: dict[str, JSON] = {"sample_index": i, "answer": pool.answers[i]}
+        if rewards is not None:
+            choice_info["reward"] = _round(rewards[i])
+        if cls is not None:
+            choice_info.update(class_info(cls, total))
+        choices.append(
+            Choice(
+                index=rank,
+                reasoning=tokens.decode(split.reasoning_ids),
+                content=tokens.decode(split.content_ids),
+                finish_reason=finish_of(sample, split, plan, tokens),
+                info=choice_info,
+            )
+        )
+    chosen = {c.first_seen for c in selection.chosen}
+    info = {
+        **info,
+        "rule": rule,
+        "fallback": fallback,
+        "unanswered": sum(1 for a in pool.answers if a is None),
+        "classes": [{**class_info(c, total), "selected": c.first_seen in chosen} for c in classes],
+    }
+    return FinalEvent(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)

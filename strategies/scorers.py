@@ -1,0 +1,240 @@
+"""Scorers: one number per sample, higher is better, behind one protocol.
+
+Three kinds, configured per server and chosen per request by name (body ``scorer``):
+
+* ``logprob`` -- :class:`MeanLogprob`: mean log-probability of the sampled tokens,
+  free (the engine reports it when ``SamplingConfig.logprobs`` is set).
+* ``reward`` -- :class:`RewardModelScorer`: an outcome reward model scoring the prompt
+  and the whole response (thinking included) as one token sequence, exactly as the
+  chat template renders an assistant turn. The model behind it is a
+  :class:`SequenceScorer`: an in-process vLLM pooling engine
+  (``server.engines.reward``) or a remote vLLM ``/classify`` (:class:`RemoteClassify`).
+* ``verifier`` -- :class:`HttpVerifier`: an external service,
+  ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``.
+
+Failures of a scorer's backend are ``BackendError``s (the client sees a 5xx); a scorer
+never invents scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Final, Protocol, runtime_checkable
+
+import httpx
+
+from strategies.engine import ModelTokens, Sample
+from strategies.errors import BackendError, BackendTimeout, BackendUnavailable
+from strategies.reasoning import split_ids
+
+SCORER_KINDS: Final = ("logprob", "reward", "verifier")
+RESOURCE_KEY: Final = "scorers"  # Resources item holding a ScorerSet
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoreQuery:
+    """What a scorer sees: the prompt and the finished samples of one request."""
+
+    prompt_token_ids: tuple[int, ...]
+    samples: tuple[Sample, ...]
+    tokens: ModelTokens
+    thinking_open: bool
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Scores every sample of a query; one finite float per sample, in sample order."""
+
+    name: ClassVar[str]
+    # Whether samples must be drawn with SamplingConfig.logprobs set.
+    needs_logprobs: ClassVar[bool]
+
+    async def score(self, query: ScoreQuery) -> list[float]: ...
+
+
+@runtime_checkable
+class SequenceScorer(Protocol):
+    """A reward model: one raw score (the logit, no activation) per token sequence."""
+
+    async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]: ...
+
+
+def _checked(scores: Sequence[float], expected: int, source: str) -> list[float]:
+    out = [float(s) for s in scores]
+    if len(out) != expected:
+        raise BackendError(f"{source} returned {len(out)} scores for {expected} samples")
+    if not all(math.isfinite(s) for s in out):
+        raise BackendError(f"{source} returned a non-finite score")
+    return out
+
+
+class MeanLogprob:
+    """Mean log-probability per generated token (0 for an empty sample)."""
+
+    name: ClassVar[str] = "logprob"
+    needs_logprobs: ClassVar[bool] = True
+
+    async def score(self, query: ScoreQuery) -> list[float]:
+        scores = []
+        for sample in query.samples:
+            if sample.cumulative_logprob is None:
+                raise BackendError("the engine returned no logprobs for the logprob scorer")
+            scores.append(sample.cumulative_logprob / max(1, len(sample.token_ids)))
+        return _checked(scores, len(query.samples), "logprob scorer")
+
+
+class RewardModelScorer:
+    """An outcome reward model over the chat-template rendering of the whole turn.
+
+    The scored sequence is ``prompt ids + sample ids + turn_end``: the sample's own
+    end-of-turn token (EOS), if any, is dropped and ``turn_end`` (the ids the chat
+    template writes after an assistant turn, e.g. ``<|im_end|>\\n``) appended, so a
+    finished and a truncated sample end the same way, as the model was trained.
+    """
+
+    name: ClassVar[str] = "reward"
+    needs_logprobs: ClassVar[bool] = False
+
+    def __init__(self, model: SequenceScorer, *, turn_end: Sequence[int] = ()) -> None:
+        self.model = model
+        self.turn_end = tuple(turn_end)
+
+    def sequence(self, query: ScoreQuery, sample: Sample) -> tuple[int, ...]:
+        ids = sample.token_ids
+        eos = set(query.tokens.eos_token_ids)
+        while ids and ids[-1] in eos:
+            ids = ids[:-1]
+        return query.prompt_token_ids + ids + self.turn_end
+
+    async def score(self, query: ScoreQuery) -> list[float]:
+        sequences = [self.sequence(query, s) for s in query.samples]
+        scores = await self.model.score_sequences(sequences)
+        return _checked(scores, len(sequences), "reward model")
+
+
+def chatml_turn_end(tokens: ModelTokens) -> tuple[int, ...]:
+    """``<|im_end|>\\n``, how ChatML templates (Qwen, the testbed) close a turn."""
+    if not tokens.eos_token_ids:
+        raise ValueError("the tokenizer has no EOS token")
+    return (tokens.eos_token_ids[0], *tokens.encode("\n"))
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(5.0, seconds))
+
+
+async def _post_json(
+    client: httpx.AsyncClient, url: str, body: Mapping[str, object], source: str
+) -> object:
+    """POST ``body``; transport failures map onto the error tree."""
+    try:
+        response = await client.post(url, json=body)
+        response.raise_for_status()
+        return response.json()
+    except httpx.TimeoutException as exc:
+        raise BackendTimeout(f"{source} timed out") from exc
+    except httpx.HTTPStatusError as exc:
+        raise BackendError(f"{source} answered HTTP {exc.response.status_code}") from exc
+    except httpx.TransportError as exc:
+        raise BackendUnavailable(f"{source} unreachable: {exc}") from exc
+    except ValueError as exc:
+        raise BackendError(f"{source} answered with invalid JSON") from exc
+
+
+class RemoteClassify:
+    """A reward model behind a vLLM server's ``POST /classify`` (raw logits).
+
+    Token ids are sent as they are, so the remote model must share the policy's
+    tokenizer (as the testbed family does).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/classify"
+        self.model = model
+        self._client = client or httpx.AsyncClient(
+            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
+        )
+
+    async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
+        body: dict[str, object] = {"input": [list(s) for s in sequences], "use_activation": False}
+        if self.model is not None:
+            body["model"] = self.model
+        data = await _post_json(self._client, self.url, body, "reward server")
+        try:
+            rows = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
+            return [float(r["probs"][0]) for r in rows]
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise BackendError("reward server answered in an unexpected shape") from exc
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class HttpVerifier:
+    """An external verifier: ``POST {"prompt", "responses", "reasoning"}`` with the
+    prompt text, each sample's answer text and its thinking text; it answers
+    ``{"scores": [float, ...]}``, one per response."""
+
+    name: ClassVar[str] = "verifier"
+    needs_logprobs: ClassVar[bool] = False
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.url = url
+        self._client = client or httpx.AsyncClient(
+            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
+        )
+
+    async def score(self, query: ScoreQuery) -> list[float]:
+        tokens = query.tokens
+        splits = [
+            split_ids(s.token_ids, tokens, thinking_open=query.thinking_open) for s in query.samples
+        ]
+        body = {
+            "prompt": tokens.decode(query.prompt_token_ids),
+            "responses": [tokens.decode(s.content_ids) for s in splits],
+            "reasoning": [tokens.decode(s.reasoning_ids) for s in splits],
+        }
+        data = await _post_json(self._client, self.url, body, "verifier")
+        scores = data.get("scores") if isinstance(data, dict) else None
+        if not isinstance(scores, list) or not all(
+            isinstance(s, int | float) and not isinstance(s, bool) for s in scores
+        ):
+            raise BackendError("verifier answered without a list of numeric 'scores'")
+        return _checked(scores, len(query.samples), "verifier")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScorerSet:
+    """The scorers a server has configured (``Resources`` item ``"scorers"``), and the
+    one used when a request names none."""
+
+    scorers: Mapping[str, Scorer] = field(default_factory=dict)
+    default: str | None = None
+
+    def get(self, name: str | None) -> Scorer | None:
+        """The scorer called ``name`` (the default for None); None when not configured."""
+        key = name if name is not None else self.default
+        return self.scorers.get(key) if key is not None else None
+
+    @classmethod
+    def build(cls, *scorers: Scorer, default: str | None = None) -> ScorerSet:
+        by_name: dict[str, Scorer] = {s.name: s for s in scorers}
+        if default is None:
+            default = "reward" if "reward" in by_name else (scorers[0].name if scorers else None)
+        if default is not None and default not in by_name:
+            raise ValueError(f"default scorer {default!r} is not configured")
+        return cls(scorers=by_name, default=default)

@@ -1,0 +1,24 @@
+"""``self-consistency``: N samples in one engine request, majority vote on their answers.
+
+Wang et al. 2022 (ALGORITHMS.md section 5): the largest answer class wins, ties to the
+class seen first; with ``k > 1`` the ``k`` largest classes are returned, best first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from strategies.base import JSON, StrategyContext
+from strategies.sampling import SamplingStrategy
+from strategies.selection import AnswerClass, Selection, select_majority
+
+
+class SelfConsistency(SamplingStrategy):
+    name: ClassVar[str] = "self-consistency"
+    uses_scorer: ClassVar[bool] = False
+
+    def select(
+        self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        return select_majority(classes, k), {}
