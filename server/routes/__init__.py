@@ -1,0 +1,15 @@
+"""One small module per endpoint; ``ROUTERS`` is what the app mounts."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from server.routes import chat, completions, health, metrics, models
+
+ROUTERS: tuple[APIRouter, ...] = (
+    chat.router,
+    completions.router,
+    models.router,
+    health.router,
+    metrics.router,
+)

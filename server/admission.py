@@ -1,0 +1,59 @@
+"""Admission control: bounded requests and samples in flight; overload is a 429.
+
+A request is admitted whole or refused at once (``Overloaded`` with Retry-After),
+never queued without bound. Single event loop: no lock needed.
+"""
+
+from __future__ import annotations
+
+from server.metrics import Metrics
+from strategies.errors import Overloaded
+
+
+class Admission:
+    def __init__(
+        self, *, max_requests: int, max_samples: int, retry_after_s: int, metrics: Metrics
+    ) -> None:
+        self.max_requests = max_requests
+        self.max_samples = max_samples
+        self.retry_after_s = retry_after_s
+        self.requests = 0
+        self.samples = 0
+        self._metrics = metrics
+
+    def acquire(self, samples: int) -> Slot:
+        """One request slot and ``samples`` sample slots, until ``Slot.release()``."""
+        if self.requests + 1 > self.max_requests or self.samples + samples > self.max_samples:
+            self._metrics.rejected.inc()
+            raise Overloaded(
+                f"server busy: {self.requests} requests and {self.samples} samples in flight "
+                f"(caps {self.max_requests} and {self.max_samples}); retry later",
+                retry_after_s=self.retry_after_s,
+            )
+        self.requests += 1
+        self.samples += samples
+        self._sync()
+        return Slot(self, samples)
+
+    def _release(self, samples: int) -> None:
+        self.requests -= 1
+        self.samples -= samples
+        self._sync()
+
+    def _sync(self) -> None:
+        self._metrics.inflight_requests.set(self.requests)
+        self._metrics.inflight_samples.set(self.samples)
+
+
+class Slot:
+    """An admitted request; ``release`` is idempotent (streams release at their end)."""
+
+    def __init__(self, admission: Admission, samples: int) -> None:
+        self._admission = admission
+        self._samples = samples
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._admission._release(self._samples)

@@ -1,0 +1,101 @@
+"""The FastAPI app factory: ``create_app(settings, *, engine=None)``.
+
+The lifespan starts the engine (unless one is passed in; then the caller owns it),
+loads and validates the strategies, attaches the resources, and tears all of it down
+in reverse order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+
+from server import errors
+from server.admission import Admission
+from server.metrics import Metrics
+from server.resources import build_resources
+from server.routes import ROUTERS
+from server.settings import Settings
+from server.state import Gateway
+from strategies.engine import Engine
+from strategies.registry import Registry
+
+log = structlog.get_logger("thinkgate.app")
+
+
+def load_registry(settings: Settings) -> Registry:
+    """Installed strategies (``thinkgate.strategies`` entry points), instantiated.
+
+    The default strategy must be installed; the strategies that budgets and samples
+    default to only warn when missing (such requests then get a 400 naming them).
+    """
+    registry = Registry()
+    registry.load_entry_points(settings.strategies)
+    registry.instantiate()
+    names = registry.names()
+    if settings.default_strategy not in names:
+        raise RuntimeError(
+            f"default strategy {settings.default_strategy!r} is not installed; have {names}"
+        )
+    for role in ("budget_strategy", "samples_strategy"):
+        wanted = getattr(settings, role)
+        if wanted not in names:
+            log.warning("strategy.missing", setting=role, strategy=wanted, installed=names)
+    return registry
+
+
+def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry = load_registry(settings)
+        own = engine is None
+        if engine is None:
+            from server.engines.local import LocalEngine
+
+            active: Engine = LocalEngine.start(settings)
+        else:
+            active = engine
+        try:
+            metrics = Metrics()
+            unfinished = getattr(active, "num_unfinished", None)
+            if callable(unfinished):
+                metrics.watch_engine(unfinished)
+            async with build_resources(settings, active) as resources:
+                app.state.gateway = Gateway(
+                    settings=settings,
+                    engine=active,
+                    registry=registry,
+                    resources=resources,
+                    metrics=metrics,
+                    admission=Admission(
+                        max_requests=settings.max_inflight_requests,
+                        max_samples=settings.max_inflight_samples,
+                        retry_after_s=settings.retry_after_s,
+                        metrics=metrics,
+                    ),
+                    started_at=int(time.time()),
+                )
+                log.info(
+                    "server.ready",
+                    model=active.model_name,
+                    strategies=registry.names(),
+                    processors=sorted(active.processors),
+                )
+                try:
+                    yield
+                finally:
+                    app.state.gateway = None
+        finally:
+            if own:
+                await active.aclose()
+
+    app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = None
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

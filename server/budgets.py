@@ -1,0 +1,168 @@
+"""Which strategy a request runs and with what budget: pure code, no I/O.
+
+Per field, the first source that sets it wins:
+``X-Budget-*`` header > body ``budget.*`` > ``reasoning_effort`` (thinking only) >
+server default (``Settings.default_*``, only for fields the strategy honours).
+
+With no strategy named (``X-Strategy`` > body ``strategy``), a request that sets a
+thinking or solution budget runs ``Settings.budget_strategy`` (``elastic``), one that
+sets ``samples > 1`` runs ``Settings.samples_strategy`` (``self-consistency``), any
+other ``Settings.default_strategy`` (``plain``). A field the request sets that the
+strategy does not honour is a 400 naming where it came from: never silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from server.settings import EFFORTS, Effort, Settings
+from strategies.budget import Budget
+from strategies.errors import InvalidBudget, InvalidRequest, UnknownStrategy
+
+FIELDS: Final = ("thinking", "solution", "samples", "k")
+HEADERS: Final = {f: f"X-Budget-{f.capitalize() if f != 'k' else 'K'}" for f in FIELDS}
+STRATEGY_HEADER: Final = "X-Strategy"
+_INT: Final = re.compile(r"[+-]?\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    value: int
+    param: str  # where it came from, as the client spelled it ("X-Budget-Thinking", ...)
+
+
+def resolve(
+    headers: Mapping[str, str],
+    body: Mapping[str, object],
+    settings: Settings,
+    *,
+    honoured: Mapping[str, frozenset[str]] | None = None,
+) -> tuple[str, Budget]:
+    """The strategy name and the budget as applied.
+
+    ``body`` holds the request's ``strategy``, ``budget`` and ``reasoning_effort``
+    (absent or None: not set). ``honoured`` maps every installed strategy to its
+    ``budget_fields``; with it an unknown strategy and an unhonoured field are 400s.
+    Raises ``InvalidBudget``/``InvalidRequest``/``UnknownStrategy`` naming the param.
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    values: dict[str, _Value] = {}
+    body_budget = _body_budget(body.get("budget"))
+    for name in FIELDS:
+        header = HEADERS[name]
+        if (raw := lower.get(header.lower())) is not None:
+            values[name] = _Value(_parse_header(raw, header), header)
+        elif (bv := body_budget.get(name)) is not None:
+            values[name] = _Value(_check_int(bv, f"budget.{name}"), f"budget.{name}")
+    effort = body.get("reasoning_effort")
+    if effort is not None and "thinking" not in values:
+        values["thinking"] = _Value(settings.effort_budget(_effort(effort)), "reasoning_effort")
+    for name, v in values.items():
+        _check_range(name, v, settings)
+
+    strategy, strategy_param = _strategy(lower, body)
+    if strategy is None:
+        if "thinking" in values or "solution" in values:
+            strategy = settings.budget_strategy
+        elif "samples" in values and values["samples"].value > 1:
+            strategy = settings.samples_strategy
+        else:
+            strategy = settings.default_strategy
+
+    fields = frozenset(FIELDS)
+    if honoured is not None:
+        if strategy not in honoured:
+            why = "" if strategy_param else " (chosen by default for the budget given)"
+            raise UnknownStrategy(
+                f"unknown strategy {strategy!r}{why}; available: {', '.join(sorted(honoured))}",
+                param=strategy_param or "strategy",
+            )
+        fields = honoured[strategy]
+        for name, v in values.items():
+            if name not in fields:
+                takes = ", ".join(sorted(fields)) or "no budget"
+                raise InvalidBudget(
+                    f"strategy {strategy!r} does not honour the {name} budget (from {v.param}); "
+                    f"it takes: {takes}",
+                    param=v.param,
+                )
+    applied = {name: v.value for name, v in values.items()}
+    for name in FIELDS:
+        default = getattr(settings, f"default_{name}")
+        if name not in applied and name in fields and default is not None:
+            applied[name] = default
+    if "k" in applied and "samples" in applied and applied["k"] > applied["samples"]:
+        param = values["k"].param if "k" in values else "k"
+        raise InvalidBudget(
+            f"k ({applied['k']}) cannot exceed samples ({applied['samples']})", param=param
+        )
+    return strategy, Budget(**applied)
+
+
+def _strategy(headers: Mapping[str, str], body: Mapping[str, object]) -> tuple[str | None, str]:
+    if (raw := headers.get(STRATEGY_HEADER.lower())) is not None:
+        name = raw.strip()
+        if not name:
+            raise UnknownStrategy("X-Strategy is empty", param=STRATEGY_HEADER)
+        return name, STRATEGY_HEADER
+    value = body.get("strategy")
+    if value is None:
+        return None, ""
+    if not isinstance(value, str) or not value.strip():
+        raise UnknownStrategy("strategy must be a non-empty string", param="strategy")
+    return value.strip(), "strategy"
+
+
+def _body_budget(value: object) -> Mapping[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidBudget(
+            "budget must be an object {thinking, solution, samples, k}", param="budget"
+        )
+    for key in value:
+        if key not in FIELDS:
+            raise InvalidBudget(
+                f"unknown budget field {key!r}; expected {', '.join(FIELDS)}", param=f"budget.{key}"
+            )
+    return value
+
+
+def _parse_header(raw: str, param: str) -> int:
+    text = raw.strip()
+    if not _INT.fullmatch(text):
+        raise InvalidBudget(f"{param} must be a non-negative integer, got {raw!r}", param=param)
+    return int(text)
+
+
+def _check_int(value: object, param: str) -> int:
+    # bool is an int subclass: `true` as a budget is a client bug, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidBudget(
+            f"{param} must be a non-negative integer, got {type(value).__name__} {value!r}",
+            param=param,
+        )
+    return value
+
+
+def _check_range(name: str, v: _Value, settings: Settings) -> None:
+    low = 1 if name in ("samples", "k") else 0
+    high = settings.max_budget_tokens if name in ("thinking", "solution") else settings.max_samples
+    if v.value < low:
+        what = "a positive" if low else "a non-negative"
+        raise InvalidBudget(f"{v.param} must be {what} integer, got {v.value}", param=v.param)
+    if v.value > high:
+        raise InvalidBudget(f"{v.param} is {v.value}; this server's cap is {high}", param=v.param)
+
+
+def _effort(value: object) -> Effort:
+    for effort in EFFORTS:
+        if value == effort:
+            return effort
+    raise InvalidRequest(
+        f"reasoning_effort must be one of {', '.join(EFFORTS)}, got {value!r}",
+        param="reasoning_effort",
+    )

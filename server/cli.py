@@ -1,0 +1,133 @@
+"""``thinkgate``: ``serve``, plus other tools dispatched lazily by name.
+
+``thinkgate serve [--model DIR_OR_ID] [--host H] [--port P] ...``: every setting has a
+flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
+Other subcommands (``testbed``, ``calibrate``, ``train-predictor``, ``bench``) are
+"module:function" entries taking argv; a tool that is not installed is a clean error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+TOOLS: dict[str, str] = {
+    "testbed": "testbed.cli:main",
+    "calibrate": "strategies.pets.cli:main",
+    "train-predictor": "kernels.predictor_cli:main",
+    "bench": "benchmarks.cli:main",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "serve":
+        return serve(rest)
+    if command in TOOLS:
+        return _dispatch(command, rest)
+    print(f"thinkgate: unknown command {command!r}\n{_usage()}", file=sys.stderr)
+    return 2
+
+
+def serve(argv: Sequence[str]) -> int:
+    from server.settings import Settings
+
+    parser = settings_parser(Settings)
+    given = {k: v for k, v in vars(parser.parse_args(list(argv))).items() if v is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        print(f"thinkgate serve: bad settings:\n{exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from server import logs
+    from server.app import create_app
+
+    logs.configure(settings.log_level, json=settings.log_json)
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def settings_parser(settings_cls: type[object]) -> argparse.ArgumentParser:
+    """One ``--flag`` per settings field; unset flags stay None (env/defaults apply)."""
+    parser = argparse.ArgumentParser(prog="thinkgate serve", description="Serve the gateway.")
+    fields = getattr(settings_cls, "model_fields", {})
+    for name, field in fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind = _base_type(field.annotation)
+        helptext = field.description or ""
+        if kind is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, help=helptext
+            )
+        elif kind is tuple:
+            parser.add_argument(flag, dest=name, help=f"{helptext} (comma-separated)".strip())
+        else:
+            parser.add_argument(
+                flag, dest=name, type=kind if kind in (int, float) else str, help=helptext
+            )
+    return parser
+
+
+def _base_type(annotation: object) -> type[object]:
+    """int/float/bool/str/tuple behind Optional, Annotated and Literal wrappers."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _base_type(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _base_type(inner[0]) if inner else str
+    if origin is tuple:
+        return tuple
+    if isinstance(annotation, type) and annotation in (int, float, bool):
+        return annotation
+    return str
+
+
+def _dispatch(command: str, argv: list[str]) -> int:
+    target = TOOLS[command]
+    module_name, _, func_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            print(
+                f"thinkgate {command}: not available ({module_name} is not installed)",
+                file=sys.stderr,
+            )
+            return 2
+        raise
+    func: Callable[[list[str]], int | None] | None = getattr(module, func_name, None)
+    if func is None:
+        print(f"thinkgate {command}: {target} does not exist", file=sys.stderr)
+        return 2
+    result = func(argv)
+    return int(result or 0)
+
+
+def _usage() -> str:
+    tools = "|".join(["serve", *TOOLS])
+    return f"usage: thinkgate {{{tools}}} [args...]   (thinkgate serve --help for settings)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

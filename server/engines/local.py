@@ -1,0 +1,252 @@
+"""``LocalEngine``: vLLM's ``AsyncLLM`` in the gateway process.
+
+One engine request per ``GenerateRequest``: ``n`` samples share the prompt's KV cache.
+Cancelling the consumer (client gone, strategy dropped a branch) aborts the request in
+the engine; the abort runs in its own task so that a cancel scope that keeps cancelling
+its host task (anyio, Starlette) cannot swallow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+
+from server.engines.errors import map_engine_errors
+from server.engines.tokens import TokenizerTokens
+from server.settings import Settings
+from strategies.engine import (
+    FinishReason,
+    GenerateRequest,
+    ModelTokens,
+    Sample,
+    SampleDelta,
+    SamplingConfig,
+)
+from strategies.errors import BackendError, BackendUnavailable
+
+if TYPE_CHECKING:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = structlog.get_logger("thinkgate.engine")
+
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def load_processor_classes(specs: tuple[str, ...]) -> list[type[Any]]:
+    """Import each ``module:Class`` (fails start-up loudly, naming the bad one)."""
+    classes: list[type[Any]] = []
+    for spec in specs:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise RuntimeError(f"logits processor {spec!r} must be 'module:Class'")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise RuntimeError(f"cannot load logits processor {spec!r}: {exc}") from exc
+        classes.append(cls)
+    return classes
+
+
+def processor_name(cls: type[Any]) -> str:
+    """The short name a processor reports (its ``name`` attribute, else the class name)."""
+    name = getattr(cls, "name", None)
+    return name if isinstance(name, str) else cls.__name__
+
+
+class LocalEngine:
+    """The ``Engine`` protocol over an in-process ``AsyncLLM``."""
+
+    def __init__(
+        self,
+        llm: AsyncLLM,
+        *,
+        model_name: str,
+        tokens: TokenizerTokens,
+        max_model_len: int,
+        processors: frozenset[str],
+    ) -> None:
+        self._llm = llm
+        self.model_name = model_name
+        self.tokens: ModelTokens = tokens
+        self.max_model_len = max_model_len
+        self.processors = processors
+        self._aborts: set[asyncio.Task[None]] = set()
+        self.aborted_requests = 0
+
+    @classmethod
+    def start(cls, settings: Settings) -> LocalEngine:
+        """Build the engine (tens of seconds on CPU); raises if the model cannot serve."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        tokens = TokenizerTokens.load(
+            settings.model_path,
+            think_start=settings.think_start,
+            think_end=settings.think_end,
+            reasoning=settings.reasoning,
+            trust_remote_code=settings.trust_remote_code,
+        )
+        processors = load_processor_classes(settings.logits_processors)
+        extra: dict[str, Any] = {}
+        if settings.vllm_reasoning_config:
+            from vllm.config import ReasoningConfig
+
+            extra["reasoning_config"] = ReasoningConfig(
+                reasoning_start_str=settings.think_start, reasoning_end_str=settings.think_end
+            )
+        args = AsyncEngineArgs(
+            model=settings.model_path,
+            served_model_name=[settings.model_name],
+            dtype=settings.dtype,  # type: ignore[arg-type]
+            max_model_len=settings.max_model_len,
+            max_num_seqs=settings.max_num_seqs,
+            # No chunked prefill: a seeded request whose prefill is chunked kills the CPU
+            # engine (VLLM-NOTES.md section 4), so every prefill fits one step.
+            max_num_batched_tokens=max(settings.batched_tokens, settings.max_model_len),
+            enable_chunked_prefill=False,
+            enforce_eager=settings.enforce_eager,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            seed=settings.seed,
+            trust_remote_code=settings.trust_remote_code,
+            logits_processors=cast(Any, processors) or None,
+            disable_log_stats=True,
+            **extra,
+        )
+        log.info(
+            "engine.starting", model=settings.model_path, processors=settings.logits_processors
+        )
+        llm = AsyncLLM.from_engine_args(args)
+        return cls(
+            llm,
+            model_name=settings.model_name,
+            tokens=tokens,
+            max_model_len=settings.max_model_len,
+            processors=frozenset(processor_name(c) for c in processors),
+        )
+
+    # --- Engine protocol
+
+    async def generate(self, request: GenerateRequest) -> list[Sample]:
+        from vllm.sampling_params import RequestOutputKind
+
+        done: dict[int, Sample] = {}
+        async for out in self._run(request, RequestOutputKind.FINAL_ONLY):
+            for c in out.outputs:
+                done[c.index] = Sample(
+                    index=c.index,
+                    token_ids=tuple(c.token_ids),
+                    finish_reason=_finish(c.finish_reason),
+                    cumulative_logprob=c.cumulative_logprob,
+                    stop_reason=c.stop_reason,
+                )
+        if len(done) != request.sampling.n:
+            raise BackendError(f"engine returned {len(done)} of {request.sampling.n} samples")
+        return [done[i] for i in sorted(done)]
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[SampleDelta]:
+        from vllm.sampling_params import RequestOutputKind
+
+        async for out in self._run(request, RequestOutputKind.DELTA):
+            for c in out.outputs:
+                if not c.token_ids and c.finish_reason is None:
+                    continue
+                yield SampleDelta(
+                    index=c.index,
+                    token_ids=tuple(c.token_ids),
+                    finish_reason=_finish(c.finish_reason) if c.finish_reason else None,
+                    cumulative_logprob=c.cumulative_logprob,
+                    stop_reason=c.stop_reason,
+                )
+
+    async def health(self) -> None:
+        if self._llm.errored:
+            raise BackendUnavailable("the engine is dead; the server must be restarted")
+
+    async def aclose(self) -> None:
+        if self._aborts:
+            await asyncio.gather(*self._aborts, return_exceptions=True)
+        self._llm.shutdown()
+
+    # --- beyond the protocol (metrics, tests)
+
+    def num_unfinished(self) -> int:
+        """Requests the engine still holds (0 once every abort has landed)."""
+        return int(self._llm.get_num_unfinished_requests())
+
+    async def _run(self, request: GenerateRequest, kind: Any) -> AsyncIterator[Any]:
+        from vllm.inputs import TokensPrompt
+
+        await self.health()
+        with map_engine_errors():
+            params = self._params(request, kind)
+        prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+        stream = self._llm.generate(prompt, params, request.request_id)
+        finished = False
+        try:
+            with map_engine_errors():
+                async for out in stream:
+                    finished = out.finished
+                    yield out
+        finally:
+            if not finished:
+                # Cancelled or closed early: vLLM aborts too, but its abort awaits inside
+                # a possibly still-cancelled scope; ours runs detached so it lands.
+                self._abort_detached(request.request_id)
+            await _close_quietly(stream)
+
+    def _abort_detached(self, request_id: str) -> None:
+        self.aborted_requests += 1
+        task = asyncio.get_running_loop().create_task(self._llm.abort(request_id))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    def _params(self, request: GenerateRequest, kind: Any) -> SamplingParams:
+        from vllm.sampling_params import SamplingParams
+
+        s: SamplingConfig = request.sampling
+        room = self.max_model_len - len(request.prompt_token_ids)
+        if room < 1:
+            raise ValueError(
+                f"the prompt has {len(request.prompt_token_ids)} tokens; the model's context "
+                f"is {self.max_model_len}"
+            )
+        return SamplingParams(
+            n=s.n,
+            max_tokens=room if s.max_tokens is None else s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            stop_token_ids=list(s.stop_token_ids) or None,
+            logprobs=0 if s.logprobs else None,
+            extra_args=dict(s.extra_args) or None,
+            output_kind=kind,
+            # Text comes from our own split decoding; vLLM detokenizes only for stop strings.
+            detokenize=bool(s.stop),
+        )
+
+
+def _finish(reason: str | None) -> FinishReason:
+    if reason is None:
+        raise BackendError("engine finished a sample without a finish reason")
+    try:
+        return _FINISH[reason]
+    except KeyError:
+        raise BackendError(f"engine finished a sample with {reason!r}") from None
+
+
+async def _close_quietly(stream: AsyncIterator[Any]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    # Already aborted: nothing left to report, and a re-delivered cancel must not
+    # replace the exception that brought us here.
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await aclose()

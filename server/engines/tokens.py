@@ -1,0 +1,114 @@
+"""``ModelTokens`` over a Hugging Face tokenizer: think ids, EOS ids, chat rendering.
+
+Resolved once at start-up from the model directory (or hub id). Think-token ids are
+looked up by their strings, never hard-coded; a reasoning model whose tokenizer lacks
+them fails start-up loudly instead of silently never splitting or budgeting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, cast
+
+
+class HFTokenizer(Protocol):
+    """The part of ``transformers.PreTrainedTokenizerBase`` we use."""
+
+    eos_token_id: int | None
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def apply_chat_template(self, conversation: object, **kwargs: object) -> object: ...
+
+
+class TokenizerTokens:
+    """The tokenizer facts strategies rely on (implements ``strategies.engine.ModelTokens``)."""
+
+    def __init__(
+        self,
+        tokenizer: HFTokenizer,
+        *,
+        eos_token_ids: Sequence[int],
+        think_start: str = "<think>",
+        think_end: str = "</think>",
+        reasoning: bool = True,
+    ) -> None:
+        self._tok = tokenizer
+        vocab = tokenizer.get_vocab()
+        self.think_start_id: int | None = vocab.get(think_start)
+        self.think_end_id: int | None = vocab.get(think_end)
+        if reasoning and (self.think_start_id is None or self.think_end_id is None):
+            missing = [s for s in (think_start, think_end) if s not in vocab]
+            raise RuntimeError(
+                f"the model is configured as a reasoning model (setting 'reasoning') but its "
+                f"tokenizer has no single token for {missing}; set the think strings "
+                "(think_start/think_end) or reasoning=false"
+            )
+        if not reasoning:
+            self.think_start_id = self.think_end_id = None
+        ids = list(dict.fromkeys(eos_token_ids))
+        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+            ids.append(tokenizer.eos_token_id)
+        if not ids:
+            raise RuntimeError("the model defines no EOS token (generation_config or tokenizer)")
+        self.eos_token_ids: tuple[int, ...] = tuple(ids)
+
+    @classmethod
+    def load(
+        cls,
+        model: str,
+        *,
+        think_start: str = "<think>",
+        think_end: str = "</think>",
+        reasoning: bool = True,
+        trust_remote_code: bool = False,
+    ) -> TokenizerTokens:
+        """Load the tokenizer of ``model`` (a directory or hub id) and resolve the ids."""
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        return cls(
+            cast(HFTokenizer, tok),
+            eos_token_ids=generation_eos_ids(model),
+            think_start=think_start,
+            think_end=think_end,
+            reasoning=reasoning,
+        )
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._tok.decode(list(token_ids), skip_special_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        # Render to text, then encode: the template writes the special tokens itself.
+        text = self._tok.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
+        if not isinstance(text, str):
+            raise TypeError(f"chat template rendered {type(text).__name__}, not text")
+        return self.encode(text)
+
+
+def generation_eos_ids(model: str) -> list[int]:
+    """EOS ids from ``generation_config.json`` of a local model dir (empty otherwise)."""
+    path = Path(model) / "generation_config.json"
+    if not path.is_file():
+        try:
+            from transformers import GenerationConfig
+
+            eos = GenerationConfig.from_pretrained(model).eos_token_id
+        except (OSError, ValueError):
+            return []
+    else:
+        eos = json.loads(path.read_text()).get("eos_token_id")
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, list) else [int(eos)]

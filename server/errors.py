@@ -1,0 +1,131 @@
+"""The one error handler: every failure leaves as the OpenAI envelope.
+
+``GatewayError`` carries its own status and envelope; FastAPI's request validation
+errors become a 400 naming the field; unknown routes a 404; anything unexpected a 500.
+Every error response carries ``X-Request-Id`` and, when the budget was already
+resolved, ``X-Budget-Applied``; a 429 also carries ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import structlog
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from strategies.budget import Budget
+from strategies.errors import (
+    BackendError,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    PayloadTooLarge,
+)
+
+log = structlog.get_logger("thinkgate.http")
+
+
+class ClientGone(Exception):
+    """The client disconnected; the work was cancelled and nobody reads the answer."""
+
+
+def request_id(request: Request) -> str:
+    """This request's id: the client's ``X-Request-Id`` if sane, else a new one."""
+    rid = getattr(request.state, "request_id", None)
+    if isinstance(rid, str):
+        return rid
+    given = request.headers.get("x-request-id", "")
+    rid = given if 0 < len(given) <= 128 and given.isascii() and given.isprintable() else ""
+    rid = rid or uuid.uuid4().hex
+    request.state.request_id = rid
+    return rid
+
+
+def response_headers(request: Request) -> dict[str, str]:
+    headers = {"X-Request-Id": request_id(request)}
+    budget = getattr(request.state, "budget", None)
+    if isinstance(budget, Budget):
+        headers["X-Budget-Applied"] = budget.header()
+    return headers
+
+
+def error_response(request: Request, err: GatewayError) -> Response:
+    headers = response_headers(request)
+    if isinstance(err, Overloaded):
+        headers["Retry-After"] = str(err.retry_after_s)
+    gw = getattr(request.app.state, "gateway", None)
+    if gw is not None:
+        strategy = getattr(request.state, "strategy", "")
+        gw.metrics.requests.labels(request.url.path, strategy, str(err.status)).inc()
+    level = log.error if isinstance(err, BackendError) else log.info
+    level(
+        "request.error",
+        request_id=headers["X-Request-Id"],
+        path=request.url.path,
+        status=err.status,
+        type=type(err).__name__,
+        param=err.param,
+        message=err.message,
+    )
+    return Response(
+        orjson.dumps(err.envelope()),
+        status_code=err.status,
+        headers=headers,
+        media_type="application/json",
+    )
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return error_response(request, exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid request"))
+    return error_response(request, InvalidRequest(f"{param}: {msg}" if param else msg, param=param))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    err: GatewayError
+    if exc.status_code == 404:
+        err = NotFound(f"no route {request.method} {request.url.path}")
+    elif exc.status_code == 413:
+        err = PayloadTooLarge(str(exc.detail))
+    elif exc.status_code == 405:
+        err = InvalidRequest(f"method {request.method} not allowed on {request.url.path}")
+    elif exc.status_code < 500:
+        err = InvalidRequest(str(exc.detail))
+    else:
+        err = BackendError(str(exc.detail))
+    return error_response(request, err)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # Nobody reads this; 499 (nginx's "client closed request") keeps the logs honest.
+    return Response(status_code=499, headers=response_headers(request))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("request.crash", request_id=request_id(request), path=request.url.path)
+    return error_response(request, BackendError(f"internal error: {type(exc).__name__}"))
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers (framework, domain, then everything else)."""
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(ClientGone, _client_gone)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,76 @@
+"""Prometheus metrics of one app (its own registry, so apps in one process never clash).
+
+What is counted: requests by route/strategy/status, latency, tokens by phase
+(thinking/answer), samples drawn, budget cut-ins (choices whose ``info`` has a truthy
+``budget_cut``, e.g. ``"thinking"``), aborted requests by reason, in-flight requests and
+samples, and the engine's unfinished requests at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from strategies.base import Final
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "thinkgate_requests", "Requests answered", ["route", "strategy", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "thinkgate_request_latency_seconds",
+            "Time to the full response (streams: to the last byte)",
+            ["route", "strategy"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.tokens = Counter(
+            "thinkgate_tokens", "Tokens generated, by phase", ["phase"], registry=r
+        )
+        self.prompt_tokens = Counter("thinkgate_prompt_tokens", "Prompt tokens", registry=r)
+        self.samples = Counter("thinkgate_samples", "Trajectories drawn", ["strategy"], registry=r)
+        self.budget_cutins = Counter(
+            "thinkgate_budget_cutins", "Choices a budget cut", ["strategy", "budget"], registry=r
+        )
+        self.aborted = Counter(
+            "thinkgate_aborted_requests", "Requests aborted before the end", ["reason"], registry=r
+        )
+        self.inflight_requests = Gauge(
+            "thinkgate_inflight_requests", "Requests being served", registry=r
+        )
+        self.inflight_samples = Gauge(
+            "thinkgate_inflight_samples", "Samples admitted and not finished", registry=r
+        )
+        self.rejected = Counter(
+            "thinkgate_rejected_requests", "Requests refused by admission control", registry=r
+        )
+        self.engine_unfinished = Gauge(
+            "thinkgate_engine_unfinished_requests",
+            "Requests the engine still holds (-1: not known)",
+            registry=r,
+        )
+
+    def watch_engine(self, unfinished: Callable[[], int]) -> None:
+        self.engine_unfinished.set_function(lambda: float(unfinished()))
+
+    def record_final(self, strategy: str, final: Final) -> None:
+        usage = final.usage
+        self.tokens.labels("thinking").inc(usage.reasoning_tokens)
+        self.tokens.labels("answer").inc(usage.completion_tokens - usage.reasoning_tokens)
+        self.prompt_tokens.inc(usage.prompt_tokens)
+        self.samples.labels(strategy).inc(final.samples)
+        for choice in final.choices:
+            cut = choice.info.get("budget_cut")
+            if cut:
+                self.budget_cutins.labels(strategy, str(cut)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,160 @@
+"""Request bodies of the OpenAI surface (pydantic stays here, at the edge).
+
+Bodies are validated strictly from raw JSON: ``"5"`` is not an int and ``true`` is not
+1. Fields we do not know are kept as strategy options (``StrategyRequest.options``);
+OpenAI features we do not implement are refused with a 400 naming them, not ignored.
+Responses are built as plain dicts in ``server/render.py`` (orjson on the hot path).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from server.settings import Effort
+from strategies.errors import InvalidRequest
+
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+Stop = str | Annotated[list[str], Field(max_length=16)]
+
+# Set to anything but their neutral value, these are refused (we cannot honour them).
+UNSUPPORTED: dict[str, object] = {
+    "tools": None,
+    "tool_choice": None,
+    "functions": None,
+    "function_call": None,
+    "response_format": None,
+    "logit_bias": None,
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": None,
+    "best_of": (None, 1),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+}
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+    @model_validator(mode="after")
+    def _content_present(self) -> ChatMessage:
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+    def for_template(self) -> dict[str, object]:
+        """The message as a chat template reads it (text parts joined)."""
+        out: dict[str, object] = {"role": self.role, "content": self.text()}
+        reasoning = self.reasoning_content if self.reasoning_content is not None else self.reasoning
+        if self.role == "assistant" and reasoning is not None:
+            out["reasoning_content"] = reasoning
+        return out
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    n: PositiveInt = 1
+    max_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    seed: int | None = None
+    stop: Stop | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # thinkgate: strategy and budget (headers take precedence; see server/budgets.py)
+    strategy: str | None = None
+    budget: dict[str, JsonValue] | None = None
+    reasoning_effort: Effort | None = None
+    user: str | None = None
+
+    @property
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def options(self) -> dict[str, JsonValue]:
+        """Unknown body fields, for strategies (``StrategyRequest.options``)."""
+        extra = self.model_extra or {}
+        return {k: v for k, v in extra.items() if k not in UNSUPPORTED}
+
+    def refuse_unsupported(self) -> None:
+        for key, neutral in UNSUPPORTED.items():
+            value = (self.model_extra or {}).get(key)
+            allowed = neutral if isinstance(neutral, tuple) else (neutral,)
+            if value not in allowed:
+                raise InvalidRequest(f"{key} is not supported by thinkgate", param=key)
+
+
+M = TypeVar("M", bound=_Common)
+
+
+class ChatCompletionRequest(_Common):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: PositiveInt | None = None
+
+
+class CompletionRequest(_Common):
+    prompt: str | Annotated[list[int], Field(min_length=1)]
+
+
+def parse_body(model: type[M], raw: bytes) -> M:
+    """Validate a raw JSON body; any problem is an ``InvalidRequest`` naming the field."""
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        body = model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    body.refuse_unsupported()
+    return body
+
+
+def _invalid(exc: ValidationError) -> InvalidRequest:
+    err = exc.errors(include_url=False)[0]
+    if err["type"] == "json_invalid":
+        return InvalidRequest(f"malformed JSON body: {err['msg']}")
+    if err["type"] == "model_type":
+        return InvalidRequest("the request body must be a JSON object")
+    # Drop union-branch tags pydantic inserts ("str", "list[...]") from the path.
+    loc = [str(p) for p in err["loc"] if not _is_tag(p)]
+    param = ".".join(loc) or None
+    msg = err["msg"]
+    if err["type"] == "missing":
+        msg = "is required"
+    return InvalidRequest(f"{param}: {msg}" if param else msg, param=param)
+
+
+def _is_tag(part: object) -> bool:
+    return isinstance(part, str) and (
+        part in ("str", "int", "float", "bool", "function-after[_content_present(), ChatMessage]")
+        or part.startswith(("list[", "function-", "constrained-"))
+    )

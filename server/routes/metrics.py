@@ -1,0 +1,17 @@
+"""GET /metrics: Prometheus text format."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.metrics import CONTENT_TYPE
+from server.state import gateway
+
+router = APIRouter()
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(gateway(request).metrics.render(), media_type=CONTENT_TYPE)

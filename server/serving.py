@@ -1,0 +1,250 @@
+"""The request pipeline shared by /v1/chat/completions and /v1/completions.
+
+Order matters: everything a client can get wrong (auth, body, model, strategy,
+budget, sampling fields, prompt length) is checked before any engine call, then the
+request is admitted (or refused with a 429), then the strategy runs. A client that
+disconnects cancels the strategy task, which aborts every engine request it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import orjson
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from server import budgets
+from server.aio import aclose_quietly, closing
+from server.auth import authorize
+from server.errors import ClientGone, request_id, response_headers
+from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+from server.render import Envelope, Kind, response_body
+from server.state import Gateway, gateway
+from server.streaming import StreamEncoder, sse_body
+from strategies.base import Final, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.engine import SamplingConfig
+from strategies.errors import (
+    BackendError,
+    BackendTimeout,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+)
+from strategies.reasoning import thinking_open_after
+
+log = structlog.get_logger("thinkgate.http")
+T = TypeVar("T")
+
+
+async def serve(request: Request, kind: Kind) -> Response:
+    """Answer one chat or completions request (JSON or SSE)."""
+    started = time.perf_counter()
+    rid = request_id(request)
+    structlog.contextvars.bind_contextvars(request_id=rid)
+    gw = gateway(request)
+    settings = gw.settings
+    authorize(request, settings)
+    raw = await read_body(request, settings.max_body_bytes)
+    body: ChatCompletionRequest | CompletionRequest
+    if kind == "chat":
+        body = parse_body(ChatCompletionRequest, raw)
+    else:
+        body = parse_body(CompletionRequest, raw)
+    if body.model != gw.engine.model_name:
+        raise NotFound(
+            f"model {body.model!r} is not served here; this server serves {gw.engine.model_name!r}",
+            param="model",
+        )
+    honoured = {name: gw.registry.get(name).budget_fields for name in gw.registry.names()}
+    fields = {
+        "strategy": body.strategy,
+        "budget": body.budget,
+        "reasoning_effort": body.reasoning_effort,
+    }
+    name, budget = budgets.resolve(request.headers, fields, settings, honoured=honoured)
+    request.state.budget = budget
+    request.state.strategy = name
+    strategy = gw.registry.get(name)
+    if body.n > settings.max_n:
+        raise InvalidRequest(f"n is {body.n}; this server's cap is {settings.max_n}", param="n")
+    prompt_ids = _prompt_ids(gw, body)
+    sreq = StrategyRequest(
+        request_id=rid,
+        prompt_token_ids=prompt_ids,
+        thinking_open=thinking_open_after(prompt_ids, gw.engine.tokens),
+        n=body.n,
+        sampling=_sampling(gw, body, len(prompt_ids)),
+        budget=budget,
+        stream=body.stream,
+        options=body.options(),
+    )
+    strategy.validate(sreq, gw.engine)
+    await gw.engine.health()
+    slot = gw.admission.acquire(max(body.n, budget.samples or 1))
+    ctx = StrategyContext(engine=gw.engine, request=sreq, resources=gw.resources)
+    env = Envelope.new(kind, rid, gw.engine.model_name, name, budget)
+    headers = response_headers(request)
+    route = request.url.path
+    timeout = settings.request_timeout_s
+
+    if not body.stream:
+        try:
+            final = await until_disconnect(request, _drain(strategy.run(ctx)), timeout, gw)
+        finally:
+            slot.release()
+        gw.metrics.record_final(name, final)
+        gw.metrics.requests.labels(route, name, "200").inc()
+        gw.metrics.latency.labels(route, name).observe(time.perf_counter() - started)
+        log.info(
+            "request.end",
+            route=route,
+            strategy=name,
+            status=200,
+            samples=final.samples,
+            prompt_tokens=final.usage.prompt_tokens,
+            completion_tokens=final.usage.completion_tokens,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+        content = orjson.dumps(response_body(env, final))
+        return Response(content, media_type="application/json", headers=headers)
+
+    # Streams: wait for the first event before answering 200, so that errors the engine
+    # raises at admission (bad sampling values) still get their real status code.
+    events = strategy.run(ctx)
+    try:
+        first = await until_disconnect(request, anext(events), timeout, gw)
+    except BaseException:
+        slot.release()
+        await aclose_quietly(events)
+        raise
+    encoder = StreamEncoder(
+        env, include_usage=bool(body.stream_options and body.stream_options.include_usage)
+    )
+    stream = sse_body(
+        first=first,
+        events=events,
+        encoder=encoder,
+        gw=gw,
+        strategy=name,
+        route=route,
+        request_id=rid,
+        started=started,
+        on_end=slot.release,
+    )
+    headers["Cache-Control"] = "no-cache"
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refusing more than ``limit`` bytes (413) before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def until_disconnect(
+    request: Request, aw: Awaitable[T], timeout: float | None, gw: Gateway
+) -> T:
+    """Await ``aw`` in its own task; cancel it if the client goes away or time runs out."""
+    task: asyncio.Future[T] = asyncio.ensure_future(aw)
+    watcher: asyncio.Future[None] = asyncio.ensure_future(_disconnected(request))
+    waiting: set[asyncio.Future[Any]] = {task, watcher}
+    try:
+        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task in done:
+        return task.result()
+    if watcher in done:
+        gw.metrics.aborted.labels("client_disconnect").inc()
+        raise ClientGone()
+    gw.metrics.aborted.labels("timeout").inc()
+    raise BackendTimeout(f"the request ran past the server's request_timeout_s ({timeout} s)")
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:
+    async with closing(events):
+        async for event in events:
+            if isinstance(event, Final):
+                return event
+    raise BackendError("the strategy ended without a result")
+
+
+def _prompt_ids(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> tuple[int, ...]:
+    tokens = gw.engine.tokens
+    if isinstance(body, ChatCompletionRequest):
+        param = "messages"
+        try:
+            ids = tokens.render_chat([m.for_template() for m in body.messages])
+        except Exception as exc:  # a template that refuses the conversation (jinja raise)
+            raise InvalidRequest(
+                f"the chat template refused the messages: {exc}", param=param
+            ) from exc
+    else:
+        param = "prompt"
+        if isinstance(body.prompt, str):
+            if not body.prompt:
+                raise InvalidRequest("prompt is empty", param=param)
+            ids = tokens.encode(body.prompt)
+        else:
+            ids = list(body.prompt)
+            vocab = getattr(tokens, "vocab_size", None)
+            if any(t < 0 or (vocab is not None and t >= vocab) for t in ids):
+                raise InvalidRequest("prompt holds a token id outside the vocabulary", param=param)
+    limit = gw.engine.max_model_len
+    if len(ids) >= limit:
+        raise InvalidRequest(
+            f"the prompt has {len(ids)} tokens; the model's context is {limit}", param=param
+        )
+    return tuple(ids)
+
+
+def _sampling(
+    gw: Gateway, body: ChatCompletionRequest | CompletionRequest, prompt_len: int
+) -> SamplingConfig:
+    max_tokens, param = body.max_tokens, "max_tokens"
+    if isinstance(body, ChatCompletionRequest) and body.max_completion_tokens is not None:
+        if max_tokens is not None and max_tokens != body.max_completion_tokens:
+            raise InvalidRequest(
+                "max_tokens and max_completion_tokens disagree; send one",
+                param="max_completion_tokens",
+            )
+        max_tokens, param = body.max_completion_tokens, "max_completion_tokens"
+    room = gw.engine.max_model_len - prompt_len
+    if max_tokens is not None and max_tokens > room:
+        raise InvalidRequest(
+            f"{param} is {max_tokens}, but the prompt ({prompt_len} tokens) leaves {room} of "
+            f"the model's {gw.engine.max_model_len}-token context",
+            param=param,
+        )
+    return SamplingConfig(
+        n=1,
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        seed=body.seed,
+        stop=body.stop_list,
+    )

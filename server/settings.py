@@ -1,0 +1,127 @@
+"""Server settings: built once (CLI flags over ``THINKGATE_*`` variables over defaults)
+and passed in. Nothing else in thinkgate reads ``os.environ``.
+
+List settings accept JSON (``'["a:B"]'``) or a comma-separated string (``a:B,c:D``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+import testbed
+
+Effort = Literal["none", "minimal", "low", "medium", "high"]
+EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high")
+
+StrList = Annotated[tuple[str, ...], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Every knob of the gateway. Field docs are the reference (README has the table)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="THINKGATE_", frozen=True, extra="forbid", validate_default=True
+    )
+
+    # --- HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    api_keys: StrList = ()
+    """Bearer keys accepted on /v1/*; empty: no authentication."""
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    log_level: str = "info"
+    log_json: bool = True
+
+    # --- model and engine
+    model: str | None = None
+    """Local directory or Hugging Face id; None: the testbed ``base`` model."""
+    served_model_name: str | None = None
+    """Name clients send as ``model``; default: the ``--model`` value, or ``testbed-base``."""
+    reasoning: bool = True
+    """The model thinks between the think tags; startup fails if the tokenizer lacks them."""
+    think_start: str = "<think>"
+    think_end: str = "</think>"
+    dtype: str = "float32"
+    max_model_len: int = Field(default=512, ge=16)
+    max_num_seqs: int = Field(default=64, ge=1)
+    max_num_batched_tokens: int | None = None
+    """None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
+    request with a chunked prefill crashes the CPU engine)."""
+    enforce_eager: bool = True
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    seed: int = 0
+    trust_remote_code: bool = False
+    logits_processors: StrList = ()
+    """Our vLLM logits processors, as ``module:Class`` strings, loaded into the engine."""
+    vllm_reasoning_config: bool = False
+    """Give vLLM a ReasoningConfig with the think strings (enables its own
+    ``thinking_token_budget``, the benchmark baseline)."""
+
+    # --- strategies and budgets
+    strategies: StrList | None = None
+    """Allow-list of strategy names to load; None: every installed one."""
+    default_strategy: str = "plain"
+    budget_strategy: str = "elastic"
+    """Strategy of a request that names none but sets a thinking/solution budget."""
+    samples_strategy: str = "self-consistency"
+    """Strategy of a request that names none but sets samples > 1."""
+    effort_none: int = Field(default=0, ge=0)
+    effort_minimal: int = Field(default=16, ge=0)
+    effort_low: int = Field(default=48, ge=0)
+    effort_medium: int = Field(default=128, ge=0)
+    effort_high: int = Field(default=320, ge=0)
+    """Thinking budgets (tokens) that ``reasoning_effort`` maps to."""
+    default_thinking: int | None = Field(default=None, ge=0)
+    default_solution: int | None = Field(default=None, ge=0)
+    default_samples: int | None = Field(default=None, ge=1)
+    default_k: int | None = Field(default=None, ge=1)
+    """Server defaults, applied only to fields the chosen strategy honours."""
+    max_budget_tokens: int = Field(default=100_000, ge=1)
+    """Cap on thinking and solution budgets; larger values are a 400."""
+    max_samples: int = Field(default=64, ge=1)
+    max_n: int = Field(default=16, ge=1)
+
+    # --- admission control
+    max_inflight_requests: int = Field(default=256, ge=1)
+    max_inflight_samples: int = Field(default=1024, ge=1)
+    retry_after_s: int = Field(default=1, ge=0)
+    request_timeout_s: float | None = Field(default=600.0, gt=0)
+    """A request running longer is aborted with 504."""
+
+    @field_validator("api_keys", "logits_processors", "strategies", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                import json
+
+                return tuple(json.loads(text))
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @property
+    def model_path(self) -> str:
+        """What the engine loads."""
+        return self.model if self.model is not None else str(testbed.model_path("base"))
+
+    @property
+    def model_name(self) -> str:
+        """What clients send as ``model`` and /v1/models lists."""
+        if self.served_model_name:
+            return self.served_model_name
+        return self.model if self.model is not None else "testbed-base"
+
+    @property
+    def batched_tokens(self) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return self.max_num_seqs * self.max_model_len
+
+    def effort_budget(self, effort: Effort) -> int:
+        value: int = getattr(self, f"effort_{effort}")
+        return value
