@@ -1,0 +1,165 @@
+"""``pets``: online PETS, budget-aware self-consistency for one question at a time.
+
+With an allocation table (``Resources`` item ``"pets_table"``, a ``PetsTable``):
+
+1. draw ``K0 = 4`` warm-up samples (one engine request, ``n = 4``);
+2. their answer pattern (``"4"``, ``"3+1"``, ``"2+2"``, ``"2+1+1"``, ``"1+1+1+1"``)
+   picks the bucket, whose calibrated budget ``B_t`` includes the warm-up;
+3. draw ``B_t - 4`` more (one engine request), and return the majority answer.
+
+``X-Budget-Samples`` (budget field ``samples``) is a cap: a question never gets more,
+and a cap below ``K0`` shrinks the warm-up to the cap. The average budget is not a
+request knob: it is the server's, baked into the table by ``thinkgate calibrate pets``.
+Without a table the strategy falls back to the adaptive rule of
+:mod:`strategies.pets.adaptive` (rounds of 4 until the posterior says the majority is
+settled, or the cap). Without a samples budget the cap is the table's ``b_max``
+(adaptive: ``ADAPTIVE_CAP``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import ClassVar, Final
+
+import numpy as np
+
+from strategies.base import JSON, Choice, Progress, StrategyContext, StrategyRequest, Usage
+from strategies.base import Final as FinalEvent
+from strategies.engine import Engine, GenerateRequest, Sample
+from strategies.errors import BackendError, InvalidBudget, InvalidRequest
+from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
+from strategies.pets.labels import K0, Label, label_answers, pattern
+from strategies.pets.table import PetsTable
+from strategies.sampling import Analysed, analyse, class_info, usage_of
+from strategies.selection import build_classes, select_majority
+
+TABLE_KEY: Final = "pets_table"  # Resources item: PetsTable
+RULE_KEY: Final = "pets_adaptive"  # Resources item: AdaptiveRule (optional)
+ADAPTIVE_CAP: Final = 16  # samples cap of the fallback when the request sets none
+
+
+def table_of(ctx: StrategyContext) -> PetsTable | None:
+    found = ctx.resources.get(TABLE_KEY)
+    return found if isinstance(found, PetsTable) else None
+
+
+class Pets:
+    name: ClassVar[str] = "pets"
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples"})
+    streams_live: ClassVar[bool] = False
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        samples = request.budget.samples
+        if samples is not None and samples < 1:
+            raise InvalidBudget("samples must be >= 1", param="samples")
+        if request.n != 1:
+            raise InvalidRequest("pets returns one answer; n must be 1", param="n")
+
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+        table = table_of(ctx)
+        if table is not None:
+            cap = ctx.request.budget.samples or table.b_max
+        else:
+            cap = ctx.request.budget.samples or ADAPTIVE_CAP
+        samples: list[Sample] = []
+        warm = await _generate(ctx, min(K0, cap), round_no=0)
+        samples.extend(warm)
+        labels = list(_labels(analyse(ctx, samples)))
+        warm_pattern = pattern(labels) if len(labels) == K0 else None
+        info: dict[str, JSON] = {"strategy": self.name, "cap": cap}
+        yield Progress(data={"phase": "warmup", "samples": len(samples), "pattern": warm_pattern})
+        if table is not None:
+            allocated = table.budget(warm_pattern) if warm_pattern is not None else len(samples)
+            target = min(allocated, cap)
+            info.update(
+                mode="table",
+                bucket=warm_pattern,
+                allocated=allocated,
+                table={"average_budget": table.average_budget, "b_max": table.b_max},
+            )
+            if target > len(samples):
+                samples.extend(await _generate(ctx, target - len(samples), round_no=1))
+                yield Progress(data={"phase": "extra", "samples": len(samples)})
+            rounds = 2 if target > K0 else 1
+        else:
+            rule = ctx.resources.get(RULE_KEY)
+            rule = rule if isinstance(rule, AdaptiveRule) else DEFAULT_RULE
+            seed = ctx.request.sampling.seed
+            rng = np.random.default_rng(seed if seed is not None else 0)
+            rounds = 1
+            while True:
+                more, confidence = next_round(labels, cap=cap, rule=rule, rng=rng)
+                if more == 0:
+                    break
+                samples.extend(await _generate(ctx, more, round_no=rounds))
+                rounds += 1
+                labels = list(_labels(analyse(ctx, samples)))
+                yield Progress(
+                    data={"phase": "adaptive", "samples": len(samples), "confidence": confidence}
+                )
+            info.update(
+                mode="adaptive",
+                bucket=warm_pattern,
+                threshold=rule.threshold,
+                confidence=round(confidence, 6),
+            )
+        info["engine_requests"] = rounds
+        yield _final(ctx, analyse(ctx, samples), info)
+
+
+async def _generate(ctx: StrategyContext, n: int, *, round_no: int) -> list[Sample]:
+    """``n`` samples of the request's prompt as ONE engine request (shared prefix)."""
+    sampling = ctx.request.sampling
+    if sampling.seed is not None:
+        # Children j of a request get seed + j: keep rounds on disjoint streams.
+        sampling = replace(sampling, seed=sampling.seed + 1000 * round_no)
+    request = GenerateRequest(
+        request_id=f"{ctx.request.request_id}-pets{round_no}",
+        prompt_token_ids=ctx.request.prompt_token_ids,
+        sampling=replace(sampling, n=n),
+    )
+    got = await ctx.engine.generate(request)
+    if len(got) != n:
+        raise BackendError(f"engine returned {len(got)} of {n} samples")
+    return got
+
+
+def _labels(pool: Analysed) -> Sequence[Label]:
+    return label_answers(pool.answers)[0]
+
+
+def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> FinalEvent:
+    total = len(pool.samples)
+    classes = build_classes(pool.answers)
+    chosen = select_majority(classes, 1).chosen if classes else ()
+    pick = chosen[0].representative if chosen else 0
+    split, sample = pool.splits[pick], pool.samples[pick]
+    tokens = ctx.engine.tokens
+    answer = chosen[0].answer if chosen else None
+    choice_info: dict[str, JSON] = {"sample_index": pick, "answer": answer}
+    if chosen:
+        choice_info.update(class_info(chosen[0], total))
+    choice = Choice(
+        index=0,
+        reasoning=tokens.decode(split.reasoning_ids),
+        content=tokens.decode(split.content_ids),
+        finish_reason=sample.finish_reason,
+        info=choice_info,
+    )
+    info.update(
+        samples=total,
+        answer=answer,
+        rule="majority" if chosen else "no-answer",
+        unanswered=sum(1 for a in pool.answers if a is None),
+        votes=[class_info(c, total) for c in classes],
+    )
+    return FinalEvent(choices=(choice,), usage=_usage(ctx, pool, info), samples=total, info=info)
+
+
+def _usage(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Usage:
+    usage = usage_of(ctx, pool)
+    # usage_of counts the prompt once (one request); each round sends it again.
+    rounds = info.get("engine_requests")
+    extra = len(ctx.request.prompt_token_ids) * ((rounds if isinstance(rounds, int) else 1) - 1)
+    return replace(usage, prompt_tokens=usage.prompt_tokens + extra)
