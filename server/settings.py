@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     max_budget_tokens: int = Field(default=100_000, ge=1)
     """Cap on thinking and solution budgets; larger values are a 400."""
     max_samples: int = Field(default=64, ge=1)
+    pets_table: str | None = None
+    """PETS online allocation table (JSON from ``thinkgate calibrate pets``); None: the
+    testbed table shipped in ``strategies/pets/tables/``; ``none``: no table (the
+    ``pets`` strategy then samples adaptively)."""
     max_n: int = Field(default=16, ge=1)
 
     # --- admission control

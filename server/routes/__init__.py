@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.routes import chat, completions, health, metrics, models
+from server.routes import batches, chat, completions, health, metrics, models
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,
@@ -12,4 +12,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     health.router,
     metrics.router,
+    batches.router,
 )
