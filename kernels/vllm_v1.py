@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from vllm.v1.sample.logits_processor import (
@@ -68,6 +68,9 @@ class _Track:
 
 class ElasticLogitsProcessor(LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
+
+    # The name the gateway reports in Engine.processors (strategies.elastic.PROCESSOR).
+    name: ClassVar[str] = "elastic"
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

@@ -20,7 +20,7 @@ hand-built contexts, never inside an engine.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 class ElasticLogitsProcessorV2(LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
+
+    name: ClassVar[str] = "elastic"  # as reported in Engine.processors
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
