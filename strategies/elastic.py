@@ -12,6 +12,7 @@ stopping at ``</think>``, then answer from the thinking with ``max_tokens = s``
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import ClassVar, Final
@@ -163,10 +164,13 @@ class Elastic:
             )
         else:
             deltas = two_pass(engine, request, p)
-        async for delta in deltas:
-            event = trajectories.push(delta)
-            if event is not None:
-                yield event
+        # aclosing: a client that goes away closes this generator; the engine stream
+        # must close now (aborting its requests), not whenever it is collected.
+        async with aclosing(deltas):
+            async for delta in deltas:
+                event = trajectories.push(delta)
+                if event is not None:
+                    yield event
         choices: list[Choice] = []
         per_choice: list[JSON] = []
         for traj in trajectories.ordered():
@@ -210,8 +214,9 @@ async def two_pass(
             prompt_token_ids=request.prompt_token_ids + tuple(thought),
             sampling=replace(base, n=1, seed=seed, max_tokens=p.solution),
         )
-        async for d in engine.stream(second):
-            await queue.put(replace(d, index=index))
+        async with aclosing(engine.stream(second)) as deltas:
+            async for d in deltas:
+                await queue.put(replace(d, index=index))
 
     async def think() -> None:
         try:
@@ -231,24 +236,25 @@ async def two_pass(
                     ),
                 )
                 thoughts: dict[int, list[int]] = {}
-                async for d in engine.stream(first):
-                    ids = list(d.token_ids)
-                    if d.finish_reason is None:
+                async with aclosing(engine.stream(first)) as thinking_stream:
+                    async for d in thinking_stream:
+                        ids = list(d.token_ids)
+                        if d.finish_reason is None:
+                            thoughts.setdefault(d.index, []).extend(ids)
+                            await queue.put(d)
+                            continue
+                        if d.finish_reason == "abort":
+                            await queue.put(d)
+                            continue
+                        # Close thinking by injecting only </think> (a model that stopped
+                        # with EOS while thinking loses that EOS: the answer must follow).
+                        while ids and ids[-1] in engine.tokens.eos_token_ids:
+                            ids.pop()
+                        if not ids or ids[-1] != p.think_end_id:
+                            ids.append(p.think_end_id)
                         thoughts.setdefault(d.index, []).extend(ids)
-                        await queue.put(d)
-                        continue
-                    if d.finish_reason == "abort":
-                        await queue.put(d)
-                        continue
-                    # Close thinking by injecting only </think> (a model that stopped
-                    # with EOS while thinking loses that EOS: the answer must follow).
-                    while ids and ids[-1] in engine.tokens.eos_token_ids:
-                        ids.pop()
-                    if not ids or ids[-1] != p.think_end_id:
-                        ids.append(p.think_end_id)
-                    thoughts.setdefault(d.index, []).extend(ids)
-                    await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
-                    group.create_task(answer(d.index, thoughts[d.index]))
+                        await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
+                        group.create_task(answer(d.index, thoughts[d.index]))
         finally:
             await queue.put(None)
 
