@@ -12,8 +12,8 @@ stopping at ``</think>``, then answer from the thinking with ``max_tokens = s``
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import ClassVar, Final
 
@@ -193,7 +193,7 @@ class Elastic:
 
 async def two_pass(
     engine: Engine, request: StrategyRequest, p: ElasticPlan
-) -> AsyncIterator[SampleDelta]:
+) -> AsyncGenerator[SampleDelta, None]:
     """The fallback: per trajectory, think (``max_tokens = t``, stop at ``</think>``),
     then answer (``max_tokens = s``), with the same deltas a one-pass run would give.
 

@@ -8,7 +8,7 @@ builds them. ``server.engines`` implements it (``LocalEngine`` over vLLM's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -28,6 +28,8 @@ class SamplingConfig:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     logprobs: bool = False  # per-token logprob of the sampled token
+    # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
+    ignore_eos: bool = False
     # Arguments for our logits processors (kernels/args.py names the keys).
     extra_args: Mapping[str, ExtraArg] = field(default_factory=dict)
 
@@ -109,7 +111,7 @@ class Engine(Protocol):
         """All ``n`` samples, finished, ordered by index."""
         ...
 
-    def stream(self, request: GenerateRequest) -> AsyncIterator[SampleDelta]:
+    def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         """Deltas as tokens are sampled; every index ends with a finish_reason."""
         ...
 
