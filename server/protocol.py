@@ -94,6 +94,7 @@ class _Common(BaseModel):
     budget: dict[str, JsonValue] | None = None
     reasoning_effort: Effort | None = None
     user: str | None = None
+    ignore_eos: bool = False  # vLLM extension: sample up to max_tokens regardless of EOS
 
     @property
     def stop_list(self) -> tuple[str, ...]:

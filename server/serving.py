@@ -247,4 +247,5 @@ def _sampling(
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
         stop=body.stop_list,
+        ignore_eos=body.ignore_eos,
     )

@@ -3,6 +3,9 @@
 ``n`` choices are ``n`` samples of one request (``SamplingConfig.n = n``), so vLLM
 shares the prompt's KV cache. Honours every sampling field of the request and no
 budget field. Streams live: reasoning deltas, then content deltas, per choice.
+
+Option (body field) ``return_token_ids: true``: each choice's ``thinkgate`` object
+holds the generated ``token_ids`` (for exact accounting checks and RL pipelines).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ class Plain:
             sampling=replace(req.sampling, n=req.n),
         )
         tokens = ctx.engine.tokens
+        with_ids = req.options.get("return_token_ids") is True
         if not req.stream:
             samples = await ctx.engine.generate(gen)
-            yield final_from_samples(samples, req, tokens)
+            yield final_from_samples(samples, req, tokens, with_ids=with_ids)
             return
 
         splitters = {
@@ -53,26 +57,36 @@ class Plain:
         reasoning: dict[int, list[str]] = {i: [] for i in range(req.n)}
         content: dict[int, list[str]] = {i: [] for i in range(req.n)}
         finish: dict[int, FinishReason] = {}
-        async for delta in ctx.engine.stream(gen):
-            splitter = splitters[delta.index]
-            text = splitter.push(delta.token_ids)
-            r, c = text.reasoning, text.content
-            if delta.finish_reason is not None:
-                rest = splitter.flush()
-                r, c = r + rest.reasoning, c + rest.content
-                finish[delta.index] = delta.finish_reason
-            reasoning[delta.index].append(r)
-            content[delta.index].append(c)
-            if r or c or delta.finish_reason is not None:
-                yield ChoiceDelta(
-                    index=delta.index, reasoning=r, content=c, finish_reason=delta.finish_reason
-                )
+        ids: dict[int, list[int]] = {i: [] for i in range(req.n)}
+        stream = ctx.engine.stream(gen)
+        try:
+            async for delta in stream:
+                ids[delta.index].extend(delta.token_ids)
+                splitter = splitters[delta.index]
+                text = splitter.push(delta.token_ids)
+                r, c = text.reasoning, text.content
+                if delta.finish_reason is not None:
+                    rest = splitter.flush()
+                    r, c = r + rest.reasoning, c + rest.content
+                    finish[delta.index] = delta.finish_reason
+                reasoning[delta.index].append(r)
+                content[delta.index].append(c)
+                if r or c or delta.finish_reason is not None:
+                    yield ChoiceDelta(
+                        index=delta.index, reasoning=r, content=c, finish_reason=delta.finish_reason
+                    )
+        finally:
+            # Closed early (client gone): close the engine stream now, which aborts it.
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         choices = tuple(
             Choice(
                 index=i,
                 reasoning="".join(reasoning[i]),
                 content="".join(content[i]),
                 finish_reason=finish.get(i, "abort"),
+                info={"token_ids": ids[i]} if with_ids else {},
             )
             for i in range(req.n)
         )
@@ -85,7 +99,7 @@ class Plain:
 
 
 def final_from_samples(
-    samples: list[Sample], request: StrategyRequest, tokens: ModelTokens
+    samples: list[Sample], request: StrategyRequest, tokens: ModelTokens, *, with_ids: bool = False
 ) -> Final:
     """Each sample becomes the choice of its index; usage is exact, from token ids."""
     choices = []
@@ -99,6 +113,7 @@ def final_from_samples(
                 reasoning=tokens.decode(split.reasoning_ids),
                 content=tokens.decode(split.content_ids),
                 finish_reason=s.finish_reason,
+                info={"token_ids": list(s.token_ids)} if with_ids else {},
             )
         )
     usage = Usage(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
@@ -150,7 +150,7 @@ class LocalEngine:
             raise BackendError(f"engine returned {len(done)} of {request.sampling.n} samples")
         return [done[i] for i in sorted(done)]
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[SampleDelta]:
+    async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         from vllm.sampling_params import RequestOutputKind
 
         async for out in self._run(request, RequestOutputKind.DELTA):
@@ -226,6 +226,7 @@ class LocalEngine:
             stop=list(s.stop) or None,
             stop_token_ids=list(s.stop_token_ids) or None,
             logprobs=0 if s.logprobs else None,
+            ignore_eos=s.ignore_eos,
             extra_args=dict(s.extra_args) or None,
             output_kind=kind,
             # Text comes from our own split decoding; vLLM detokenizes only for stop strings.

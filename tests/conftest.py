@@ -1,0 +1,179 @@
+"""Shared fixtures. The live server is started ONCE per test session and reused by every
+end-to-end test of the project: ``python -m server.cli serve`` on 127.0.0.1 (a free
+port) with the testbed ``base`` model and the server's default settings.
+
+Whatever a strategy needs (reward model, predictor, processors) is attached by the
+server's own defaults (``server/resources.py``, ``Settings``), so this fixture does not
+change when strategies are added; ``SERVER_FLAGS`` is for the rare flag the test suite
+needs beyond the defaults. Fixtures: ``live_server``, ``base_url``, ``served_model``,
+``openai_client``, ``async_openai_client``, ``model_dir``, ``hf_tokenizer``.
+A failing test that used the server gets the server's log tail in its report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import testbed
+
+ROOT = Path(__file__).resolve().parent.parent
+# Flags beyond the server defaults (keep this short: defaults are the demo).
+SERVER_FLAGS: tuple[str, ...] = ()
+STARTUP_TIMEOUT_S = 600.0  # vLLM takes ~40 s on CPU alone; the CI box is shared
+LOG_TAIL_LINES = 60
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    model: str
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def metrics(self) -> dict[str, float]:
+        """Current /metrics samples as ``{'name{labels}': value}``."""
+        out: dict[str, float] = {}
+        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+
+_SERVER: LiveServer | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's own process group (engine children included), then KILL."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    global _SERVER
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("server") / "thinkgate.log"
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["PYTHONUNBUFFERED"] = "1"  # vLLM logs to stdout: keep the log tail current
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*cmd, *SERVER_FLAGS],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: teardown reaches the engine processes
+        )
+    server = LiveServer(f"http://127.0.0.1:{port}", proc, log_path, model="")
+    _SERVER = server
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"thinkgate server exited with {proc.returncode}:\n{server.log_tail()}")
+            try:
+                if httpx.get(f"{server.base_url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"thinkgate server not ready in {STARTUP_TIMEOUT_S} s:\n{server.log_tail()}"
+                )
+            time.sleep(0.5)
+        models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()
+        server.model = models["data"][0]["id"]
+        yield server
+    finally:
+        _stop(proc)
+        _SERVER = None
+
+
+@pytest.fixture(scope="session")
+def base_url(live_server: LiveServer) -> str:
+    return live_server.base_url
+
+
+@pytest.fixture(scope="session")
+def served_model(live_server: LiveServer) -> str:
+    return live_server.model
+
+
+@pytest.fixture(scope="session")
+def openai_client(live_server: LiveServer) -> Any:
+    import openai
+
+    return openai.OpenAI(
+        base_url=f"{live_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120
+    )
+
+
+@pytest.fixture
+def async_openai_client(live_server: LiveServer) -> Any:
+    # Function-scoped: an async client belongs to one event loop.
+    import openai
+
+    return openai.AsyncOpenAI(
+        base_url=f"{live_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120
+    )
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return testbed.model_path("base")
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and _SERVER is not None and "live_server" in getattr(item, "fixturenames", ()):
+        report.sections.append(("thinkgate server log (tail)", _SERVER.log_tail()))
+    return report

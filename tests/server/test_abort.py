@@ -1,0 +1,68 @@
+"""A client that goes away aborts every engine request of its call (live server)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
+UNFINISHED = "thinkgate_engine_unfinished_requests"
+INFLIGHT = "thinkgate_inflight_requests"
+
+
+def _long_body(model: str, **extra: Any) -> dict[str, Any]:
+    # ignore_eos keeps every sample going to max_tokens, so the request is surely
+    # still running when the client leaves.
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Compute 1+2+3 mod 10."}],
+        "n": 8,
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "temperature": 1.0,
+        **extra,
+    }
+
+
+def _settled(live_server: Any, before: float) -> dict[str, float]:
+    deadline = time.monotonic() + 20
+    while True:
+        m = live_server.metrics()
+        if m.get(ABORTED, 0) > before and m[UNFINISHED] == 0 and m[INFLIGHT] == 0:
+            return m
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"not aborted: {ABORTED}={m.get(ABORTED)} {UNFINISHED}={m[UNFINISHED]} "
+                f"{INFLIGHT}={m[INFLIGHT]}"
+            )
+        time.sleep(0.2)
+
+
+def test_disconnect_mid_stream_aborts(live_server: Any, served_model: str) -> None:
+    before = live_server.metrics().get(ABORTED, 0.0)
+    url = f"{live_server.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=_long_body(served_model, stream=True), timeout=60) as r:
+        assert r.status_code == 200
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                seen += 1
+            if seen >= 5:
+                break
+    _settled(live_server, before)
+
+
+def test_disconnect_while_waiting_for_json_aborts(live_server: Any, served_model: str) -> None:
+    before = live_server.metrics().get(ABORTED, 0.0)
+    url = f"{live_server.base_url}/v1/chat/completions"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=_long_body(served_model), timeout=httpx.Timeout(60, read=0.3))
+    _settled(live_server, before)
+    # The server is fine afterwards.
+    ok = httpx.post(url, json=_long_body(served_model, n=1, max_tokens=5), timeout=60)
+    assert ok.status_code == 200

@@ -1,0 +1,68 @@
+"""Settings (flags > THINKGATE_* > defaults) and the CLI's dispatch (no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+import testbed
+from server import cli
+from server.settings import Settings
+
+
+def test_defaults_serve_the_testbed_model_on_loopback_8000() -> None:
+    s = Settings()
+    assert (s.host, s.port) == ("127.0.0.1", 8000)
+    assert s.model_path == str(testbed.model_path("base"))
+    assert s.model_name == "testbed-base"
+    assert s.batched_tokens >= s.max_num_seqs * s.max_model_len  # no chunked prefill
+
+
+def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("THINKGATE_PORT", "9001")
+    monkeypatch.setenv("THINKGATE_LOGITS_PROCESSORS", "a.b:C, d.e:F")
+    monkeypatch.setenv("THINKGATE_REASONING", "false")
+    assert Settings().port == 9001
+    assert Settings().logits_processors == ("a.b:C", "d.e:F")
+    assert Settings().reasoning is False
+    parser = cli.settings_parser(Settings)
+    args = parser.parse_args(["--port", "9002", "--no-reasoning", "--max-model-len", "256"])
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    s = Settings(**given)
+    assert (s.port, s.reasoning, s.max_model_len) == (9002, False, 256)
+
+
+def test_settings_are_frozen_and_strict() -> None:
+    s = Settings()
+    with pytest.raises(ValueError):
+        s.port = 1  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        Settings(no_such_setting=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError):
+        Settings(max_model_len=-1)
+
+
+def test_missing_tool_is_a_clean_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(cli.TOOLS, "bench", "thinkgate_no_such_module.cli:main")
+    assert cli.main(["bench", "--x"]) == 2
+    assert "not available" in capsys.readouterr().err
+
+
+def test_tools_receive_their_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setitem(cli.TOOLS, "bench", "tests.server.fake_tool:main")
+    import sys
+    import types
+
+    fake = types.ModuleType("tests.server.fake_tool")
+    fake.main = lambda argv: seen.append(argv) or 3  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tests.server.fake_tool", fake)
+    assert cli.main(["bench", "--out", "x"]) == 3
+    assert seen == [["--out", "x"]]
+
+
+def test_unknown_command_and_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["frobnicate"]) == 2
+    assert cli.main(["serve", "--max-model-len", "4"]) == 2
+    assert "bad settings" in capsys.readouterr().err

@@ -1,0 +1,101 @@
+"""Strategy events -> SSE frames, as the OpenAI SDK reads them (pure, no engine)."""
+
+from __future__ import annotations
+
+import orjson
+
+from server.render import Envelope
+from server.streaming import StreamEncoder
+from strategies.base import Choice, ChoiceDelta, Final, Progress, Usage
+from strategies.budget import Budget
+
+USAGE = Usage(prompt_tokens=10, completion_tokens=30, reasoning_tokens=20)
+
+
+def _env(kind: str = "chat") -> Envelope:
+    return Envelope.new(kind, "r1", "m", "self-consistency", Budget(samples=4))  # type: ignore[arg-type]
+
+
+def _frames(frames: list[bytes]) -> list[object]:
+    out: list[object] = []
+    for f in frames:
+        assert f.endswith(b"\n\n") and f.count(b"\n") == 2
+        if f.startswith(b": "):
+            name, _, payload = f[2:-2].partition(b" ")
+            out.append((name.decode(), orjson.loads(payload)))
+        else:
+            assert f.startswith(b"data: ")
+            out.append(orjson.loads(f[6:-2]))
+    return out
+
+
+def test_multi_sample_progress_then_replayed_choices() -> None:
+    enc = StreamEncoder(_env(), include_usage=True)
+    progress = _frames(enc.encode(Progress(data={"drawn": 2, "of": 4})))
+    assert progress == [("thinkgate.progress", {"drawn": 2, "of": 4})]
+    final = Final(
+        choices=(
+            Choice(index=1, reasoning="r1", content="c1", finish_reason="length"),
+            Choice(index=0, reasoning="r0", content="c0", finish_reason="stop", info={"votes": 3}),
+        ),
+        usage=USAGE,
+        samples=4,
+        info={"votes": {"7": 3}},
+    )
+    chunks = _frames(enc.encode(final))
+    assert all(isinstance(c, dict) and c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [(c["choices"][0]["index"], c["choices"][0]["delta"]) for c in chunks[:6]]  # type: ignore[index]
+    assert deltas == [
+        (0, {"role": "assistant", "content": ""}),
+        (0, {"reasoning_content": "r0", "reasoning": "r0"}),
+        (0, {"content": "c0"}),
+        (1, {"role": "assistant", "content": ""}),
+        (1, {"reasoning_content": "r1", "reasoning": "r1"}),
+        (1, {"content": "c1"}),
+    ]
+    finish0, finish1, usage = chunks[6:]
+    assert finish0["choices"][0]["finish_reason"] == "stop"  # type: ignore[index]
+    assert finish0["choices"][0]["thinkgate"] == {"votes": 3}  # type: ignore[index]
+    assert "thinkgate" not in finish0  # type: ignore[operator]
+    assert finish1["choices"][0]["finish_reason"] == "length"  # type: ignore[index]
+    assert finish1["thinkgate"] == {  # type: ignore[index]
+        "strategy": "self-consistency",
+        "samples": 4,
+        "budget": {"thinking": None, "solution": None, "samples": 4, "k": None},
+        "votes": {"7": 3},
+    }
+    assert usage["choices"] == []  # type: ignore[index]
+    assert usage["usage"]["completion_tokens_details"] == {"reasoning_tokens": 20}  # type: ignore[index]
+    assert usage["usage"]["total_tokens"] == 40  # type: ignore[index]
+
+
+def test_live_deltas_are_not_replayed_and_finish_waits_for_final() -> None:
+    enc = StreamEncoder(_env(), include_usage=False)
+    first = _frames(enc.encode(ChoiceDelta(index=0, reasoning="thin")))
+    assert [c["choices"][0]["delta"] for c in first] == [  # type: ignore[index]
+        {"role": "assistant", "content": ""},
+        {"reasoning_content": "thin", "reasoning": "thin"},
+    ]
+    last = _frames(enc.encode(ChoiceDelta(index=0, content="ans", finish_reason="stop")))
+    assert [c["choices"][0]["delta"] for c in last] == [{"content": "ans"}]  # type: ignore[index]
+    assert all(c["choices"][0]["finish_reason"] is None for c in last)  # type: ignore[index]
+    final = Final(
+        choices=(Choice(index=0, reasoning="thin", content="ans", finish_reason="stop"),),
+        usage=USAGE,
+        samples=1,
+    )
+    (end,) = _frames(enc.encode(final))
+    assert end["choices"][0] == {  # type: ignore[index]
+        "index": 0,
+        "delta": {},
+        "finish_reason": "stop",
+        "logprobs": None,
+    }
+    assert end["thinkgate"]["samples"] == 1  # type: ignore[index]
+
+
+def test_completions_chunks_carry_text() -> None:
+    enc = StreamEncoder(_env("completion"), include_usage=False)
+    (chunk,) = _frames(enc.encode(ChoiceDelta(index=0, content="42")))
+    assert chunk["object"] == "text_completion"  # type: ignore[index]
+    assert chunk["choices"][0]["text"] == "42"  # type: ignore[index]
