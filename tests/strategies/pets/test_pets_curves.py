@@ -15,11 +15,12 @@ from strategies.pets.labels import PATTERNS, majority_label, pattern, pattern_of
 def exact_patterns(labels: list[int | None]) -> dict[str, float]:
     freq = Counter(labels)
     n = len(labels)
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for draw in itertools.product(list(freq), repeat=4):
         p = np.prod([freq[x] / n for x in draw])
-        out[pattern(list(draw))] += float(p)
-    return dict(out)
+        key = pattern(list(draw))
+        out[key] = out.get(key, 0.0) + float(p)
+    return out
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,238 @@
+"""PETS benchmark on the testbed, in the paper's protocol (ALGORITHMS.md section 4).
+
+    python benchmarks/pets.py pools   # draw 64-sample pools once (in-process vLLM), cache
+    python benchmarks/pets.py sweep   # simulate uniform / online / offline on the pools
+    python benchmarks/pets.py micro   # ms per OKG allocation round for 1,000 questions
+    python benchmarks/pets.py all
+
+Pools: calibration questions from the train split, evaluation questions from the test
+split (they never overlap), each with a pool of 64 samples at temperature 1, drawn
+through vLLM on ``testbed/models/base`` and cached in ``benchmarks/results/``.
+Sweep: per run every pool is shuffled; the consistency label is the shuffled pool's
+majority. Uniform takes a prefix of B; PETS online uses a table calibrated on the
+train pools for each average budget; PETS offline runs OKG over the whole test set.
+Writes ``benchmarks/results/pets.md``, ``pets.json`` and ``pets.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from strategies.pets.calibrate import build_table, fit_pools  # noqa: E402
+from strategies.pets.okg import OkgAllocator, OkgConfig  # noqa: E402
+from strategies.pets.pools import (  # noqa: E402
+    Item,
+    Sampling,
+    draw_local,
+    load_pools,
+    save_pools,
+)
+from strategies.pets.simulate import Outcome, Pool, offline, online, uniform  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+MODEL = ROOT / "testbed" / "models" / "base"
+UNIFORM_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 24, 32)
+
+
+def pool_path(split: str) -> Path:
+    return RESULTS / f"pets-pools-{split}.jsonl"
+
+
+def cmd_pools(args: argparse.Namespace) -> None:
+    from testbed.task import make_questions
+
+    sets = {
+        "train": make_questions("train", args.calibration, seed=11),
+        "test": make_questions("test", args.test, seed=12),
+    }
+    items = []
+    for split, questions in sets.items():
+        items += [
+            (split, Item(messages=({"role": "user", "content": q.prompt},), gold=str(q.answer)))
+            for q in questions
+        ]
+    started = time.perf_counter()
+    records = draw_local(str(MODEL), [it for _, it in items], Sampling(pool=args.pool, seed=0))
+    seconds = time.perf_counter() - started
+    for split in sets:
+        save_pools(
+            pool_path(split), [r for (s, _), r in zip(items, records, strict=True) if s == split]
+        )
+    tokens = sum(sum(r.completion_tokens) for r in records)
+    print(f"pools: {len(records)} x {args.pool} samples, {tokens} tokens in {seconds:.0f} s")
+
+
+def first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+    for _budget, out in sorted(curve, key=lambda c: c[1].samples):
+        if out.sc >= target - 1e-12:
+            return out.samples
+    return None
+
+
+def cmd_sweep(args: argparse.Namespace) -> None:
+    cal = [r.to_pool() for r in load_pools(pool_path("train"))]
+    test = [r.to_pool() for r in load_pools(pool_path("test"))]
+    fits = fit_pools(cal, seed=0)
+    curves: dict[str, list[tuple[float, Outcome]]] = {"uniform": [], "online": [], "offline": []}
+    tables: dict[float, dict[str, int]] = {}
+    t0 = time.perf_counter()
+    for b in UNIFORM_BUDGETS:
+        curves["uniform"].append((b, uniform(test, b, runs=args.runs)))
+    for b in PETS_BUDGETS:
+        table = build_table(fits, average_budget=b, b_max=64)
+        tables[b] = {bk.pattern: bk.budget for bk in table.buckets}
+        curves["online"].append((b, online(test, table, runs=args.runs)))
+        curves["offline"].append(
+            (b, offline(test, b, runs=args.offline_runs, batch=args.batch, draws=args.draws))
+        )
+        print(f"B={b}: " + ", ".join(f"{m} {c[-1][1]}" for m, c in curves.items() if c), flush=True)
+    print(f"sweep {time.perf_counter() - t0:.0f} s")
+    write_report(curves, tables, cal, test, args)
+
+
+def write_report(
+    curves: dict[str, list[tuple[float, Outcome]]],
+    tables: dict[float, dict[str, int]],
+    cal: list[Pool],
+    test: list[Pool],
+    args: argparse.Namespace,
+) -> None:
+    max_sc = 1.0
+    reach = {m: first_budget_reaching(c, max_sc) for m, c in curves.items()}
+    # Also at the SC uniform reaches with 16 samples (a common operating point).
+    sc16 = dict(curves["uniform"])[16].sc
+    reach16 = {m: first_budget_reaching(c, sc16) for m, c in curves.items()}
+    lines = [
+        "# PETS on the testbed (base model)",
+        "",
+        f"Pools of {len(test[0].labels)} samples per question (temperature 1.0); "
+        f"{len(cal)} calibration questions (train split), {len(test)} evaluation questions "
+        f"(test split). Uniform and online: {args.runs} shuffles; offline (OKG, batch "
+        f"{args.batch}, {args.draws} draws): {args.offline_runs} shuffles.",
+        "Command: `python benchmarks/pets.py all` (pools cached in benchmarks/results/).",
+        "",
+        "| method | average budget (target) | samples/question | SC | accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for method, curve in curves.items():
+        for budget, out in curve:
+            lines.append(
+                f"| {method} | {budget:g} | {out.samples:.2f} | {out.sc:.4f} | {out.accuracy:.4f} |"
+            )
+    lines += ["", "## Budget to reach a self-consistency level", ""]
+    lines += [
+        "| method | SC = 1.0 | reduction vs uniform | SC >= uniform@16 "
+        f"({sc16:.4f}) | reduction vs uniform |",
+        "|---|---|---|---|---|",
+    ]
+    for method in curves:
+        cells = []
+        for table in (reach, reach16):
+            got, base = table[method], table["uniform"]
+            red = f"{100 * (1 - got / base):.0f}%" if got and base else "n/a"
+            cells += [f"{got:.2f}" if got else "not reached", red]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += ["", "## Online tables (B_t per warm-up pattern)", ""]
+    for b, plan in tables.items():
+        lines.append(f"- B_bar={b:g}: " + ", ".join(f"{k}:{v}" for k, v in plan.items()))
+    (RESULTS / "pets.md").write_text("\n".join(lines) + "\n")
+    doc = {
+        m: [{"budget": b, "samples": o.samples, "sc": o.sc, "accuracy": o.accuracy} for b, o in c]
+        for m, c in curves.items()
+    }
+    (RESULTS / "pets.json").write_text(json.dumps(doc, indent=2) + "\n")
+    plot(curves)
+    print((RESULTS / "pets.md").read_text())
+
+
+def plot(curves: dict[str, list[tuple[float, Outcome]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for method, curve in curves.items():
+        xs = [o.samples for _, o in curve]
+        axes[0].plot(xs, [o.sc for _, o in curve], marker="o", label=method)
+        axes[1].plot(xs, [o.accuracy for _, o in curve], marker="o", label=method)
+    for ax, name in zip(axes, ("self-consistency", "accuracy"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("average samples per question")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("PETS vs uniform self-consistency (testbed base, test split)")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "pets.png", dpi=120)
+
+
+def cmd_micro(args: argparse.Namespace) -> None:
+    """Allocation cost: a full R+ estimate for 1,000 questions, and a steady-state round."""
+    rng = np.random.default_rng(0)
+    n, m = 1000, args.classes
+    config = OkgConfig(total_budget=n * 64, cap=64, max_options=m, batch=args.batch, seed=0)
+    alloc = OkgAllocator(n, config)
+    for q, k in alloc.warmup_round():
+        for _ in range(k):
+            alloc.observe(q, int(rng.integers(0, 4)))
+    t = time.perf_counter()
+    alloc.gains()  # every posterior is stale after the warm-up
+    full = time.perf_counter() - t
+    times = []
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        chosen = alloc.next_round()
+        times.append(time.perf_counter() - t)
+        for q in chosen:
+            alloc.observe(q, int(rng.integers(0, 4)))
+    report = (
+        f"OKG allocation, {n} questions x {m} answer buckets x {config.draws} draws: "
+        f"full R+ estimate {1000 * full:.0f} ms; steady-state round (top {args.batch} "
+        f"questions re-estimated) median {1000 * float(np.median(times)):.1f} ms, "
+        f"p90 {1000 * float(np.percentile(times, 90)):.1f} ms over {args.rounds} rounds"
+    )
+    print(report)
+    (RESULTS / "pets-micro.md").write_text(
+        "# OKG allocation microbenchmark\n\n"
+        f"Command: `python benchmarks/pets.py micro --batch {args.batch}`\n\n{report}\n"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=("pools", "sweep", "micro", "all"))
+    p.add_argument("--calibration", type=int, default=64, help="train-split questions")
+    p.add_argument("--test", type=int, default=100, help="test-split questions")
+    p.add_argument("--pool", type=int, default=64)
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--offline-runs", type=int, default=5)
+    p.add_argument("--batch", type=int, default=1, help="OKG questions per round")
+    p.add_argument("--draws", type=int, default=500)
+    p.add_argument("--classes", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=50)
+    args = p.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.command in ("pools", "all") and not (
+        pool_path("test").exists() and pool_path("train").exists() and args.command == "all"
+    ):
+        cmd_pools(args)
+    if args.command in ("sweep", "all"):
+        cmd_sweep(args)
+    if args.command in ("micro", "all"):
+        args.batch = max(args.batch, 16)
+        cmd_micro(args)
+
+
+if __name__ == "__main__":
+    main()

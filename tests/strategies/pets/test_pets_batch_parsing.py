@@ -1,0 +1,82 @@
+"""Batch input and options are validated before any engine work (400s, not failures)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from strategies.engine import SamplingConfig
+from strategies.errors import InvalidBudget, InvalidRequest
+from strategies.pets.batch import options_from, parse_lines
+from testbed.tokenizer import CharCodec, chat_prompt
+
+
+class Tokens:
+    """The testbed tokenizer behind the ModelTokens protocol (real chat template)."""
+
+    def __init__(self) -> None:
+        self.codec = CharCodec()
+        self.think_start_id: int | None = self.codec.encode("<think>")[0]
+        self.think_end_id: int | None = self.codec.think_end_id
+        self.eos_token_ids: tuple[int, ...] = (self.codec.eos_id,)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.codec.decode(list(token_ids))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.codec.encode(text))
+
+    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        return list(self.codec.encode(chat_prompt(str(messages[-1]["content"]))))
+
+
+def line(cid: str, **body: object) -> str:
+    return json.dumps(
+        {
+            "custom_id": cid,
+            "body": {"messages": [{"role": "user", "content": "Compute 1+2 mod 10."}], **body},
+        }
+    )
+
+
+def test_lines_become_questions_with_their_sampling() -> None:
+    text = "\n".join([line("a"), "", line("b", temperature=0.5, max_tokens=9999, seed=3)])
+    qs = parse_lines(text, Tokens(), defaults=SamplingConfig(max_tokens=512), max_questions=10)
+    assert [q.custom_id for q in qs] == ["a", "b"]
+    assert qs[0].thinking_open and qs[0].sampling.max_tokens == 512
+    assert (qs[1].sampling.temperature, qs[1].sampling.max_tokens, qs[1].sampling.seed) == (
+        0.5,
+        512,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        json.dumps({"custom_id": "a"}),
+        line("a") + "\n" + line("a"),
+        line("a", max_tokens=0),
+    ],
+)
+def test_bad_input_is_a_400(text: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_lines(text, Tokens(), defaults=SamplingConfig(), max_questions=10)
+
+
+def test_options_need_exactly_one_budget_and_sane_caps() -> None:
+    opts = options_from({"average_budget": "2.5", "cap": "8"}, 10, max_cap=64)
+    assert (opts.total_budget, opts.cap) == (25, 8)
+    for params in (
+        {},
+        {"total_budget": "5", "average_budget": "1"},
+        {"total_budget": "0"},
+        {"total_budget": "5", "cap": "65"},
+        {"total_budget": "x"},
+    ):
+        with pytest.raises(InvalidBudget):
+            options_from(params, 10, max_cap=64)

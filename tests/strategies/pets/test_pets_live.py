@@ -1,0 +1,74 @@
+"""``pets`` end to end: the live server (real vLLM, testbed model), the openai SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from strategies.pets.labels import K0, PATTERNS
+from strategies.pets.table import DEFAULT_TABLE, PetsTable
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+QUESTIONS = make_questions("test", 3, seed=5, min_ops=2, max_ops=6)
+
+
+def ask(client: Any, model: str, prompt: str, cap: int | None, **extra: Any) -> Any:
+    headers = {"X-Strategy": "pets"}
+    if cap is not None:
+        headers["X-Budget-Samples"] = str(cap)
+    return client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        extra_headers=headers,
+        **extra,
+    )
+
+
+def thinkgate(resp: Any) -> dict[str, Any]:
+    info = (resp.model_extra or {})["thinkgate"]
+    assert isinstance(info, dict)
+    return info
+
+
+@pytest.mark.parametrize("cap", [None, 6, 2])
+def test_pets_answers_with_warmup_bucket_and_respects_cap(
+    openai_client: Any, served_model: str, cap: int | None
+) -> None:
+    table = PetsTable.load(DEFAULT_TABLE) if DEFAULT_TABLE.exists() else None
+    for q in QUESTIONS:
+        resp = ask(openai_client, served_model, q.prompt, cap, temperature=1.0)
+        info = thinkgate(resp)
+        samples = info["samples"]
+        limit = cap if cap is not None else (table.b_max if table else 16)
+        assert info["strategy"] == "pets"
+        assert 1 <= samples <= limit
+        assert info["cap"] == limit
+        # Every drawn trajectory is accounted for: votes + unanswered = samples.
+        assert sum(v["count"] for v in info["votes"]) + info["unanswered"] == samples
+        assert resp.usage.completion_tokens >= samples
+        if cap is not None and cap < K0:
+            assert samples == cap and info["bucket"] is None
+            continue
+        assert info["bucket"] in PATTERNS
+        if table is not None:
+            assert info["mode"] == "table"
+            assert info["allocated"] == table.budget(info["bucket"])
+            assert samples == min(info["allocated"], limit)
+        else:
+            assert info["mode"] == "adaptive"
+        if info["answer"] is not None:
+            assert info["answer"] in resp.choices[0].message.content
+            top = max(v["count"] for v in info["votes"])
+            assert next(v for v in info["votes"] if v["answer"] == info["answer"])["count"] == top
+
+
+def test_pets_rejects_bad_budgets_before_sampling(openai_client: Any, served_model: str) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, served_model, QUESTIONS[0].prompt, 0)
+    assert err.value.status_code == 400
+    with pytest.raises(openai.BadRequestError):
+        ask(openai_client, served_model, QUESTIONS[0].prompt, None, n=2)
