@@ -55,8 +55,10 @@ class Settings(BaseSettings):
     tensor_parallel_size: int = Field(default=1, ge=1)
     seed: int = 0
     trust_remote_code: bool = False
-    logits_processors: StrList = ()
-    """Our vLLM logits processors, as ``module:Class`` strings, loaded into the engine."""
+    logits_processors: StrList = ("elastic",)
+    """Our vLLM logits processors loaded into the engine: short names (``elastic``,
+    ``guidance``: the class for the engine's model runner is picked at start) or
+    ``module:Class`` strings. Empty: none (strategies fall back to several calls)."""
     vllm_reasoning_config: bool = False
     """Give vLLM a ReasoningConfig with the think strings (enables its own
     ``thinking_token_budget``, the benchmark baseline)."""

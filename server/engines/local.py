@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from kernels.processors import Runner, spec_for
 from server.engines.errors import map_engine_errors
 from server.engines.tokens import TokenizerTokens
 from server.settings import Settings
@@ -30,6 +31,7 @@ from strategies.engine import (
 from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
+    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -51,6 +53,16 @@ def load_processor_classes(specs: tuple[str, ...]) -> list[type[Any]]:
             raise RuntimeError(f"cannot load logits processor {spec!r}: {exc}") from exc
         classes.append(cls)
     return classes
+
+
+def model_runner(args: AsyncEngineArgs) -> Runner:
+    """Which logits-processor interface the engine will use: ``v1`` on CPU (and when
+    Model Runner V2 is off or unsupported), ``v2`` otherwise."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "v1"
+    return "v2" if args.create_engine_config().use_v2_model_runner else "v1"
 
 
 def processor_name(cls: type[Any]) -> str:
@@ -92,7 +104,6 @@ class LocalEngine:
             reasoning=settings.reasoning,
             trust_remote_code=settings.trust_remote_code,
         )
-        processors = load_processor_classes(settings.logits_processors)
         extra: dict[str, Any] = {}
         if settings.vllm_reasoning_config:
             from vllm.config import ReasoningConfig
@@ -115,10 +126,16 @@ class LocalEngine:
             tensor_parallel_size=settings.tensor_parallel_size,
             seed=settings.seed,
             trust_remote_code=settings.trust_remote_code,
-            logits_processors=cast(Any, processors) or None,
             disable_log_stats=True,
             **extra,
         )
+        # Short names (``elastic``) become the class of the runner this engine gets:
+        # each runner's loader refuses the other interface's classes.
+        runner = model_runner(args)
+        processors = load_processor_classes(
+            tuple(spec_for(p, runner) for p in settings.logits_processors)
+        )
+        args.logits_processors = cast(Any, processors) or None
         log.info(
             "engine.starting", model=settings.model_path, processors=settings.logits_processors
         )
