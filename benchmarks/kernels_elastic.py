@@ -1,0 +1,140 @@
+"""Microbenchmark of the Elastic Reasoning mask op: batched torch op vs a per-row loop.
+
+256 rows x vocab 151,936 fp32 (a Qwen2/R1-distill vocab). Scenarios: no row forced
+(every row active, budgets not yet spent: the common step), 8 rows forced, all rows
+forced (worst case). The per-row loop is how SGLang's thinking-budget processor works:
+Python over every request each step, one torch call per forced row. The floor is the
+bytes the op must write (forced rows only) over this machine's measured memcpy
+bandwidth. Triton needs a GPU: none in this run.
+
+    .venv/bin/python benchmarks/kernels_elastic.py [--threads 1] [--repeat 20]
+
+Writes benchmarks/results/kernels_elastic.md and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels.args import ElasticArgs
+from kernels.elastic import ElasticCol, elastic_mask_ref, new_state, row_values
+from kernels.elastic.state import THINKING
+
+ROWS = 256
+VOCAB = 151_936
+END, EOS = 151_649, 151_643
+OUT = Path(__file__).resolve().parent / "results" / "kernels_elastic.md"
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: str
+    forced_rows: int
+    batched_ms: float
+    loop_ms: float
+    floor_ms: float
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    """Median milliseconds of ``fn`` over ``repeat`` runs after one warm-up."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def memcpy_gb_s(repeat: int) -> float:
+    """Bytes moved (read + write) per second by a large tensor copy on this machine."""
+    src = torch.randn(ROWS, VOCAB)
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), repeat)
+    return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
+
+
+def scenario(forced_rows: int, repeat: int, bandwidth: float) -> Result:
+    state = new_state(ROWS, torch.device("cpu"))
+    args = ElasticArgs(thinking_budget=100, solution_budget=50, think_end_id=END, eos_id=EOS)
+    for row in range(ROWS):
+        state.write(row, row_values(args))
+    # The first `forced_rows` rows have spent their thinking budget.
+    state.set_column(ElasticCol.PHASE, list(range(ROWS)), [THINKING] * ROWS)
+    state.set_column(
+        ElasticCol.USED, list(range(ROWS)), [100 if r < forced_rows else 10 for r in range(ROWS)]
+    )
+    state.flush()
+    logits = torch.randn(ROWS, VOCAB)
+
+    # SGLang-style: host-side per-request state, Python over every row each step.
+    host = [
+        (1, THINKING, 100 if r < forced_rows else 10, 100, 50, END, EOS) for r in range(ROWS)
+    ]
+
+    def loop() -> None:
+        for row, (active, phase, used, t, s, end, eos) in enumerate(host):
+            if not active:
+                continue
+            if phase == THINKING and used >= t:
+                forced = end
+            elif phase != THINKING and 0 <= s <= used:
+                forced = eos
+            else:
+                continue
+            logits[row].fill_(float("-inf"))
+            logits[row, forced] = 0.0
+
+    batched_ms = timed(lambda: elastic_mask_ref(logits, state.device), repeat)
+    loop_ms = timed(loop, repeat)
+    floor_ms = forced_rows * VOCAB * 4 / (bandwidth * 1e9) * 1e3
+    name = {0: "none forced", ROWS: "all forced"}.get(forced_rows, f"{forced_rows} forced")
+    return Result(name, forced_rows, batched_ms, loop_ms, floor_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=20)
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+    bandwidth = memcpy_gb_s(opts.repeat)
+    results = [scenario(n, opts.repeat, bandwidth) for n in (0, 8, ROWS)]
+    lines = [
+        "# Elastic mask op: batched torch op vs per-row Python loop",
+        "",
+        f"Machine: {platform.machine()} {platform.processor() or ''}, "
+        f"{os.cpu_count()} CPUs (shared), torch {torch.__version__}, "
+        f"{opts.threads} thread(s); no GPU in this run.",
+        f"Command: `.venv/bin/python benchmarks/kernels_elastic.py --threads {opts.threads} "
+        f"--repeat {opts.repeat}` (median of {opts.repeat} calls after a warm-up).",
+        f"Shape: {ROWS} rows x vocab {VOCAB:,} fp32. Measured memcpy bandwidth "
+        f"(read + write): {bandwidth:.1f} GB/s. Floor = bytes the op must write "
+        "(forced rows x vocab x 4) / that bandwidth.",
+        "",
+        "| scenario | forced rows | batched torch op (ms) | per-row loop (ms) "
+        "| loop / batched | floor (ms) | Triton on GPU |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.scenario} | {r.forced_rows} | {r.batched_ms:.3f} | {r.loop_ms:.3f} "
+            f"| {r.loop_ms / r.batched_ms:.2f}x | {r.floor_ms:.3f} | no GPU in this run |"
+        )
+    text = "\n".join(lines) + "\n"
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
