@@ -1,0 +1,1 @@
+"""What users run on their side (imports nothing from thinkgate)."""

@@ -23,17 +23,26 @@ class Settings(BaseSettings):
     """Every knob of the gateway. Field docs are the reference (README has the table)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="THINKGATE_", frozen=True, extra="forbid", validate_default=True
+        env_prefix="THINKGATE_",
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+        use_attribute_docstrings=True,  # the docstrings below are the --help texts
     )
 
     # --- HTTP
     host: str = "127.0.0.1"
+    """Interface to listen on."""
     port: int = Field(default=8000, ge=0, le=65535)
+    """TCP port."""
     api_keys: StrList = ()
     """Bearer keys accepted on /v1/*; empty: no authentication."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    """Larger request bodies are a 413."""
     log_level: str = "info"
+    """debug, info, warning or error."""
     log_json: bool = True
+    """JSON log lines (structlog); false: console format."""
 
     # --- model and engine
     model: str | None = None
@@ -43,18 +52,28 @@ class Settings(BaseSettings):
     reasoning: bool = True
     """The model thinks between the think tags; startup fails if the tokenizer lacks them."""
     think_start: str = "<think>"
+    """The token that opens thinking (looked up in the tokenizer)."""
     think_end: str = "</think>"
+    """The token that closes thinking."""
     dtype: str = "float32"
+    """Model dtype for vLLM (float32 on CPU; auto/bfloat16 on GPU)."""
     max_model_len: int = Field(default=512, ge=16)
+    """Context length (prompt + completion) per sequence."""
     max_num_seqs: int = Field(default=64, ge=1)
+    """Sequences vLLM decodes at once."""
     max_num_batched_tokens: int | None = None
     """None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
     request with a chunked prefill crashes the CPU engine)."""
     enforce_eager: bool = True
+    """No CUDA graphs / compilation (what CPU needs; turn off on GPU for speed)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    """Share of GPU memory vLLM may take (GPU only)."""
     tensor_parallel_size: int = Field(default=1, ge=1)
+    """GPUs per engine (tensor parallelism)."""
     seed: int = 0
+    """Engine seed (requests without a seed draw from it)."""
     trust_remote_code: bool = False
+    """Allow model code from the model repository."""
     logits_processors: StrList = ("elastic",)
     """Our vLLM logits processors loaded into the engine: short names (``elastic``,
     ``guidance``: the class for the engine's model runner is picked at start) or
@@ -67,34 +86,47 @@ class Settings(BaseSettings):
     strategies: StrList | None = None
     """Allow-list of strategy names to load; None: every installed one."""
     default_strategy: str = "plain"
+    """Strategy of a request that names none and sets no budget."""
     budget_strategy: str = "elastic"
     """Strategy of a request that names none but sets a thinking/solution budget."""
     samples_strategy: str = "self-consistency"
     """Strategy of a request that names none but sets samples > 1."""
     effort_none: int = Field(default=0, ge=0)
+    """Thinking budget for reasoning_effort=none."""
     effort_minimal: int = Field(default=16, ge=0)
+    """Thinking budget for reasoning_effort=minimal."""
     effort_low: int = Field(default=48, ge=0)
+    """Thinking budget for reasoning_effort=low."""
     effort_medium: int = Field(default=128, ge=0)
+    """Thinking budget for reasoning_effort=medium."""
     effort_high: int = Field(default=320, ge=0)
-    """Thinking budgets (tokens) that ``reasoning_effort`` maps to."""
+    """Thinking budget for reasoning_effort=high."""
     default_thinking: int | None = Field(default=None, ge=0)
+    """Thinking budget when the request sets none (strategies that honour it)."""
     default_solution: int | None = Field(default=None, ge=0)
+    """Solution budget when the request sets none (strategies that honour it)."""
     default_samples: int | None = Field(default=None, ge=1)
+    """Samples when the request sets none (strategies that honour it)."""
     default_k: int | None = Field(default=None, ge=1)
-    """Server defaults, applied only to fields the chosen strategy honours."""
+    """k when the request sets none (strategies that honour it)."""
     max_budget_tokens: int = Field(default=100_000, ge=1)
     """Cap on thinking and solution budgets; larger values are a 400."""
     max_samples: int = Field(default=64, ge=1)
+    """Cap on the samples (and k) budget; larger values are a 400."""
     pets_table: str | None = None
     """PETS online allocation table (JSON from ``thinkgate calibrate pets``); None: the
     testbed table shipped in ``strategies/pets/tables/``; ``none``: no table (the
     ``pets`` strategy then samples adaptively)."""
     max_n: int = Field(default=16, ge=1)
+    """Cap on the OpenAI n (choices); larger values are a 400."""
 
     # --- admission control
     max_inflight_requests: int = Field(default=256, ge=1)
+    """Requests served at once; more are a 429 with Retry-After."""
     max_inflight_samples: int = Field(default=1024, ge=1)
+    """Samples admitted at once (max(n, samples) per request); more are a 429."""
     retry_after_s: int = Field(default=1, ge=0)
+    """Retry-After (seconds) of a 429."""
     request_timeout_s: float | None = Field(default=600.0, gt=0)
     """A request running longer is aborted with 504."""
 
