@@ -62,7 +62,7 @@ def cmd_pools(args: argparse.Namespace) -> None:
             for q in questions
         ]
     started = time.perf_counter()
-    records = draw_local(str(MODEL), [it for _, it in items], Sampling(pool=args.pool, seed=0))
+    records = draw_local(args.model, [it for _, it in items], Sampling(pool=args.pool, seed=0))
     seconds = time.perf_counter() - started
     for split in sets:
         save_pools(
@@ -215,6 +215,7 @@ def main() -> None:
     p.add_argument("--calibration", type=int, default=64, help="train-split questions")
     p.add_argument("--test", type=int, default=100, help="test-split questions")
     p.add_argument("--pool", type=int, default=64)
+    p.add_argument("--model", default=str(MODEL), help="model directory for the pools")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--offline-runs", type=int, default=5)
     p.add_argument("--batch", type=int, default=1, help="OKG questions per round")

@@ -192,7 +192,9 @@ class BatchJob:
             self._finish("cancelled")
             raise
         except Exception as exc:  # the job fails; the server keeps serving
-            self.error = str(exc) or type(exc).__name__
+            while isinstance(exc, ExceptionGroup) and exc.exceptions:  # a round's TaskGroup
+                exc = exc.exceptions[0]
+            self.error = f"{type(exc).__name__}: {exc}"
             self._finish("failed")
 
     async def _round(
