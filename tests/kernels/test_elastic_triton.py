@@ -28,3 +28,19 @@ def test_triton_matches_torch_under_interpreter(seed: int) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok 30"
+
+
+def test_kernels_compile_for_sm90_without_a_gpu() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
+    script = Path(__file__).with_name("triton_compile_check.py")
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "ok 3"
