@@ -32,7 +32,7 @@ def _long_body(model: str, **extra: Any) -> dict[str, Any]:
 def _settled(live_server: Any, before: float) -> dict[str, float]:
     deadline = time.monotonic() + 20
     while True:
-        m = live_server.metrics()
+        m: dict[str, float] = live_server.metrics()
         if m.get(ABORTED, 0) > before and m[UNFINISHED] == 0 and m[INFLIGHT] == 0:
             return m
         if time.monotonic() > deadline:

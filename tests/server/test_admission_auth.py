@@ -47,7 +47,8 @@ def test_bad_or_missing_key_is_401(auth: str | None) -> None:
 
 
 def test_any_configured_key_works() -> None:
-    settings = Settings(api_keys="sekrit,other")  # comma-separated, as from THINKGATE_API_KEYS
+    # comma-separated, as from THINKGATE_API_KEYS
+    settings = Settings.model_validate({"api_keys": "sekrit,other"})
     assert settings.api_keys == ("sekrit", "other")
     authorize(_request("Bearer other"), settings)
     authorize(_request("bearer  sekrit"), settings)

@@ -53,7 +53,7 @@ def test_header_names_are_case_insensitive(settings: Settings) -> None:
     ],
 )
 def test_effort_maps_to_configured_thinking_budget(effort: str, setting: str) -> None:
-    settings = Settings(**{setting: 77})
+    settings = Settings.model_validate({setting: 77})
     name, budget = resolve({}, {"reasoning_effort": effort}, settings, honoured=HONOURED)
     assert (name, budget.thinking) == ("elastic", 77)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
 import orjson
 
 from server.render import Envelope
 from server.streaming import StreamEncoder
-from strategies.base import Choice, ChoiceDelta, Final, Progress, Usage
+from strategies.base import Choice, ChoiceDelta, Final, Progress, StrategyEvent, Usage
 from strategies.budget import Budget
+from strategies.errors import BackendUnavailable
 
 USAGE = Usage(prompt_tokens=10, completion_tokens=30, reasoning_tokens=20)
 
@@ -99,3 +103,55 @@ def test_completions_chunks_carry_text() -> None:
     (chunk,) = _frames(enc.encode(ChoiceDelta(index=0, content="42")))
     assert chunk["object"] == "text_completion"  # type: ignore[index]
     assert chunk["choices"][0]["text"] == "42"  # type: ignore[index]
+
+
+async def _events_then_failure() -> AsyncIterator[StrategyEvent]:
+    yield ChoiceDelta(index=0, reasoning="a")
+    raise BackendUnavailable("engine died")
+
+
+async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> None:
+    from server.admission import Admission
+    from server.metrics import Metrics
+    from server.settings import Settings
+    from server.state import Gateway
+    from server.streaming import sse_body
+    from strategies.base import Resources
+    from strategies.registry import Registry
+
+    metrics = Metrics()
+    gw = Gateway(
+        settings=Settings(),
+        engine=cast(Any, None),  # never called: the events below stand in for a strategy
+        registry=Registry(),
+        resources=Resources(),
+        metrics=metrics,
+        admission=Admission(max_requests=1, max_samples=1, retry_after_s=1, metrics=metrics),
+        started_at=0,
+    )
+    ended: list[bool] = []
+    events = _events_then_failure()
+    first = await anext(events)
+    body = sse_body(
+        first=first,
+        events=events,
+        encoder=StreamEncoder(_env(), include_usage=False),
+        gw=gw,
+        strategy="plain",
+        route="/v1/chat/completions",
+        request_id="r1",
+        started=0.0,
+        on_end=lambda: ended.append(True),
+    )
+    frames = _frames([frame async for frame in body])
+    assert frames[-1] == {
+        "error": {
+            "message": "engine died",
+            "type": "service_unavailable",
+            "param": None,
+            "code": "engine_unavailable",
+        }
+    }
+    assert len(frames) == 3  # role, reasoning, error: no [DONE]
+    assert ended == [True]
+    assert b'thinkgate_aborted_requests_total{reason="error"} 1.0' in metrics.render()

@@ -1,0 +1,102 @@
+"""Resources of the sampling strategies: their defaults and the configured scorers.
+
+``sampling_resources`` is a ``server.resources`` builder. It attaches:
+
+* ``"sampling"``: ``SamplingDefaults`` (the Best-of-Majority ``alpha`` setting);
+* ``"scorers"``: a ``ScorerSet`` with ``logprob`` always, ``reward`` when a reward
+  model is configured (a remote vLLM ``/classify`` at ``reward_url``, else an
+  in-process vLLM pooling engine on ``reward_model``, by default the testbed reward
+  model), ``verifier`` when ``verifier_url`` is set.
+
+A default reward model whose directory is missing is left out (logged); one named
+explicitly that is missing fails start-up loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import structlog
+
+import testbed
+from server.settings import Settings
+from strategies.engine import Engine
+from strategies.sampling import DEFAULTS_KEY, SamplingDefaults
+from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
+from strategies.scorers import (
+    HttpVerifier,
+    MeanLogprob,
+    RemoteClassify,
+    RewardModelScorer,
+    Scorer,
+    ScorerSet,
+    SequenceScorer,
+    chatml_turn_end,
+)
+
+log = structlog.get_logger("thinkgate.scoring")
+
+
+def reward_model_path(settings: Settings) -> Path | None:
+    """The in-process reward model directory; None when disabled."""
+    value = settings.reward_model
+    if value is None:
+        return testbed.model_path("reward")
+    if value.strip().lower() in ("", "none"):
+        return None
+    return Path(value)
+
+
+async def _reward_model(settings: Settings, stack: AsyncExitStack) -> SequenceScorer | None:
+    if settings.reward_url:
+        remote = RemoteClassify(settings.reward_url, timeout_s=settings.scorer_timeout_s)
+        stack.push_async_callback(remote.aclose)
+        log.info("scoring.reward.remote", url=settings.reward_url)
+        return remote
+    path = reward_model_path(settings)
+    if path is None:
+        log.info("scoring.reward.disabled")
+        return None
+    if not (path / "config.json").exists():
+        if settings.reward_model is not None:
+            raise RuntimeError(f"reward_model {path} has no config.json")
+        log.warning("scoring.reward.missing", path=str(path))
+        return None
+    from server.engines.reward import RewardEngine
+
+    engine = RewardEngine.start(
+        str(path),
+        max_model_len=settings.max_model_len,
+        dtype=settings.dtype,
+        enforce_eager=settings.enforce_eager,
+        max_num_seqs=settings.max_num_seqs,
+        gpu_memory_utilization=settings.reward_gpu_memory_utilization,
+        seed=settings.seed,
+    )
+    stack.push_async_callback(engine.aclose)
+    log.info("scoring.reward.local", path=str(path))
+    return engine
+
+
+async def sampling_resources(
+    settings: Settings, engine: Engine, stack: AsyncExitStack
+) -> Mapping[str, object]:
+    scorers: list[Scorer] = [MeanLogprob()]
+    model = await _reward_model(settings, stack)
+    if model is not None:
+        scorers.append(RewardModelScorer(model, turn_end=chatml_turn_end(engine.tokens)))
+    if settings.verifier_url:
+        verifier = HttpVerifier(settings.verifier_url, timeout_s=settings.scorer_timeout_s)
+        stack.push_async_callback(verifier.aclose)
+        scorers.append(verifier)
+    names = {s.name for s in scorers}
+    default = settings.default_scorer
+    if default not in names:
+        log.warning("scoring.default.unavailable", wanted=default, using="logprob")
+        default = "logprob"
+    return {
+        DEFAULTS_KEY: SamplingDefaults(alpha=settings.bom_alpha),
+        SCORERS_KEY: ScorerSet.build(*scorers, default=default),
+    }
