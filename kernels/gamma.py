@@ -41,7 +41,8 @@ MIN_MODE_TOKENS: Final = 0.9
 
 def gamma_cdf(alpha: torch.Tensor, rate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``Pr(X <= x)`` for ``X ~ Gamma(alpha, rate)``, elementwise (broadcasting)."""
-    return torch.special.gammainc(alpha, rate * x)
+    out: torch.Tensor = torch.special.gammainc(alpha, rate * x)
+    return out
 
 
 def reliability_mask(alpha: torch.Tensor, rate: torch.Tensor) -> torch.Tensor:
