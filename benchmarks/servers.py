@@ -1,0 +1,130 @@
+"""Start a server for a benchmark and stop it afterwards (thinkgate or plain vLLM).
+
+Benchmarks measure the product through its HTTP API, like a user would, and compare
+against the peer server (vLLM's own OpenAI server) in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve(
+    cmd: Sequence[str], *, ready_path: str, log: Path, timeout_s: float = 900.0, port: int
+) -> Iterator[str]:
+    """Run ``cmd`` (a server on 127.0.0.1:``port``) until the block ends; yields its URL."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
+            try:
+                if httpx.get(url + ready_path, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready after {timeout_s} s; see {log}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+            if proc.poll() is not None:
+                break
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+
+
+@contextmanager
+def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.cli",
+        "serve",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        *args,
+    ]
+    with serve(cmd, ready_path="/ready", log=log, port=port) as url:
+        yield url
+
+
+@contextmanager
+def vllm_server(model: Path | str, *args: str, log: Path) -> Iterator[str]:
+    """vLLM's own OpenAI server (``vllm serve`` is broken on vllm-cpu: python -m works)."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "512",
+        "--enforce-eager",
+        *args,
+    ]
+    with serve(cmd, ready_path="/health", log=log, port=port) as url:
+        yield url
+
+
+def machine() -> str:
+    """One line describing where a figure was measured."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
