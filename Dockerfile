@@ -1,0 +1,24 @@
+# thinkgate on a GPU: the pinned vLLM release, our package on top.
+#   docker build -t thinkgate .
+#   docker run --gpus all -p 8000:8000 -v ~/.cache/huggingface:/root/.cache/huggingface \
+#       thinkgate --model Qwen/Qwen3-8B --max-model-len 32768
+# Without --model the image serves the testbed model (CPU-sized; a smoke test only).
+# The CPU image is Dockerfile.cpu.
+FROM vllm/vllm-openai:v0.32.0
+
+WORKDIR /opt/thinkgate
+COPY pyproject.toml README.md ./
+COPY server ./server
+COPY strategies ./strategies
+COPY kernels ./kernels
+COPY clients ./clients
+COPY testbed ./testbed
+# vllm is already in the image: install thinkgate without re-resolving it.
+RUN pip install --no-cache-dir --no-deps -e . \
+ && pip install --no-cache-dir fastapi uvicorn pydantic-settings orjson structlog scipy \
+        math-verify prometheus-client tqdm httpx
+
+ENV THINKGATE_HOST=0.0.0.0 THINKGATE_PORT=8000 THINKGATE_DTYPE=auto \
+    THINKGATE_ENFORCE_EAGER=false
+EXPOSE 8000
+ENTRYPOINT ["thinkgate", "serve"]
