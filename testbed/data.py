@@ -36,7 +36,9 @@ def encode_trace(codec: CharCodec, trace: Trace) -> Example:
     return Example(ids=tuple(ids), weights=tuple(weights))
 
 
-def train_question(rng: random.Random, *, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS) -> Question:
+def train_question(
+    rng: random.Random, *, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS
+) -> Question:
     while True:
         expr = random_expr(rng, rng.randint(min_ops, max_ops))
         if split_of(expr) == "train":

@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from testbed.task import Question, parse_answer_for_eval
 from testbed.tokenizer import IM_END, CharCodec, chat_prompt
@@ -40,7 +40,9 @@ class Completion:
         return self.text.split("</think>", 1)[0]
 
 
-def load_llm(model: Path | str, *, runner: str = "generate", seed: int = 0) -> LLM:
+def load_llm(
+    model: Path | str, *, runner: Literal["generate", "pooling"] = "generate", seed: int = 0
+) -> LLM:
     """A CPU engine sized for the testbed (float32, eager, 1 GiB of KV cache)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
@@ -68,7 +70,9 @@ def to_completion(codec: CharCodec, question: Question, token_ids: Sequence[int]
     else:
         cut = len(ids) - (1 if ids and ids[-1] == codec.eos_id else 0)
         answer = None
-    return Completion(question=question, token_ids=ids, text=text, thinking_tokens=cut, answer=answer)
+    return Completion(
+        question=question, token_ids=ids, text=text, thinking_tokens=cut, answer=answer
+    )
 
 
 def generate(
@@ -156,5 +160,7 @@ def classify(rm: LLM, texts: Sequence[str]) -> list[float]:
     """Raw reward logits (higher = more likely right) from a pooling engine."""
     from vllm import PoolingParams
 
-    outs = rm.classify(list(texts), pooling_params=PoolingParams(use_activation=False), use_tqdm=False)
+    outs = rm.classify(
+        list(texts), pooling_params=PoolingParams(use_activation=False), use_tqdm=False
+    )
     return [float(o.outputs.probs[0]) for o in outs]

@@ -149,7 +149,10 @@ def evaluate_model(
         report["cut"] = cut_report(llm, questions, settings.cut_points)
     if reward_dir is not None:
         rm = load_llm(reward_dir, runner="pooling", seed=settings.seed)
-        report["reward"] = {"model": str(reward_dir), **reward_report(rm, groups, settings.reward_samples)}
+        report["reward"] = {
+            "model": str(reward_dir),
+            **reward_report(rm, groups, settings.reward_samples),
+        }
     report["eval_wall_s"] = round(time.monotonic() - start, 1)
     return report
 
@@ -158,7 +161,9 @@ def format_report(report: dict[str, object]) -> str:
     greedy = report["greedy"]
     sampled = report["sampled"]
     assert isinstance(greedy, dict) and isinstance(sampled, dict)
-    lines = [f"model {report['model']} (test split, {report['questions_per_difficulty']}/difficulty)"]
+    lines = [
+        f"model {report['model']} (test split, {report['questions_per_difficulty']}/difficulty)"
+    ]
     lines.append("ops  greedy  think   T=1.0  maj@16  think@T")
     for ops in range(MIN_OPS, MAX_OPS + 1):
         k = str(ops)

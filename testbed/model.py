@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import torch
 from transformers import (
@@ -26,40 +26,39 @@ def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Con
     head_dim 64 because vLLM's CPU attention backend refuses 16; untied embeddings
     because tied ones collapsed the digit embeddings and the loss stayed flat.
     """
-    extra: dict[str, object] = {}
+    fields: dict[str, Any] = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "vocab_size": codec.vocab_size,
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "max_position_embeddings": MAX_POSITIONS,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "bos_token_id": codec.pad_id,
+        "eos_token_id": codec.eos_id,
+        "pad_token_id": codec.pad_id,
+        "dtype": "float32",
+    }
     if num_labels is not None:
-        extra = {"num_labels": num_labels, "architectures": ["Qwen2ForSequenceClassification"]}
-    else:
-        extra = {"architectures": ["Qwen2ForCausalLM"]}
-    return Qwen2Config(
-        vocab_size=codec.vocab_size,
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=MAX_POSITIONS,
-        rope_theta=10000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        use_sliding_window=False,
-        bos_token_id=codec.pad_id,
-        eos_token_id=codec.eos_id,
-        pad_token_id=codec.pad_id,
-        torch_dtype="float32",
-        **extra,
-    )
+        fields.update(num_labels=num_labels, architectures=["Qwen2ForSequenceClassification"])
+    return Qwen2Config(**fields)
 
 
 def new_causal_lm(codec: CharCodec, *, seed: int) -> Qwen2ForCausalLM:
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(qwen2_config(codec))
+    return Qwen2ForCausalLM(qwen2_config(codec))  # type: ignore[no-untyped-call]
 
 
 def new_reward_model(codec: CharCodec, *, seed: int) -> Qwen2ForSequenceClassification:
     torch.manual_seed(seed)
-    return Qwen2ForSequenceClassification(qwen2_config(codec, num_labels=1))
+    config = qwen2_config(codec, num_labels=1)
+    return Qwen2ForSequenceClassification(config)  # type: ignore[no-untyped-call]
 
 
 def export(model: PreTrainedModel, codec: CharCodec, directory: Path) -> None:
@@ -68,7 +67,7 @@ def export(model: PreTrainedModel, codec: CharCodec, directory: Path) -> None:
     model.config.pad_token_id = codec.pad_id
     model.save_pretrained(str(directory), safe_serialization=True)
     if isinstance(model, Qwen2ForCausalLM):
-        gen = GenerationConfig(
+        gen = GenerationConfig(  # type: ignore[no-untyped-call]
             bos_token_id=codec.pad_id,
             eos_token_id=[codec.eos_id, codec.pad_id],
             pad_token_id=codec.pad_id,

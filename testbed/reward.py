@@ -67,7 +67,9 @@ class RewardResult:
         return d
 
 
-def sample_vllm(base: str, questions: Sequence[Question], settings: RewardSettings) -> list[Completion]:
+def sample_vllm(
+    base: str, questions: Sequence[Question], settings: RewardSettings
+) -> list[Completion]:
     from testbed.engine import generate, load_llm
 
     llm = load_llm(base, seed=settings.seed)
@@ -79,9 +81,11 @@ def sample_vllm(base: str, questions: Sequence[Question], settings: RewardSettin
     return [c for g in groups for c in g]
 
 
-def sample_hf(base: str, questions: Sequence[Question], settings: RewardSettings) -> list[Completion]:
+def sample_hf(
+    base: str, questions: Sequence[Question], settings: RewardSettings
+) -> list[Completion]:
     codec = CharCodec()
-    model = Qwen2ForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    model = Qwen2ForCausalLM.from_pretrained(base, dtype=torch.float32).train(False)
     out: list[Completion] = []
     torch.manual_seed(settings.seed)
     for q in questions:
@@ -116,9 +120,11 @@ def _batch(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-def score(model: Qwen2ForSequenceClassification, rows: Sequence[Sequence[int]], pad_id: int) -> list[float]:
+def score(
+    model: Qwen2ForSequenceClassification, rows: Sequence[Sequence[int]], pad_id: int
+) -> list[float]:
     out: list[float] = []
-    model.eval()
+    model.train(False)
     with torch.no_grad():
         for i in range(0, len(rows), 64):
             ids, mask = _batch(rows[i : i + 64], pad_id)
@@ -132,12 +138,18 @@ def train_reward(settings: RewardSettings, out: Path, *, progress_bar: bool = Tr
     torch.manual_seed(settings.seed)
     codec = CharCodec()
     train_q = make_questions(
-        "train", settings.train_questions, seed=settings.seed,
-        min_ops=settings.min_ops, max_ops=settings.max_ops,
+        "train",
+        settings.train_questions,
+        seed=settings.seed,
+        min_ops=settings.min_ops,
+        max_ops=settings.max_ops,
     )
     val_q = make_questions(
-        "validation", settings.val_questions, seed=settings.seed,
-        min_ops=settings.min_ops, max_ops=settings.max_ops,
+        "validation",
+        settings.val_questions,
+        seed=settings.seed,
+        min_ops=settings.min_ops,
+        max_ops=settings.max_ops,
     )
     sampler = sample_vllm if settings.sampler == "vllm" else sample_hf
     t0 = time.monotonic()
@@ -187,7 +199,7 @@ def train_reward(settings: RewardSettings, out: Path, *, progress_bar: bool = Tr
             bar.set_postfix(loss=f"{float(loss):.3f}", val_auroc=f"{val_auc:.3f}")
     bar.close()
     wall = time.monotonic() - start + sampling_s
-    model.eval()
+    model.train(False)
     export(model, codec, out)
     return RewardResult(
         settings=settings,

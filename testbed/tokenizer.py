@@ -27,12 +27,7 @@ EOS: Final = IM_END
 
 # The task needs digits, `+-=.\{}`, space, newline and the letters of its words; the rest
 # of lower case and a few marks let other text pass through without unknown tokens.
-CHARACTERS: Final = (
-    "0123456789"
-    "abcdefghijklmnopqrstuvwxyz"
-    "CMQTW"
-    " \n+-=.,:;?!*/()[]{}<>|_\\'\""
-)
+CHARACTERS: Final = "0123456789abcdefghijklmnopqrstuvwxyzCMQTW \n+-=.,:;?!*/()[]{}<>|_\\'\""
 
 # R1/Qwen3 style: the generation prompt opens the thinking block, so completions start
 # inside `<think>` and the answer follows `</think>`.

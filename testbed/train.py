@@ -50,7 +50,9 @@ def batches(stream: Iterator[Example], batch_size: int, *, seed: int) -> Iterato
         yield from chunks
 
 
-def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(
+    examples: list[Example], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(e.ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
@@ -63,7 +65,9 @@ def collate(examples: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.T
     return ids, mask, weights
 
 
-def weighted_lm_loss(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def weighted_lm_loss(
+    logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
     # Position t predicts token t+1; the weight belongs to the predicted token.
     pred = logits[:, :-1].reshape(-1, logits.shape[-1])
     target = ids[:, 1:].reshape(-1)
@@ -117,7 +121,7 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         logits = model(input_ids=ids, attention_mask=mask).logits
         loss = weighted_lm_loss(logits, ids, weights)
         optim.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         step += 1
@@ -130,7 +134,7 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
             bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{rate:.0f}", min=f"{elapsed / 60:.1f}")
     bar.close()
     wall = time.monotonic() - start
-    model.eval()
+    model.train(False)
     export(model, codec, out)
     return TrainResult(steps=step, tokens=tokens, wall_s=wall, final_loss=ema or float("nan"))
 

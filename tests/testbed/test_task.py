@@ -52,8 +52,9 @@ def test_questions_stay_in_their_split() -> None:
 
 
 def test_split_sizes_roughly_80_10_10() -> None:
-    from testbed.task import random_expr
     import random
+
+    from testbed.task import random_expr
 
     rng = random.Random(0)
     counts = {s: 0 for s in SPLITS}

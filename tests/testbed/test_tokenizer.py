@@ -82,7 +82,10 @@ def test_chat_template(saved: Path) -> None:
     tok = _hf(saved)
     user = {"role": "user", "content": "Compute 3+8 mod 10."}
     prompt = tok.apply_chat_template([user], tokenize=False, add_generation_prompt=True)
-    assert prompt == "<|im_start|>user\nCompute 3+8 mod 10.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert (
+        prompt
+        == "<|im_start|>user\nCompute 3+8 mod 10.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
     assert prompt == chat_prompt("Compute 3+8 mod 10.")
     raw = {"role": "assistant", "content": "3+8=1\n</think>\n\\boxed{1}"}
     split = {"role": "assistant", "reasoning_content": "3+8=1\n", "content": "\n\\boxed{1}"}

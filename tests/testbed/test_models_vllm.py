@@ -1,0 +1,114 @@
+"""The shipped testbed models, served by the real vLLM engine (CPU): format and targets.
+
+One engine per model, module-scoped. Thresholds sit below the card's numbers (small
+samples), but far above what an untrained or wrong model reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Literal
+
+import pytest
+
+from testbed import model_path
+from testbed.engine import classify, generate, generate_with_cut, load_llm, reward_text
+from testbed.metrics import auroc, majority
+from testbed.task import Question, make_questions
+from testbed.tokenizer import CHARACTERS, IM_END, CharCodec, chat_prompt
+from testbed.traces import classify_line
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _engine(name: str, runner: Literal["generate", "pooling"] = "generate") -> Iterator[LLM]:
+    llm = load_llm(model_path(name), runner=runner, seed=0)
+    yield llm
+    del llm
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[LLM]:
+    yield from _engine("base")
+
+
+@pytest.fixture(scope="module")
+def elastic() -> Iterator[LLM]:
+    yield from _engine("elastic")
+
+
+@pytest.fixture(scope="module")
+def reward() -> Iterator[LLM]:
+    yield from _engine("reward", runner="pooling")
+
+
+def per_ops(n: int, lo: int, hi: int, seed: int = 11) -> list[Question]:
+    out: list[Question] = []
+    for ops in range(lo, hi + 1):
+        out += make_questions("test", n, seed=seed, min_ops=ops, max_ops=ops)
+    return out
+
+
+def test_engine_tokenizer_roundtrips_every_character(base: LLM) -> None:
+    tok = base.get_tokenizer()
+    codec = CharCodec()
+    text = chat_prompt("Compute 3+8-5+7 mod 10.") + "3+8=1\n</think>\n\\boxed{1}" + IM_END
+    for case in [text, CHARACTERS, *CHARACTERS]:
+        ids = tok.encode(case, add_special_tokens=False)
+        assert ids == codec.encode(case), repr(case)
+        assert tok.decode(ids, skip_special_tokens=False) == case, repr(case)
+
+
+def test_base_output_format(base: LLM) -> None:
+    codec = CharCodec()
+    done = [g[0] for g in generate(base, per_ops(2, 1, 12))]
+    for c in done:
+        assert c.token_ids.count(codec.think_end_id) == 1, c.text
+        assert c.token_ids[-1] == codec.eos_id, c.text
+        assert c.answer is not None, c.text
+        after = c.text.split("</think>", 1)[1]
+        assert after == f"\n\\boxed{{{c.answer}}}{IM_END}", c.text
+        kinds = [classify_line(line) for line in c.thinking.splitlines() if line]
+        assert kinds and "other" not in kinds, c.text
+
+
+def test_base_greedy_accuracy_on_easy_questions(base: LLM) -> None:
+    done = [g[0] for g in generate(base, per_ops(10, 1, 4))]
+    accuracy = sum(c.correct for c in done) / len(done)
+    assert accuracy >= 0.9, accuracy
+
+
+def test_base_thinking_grows_with_difficulty(base: LLM) -> None:
+    done = [g[0] for g in generate(base, per_ops(8, 2, 2) + per_ops(8, 12, 12))]
+    two = [c.thinking_tokens for c in done if c.question.ops == 2]
+    twelve = [c.thinking_tokens for c in done if c.question.ops == 12]
+    assert sum(twelve) / len(twelve) >= 3 * sum(two) / len(two)
+
+
+def test_base_voting_beats_one_sample(base: LLM) -> None:
+    groups = generate(base, per_ops(2, 8, 12), n=16, temperature=1.0)
+    single = sum(c.correct for g in groups for c in g) / sum(len(g) for g in groups)
+    vote = sum(majority(c.answer for c in g) == g[0].question.answer for g in groups) / len(groups)
+    assert vote >= single + 0.05, (single, vote)
+
+
+def test_elastic_beats_base_under_a_thinking_cut(base: LLM, elastic: LLM) -> None:
+    qs = per_ops(3, 6, 12)
+    b = generate_with_cut(base, qs, tokens_per_op=8)
+    e = generate_with_cut(elastic, qs, tokens_per_op=8)
+    acc_b = sum(c.correct for c in b) / len(b)
+    acc_e = sum(c.correct for c in e) / len(e)
+    assert all(c.answer is not None for c in e)
+    assert acc_e >= acc_b + 0.2, (acc_b, acc_e)
+
+
+def test_reward_model_separates_right_from_wrong(base: LLM, reward: LLM) -> None:
+    groups = generate(base, per_ops(3, 5, 12, seed=12), n=4, temperature=1.0)
+    picked = [c for g in groups for c in g]
+    scores = classify(reward, [reward_text(c.question, c.text) for c in picked])
+    labels = [c.correct for c in picked]
+    assert 0 < sum(labels) < len(labels)
+    assert auroc(scores, labels) > 0.65

@@ -1,0 +1,118 @@
+"""The training code runs end to end on tiny settings (CI never retrains the shipped models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from testbed.cli import main
+from testbed.data import encode_trace, variant_trace
+from testbed.reward import RewardSettings, train_reward
+from testbed.tokenizer import CharCodec
+from testbed.traces import cut_trace, make_trace
+from testbed.train import TrainSettings, train_causal, weighted_lm_loss
+
+
+def test_loss_weights_cover_the_completion_only() -> None:
+    import random
+
+    from testbed.task import Question
+
+    codec = CharCodec()
+    q = Question.from_expr("3+8")
+    full = encode_trace(codec, make_trace(q, random.Random(0)))
+    first = full.weights.index(1.0)
+    # The first trained token is the first thinking token, right after `<think>\n`.
+    assert codec.decode(list(full.ids[:first])).endswith("<think>\n")
+    assert full.ids[-1] == codec.eos_id and full.weights[-1] == 1.0
+    cut = encode_trace(codec, cut_trace(make_trace(q, random.Random(0)), random.Random(5)))
+    close = cut.ids.index(codec.think_end_id)
+    assert cut.weights[close] == 0.0  # forced by the budget, not learned
+    assert all(w == 1.0 for w in cut.weights[close + 1 :])
+
+
+def test_weighted_loss_ignores_zero_weight_tokens() -> None:
+    ids = torch.tensor([[1, 2, 3]])
+    logits = torch.zeros(1, 3, 5)
+    logits[0, 0, 2] = 10.0  # predicts token 2 well; token 3 prediction is uniform
+    w_first = torch.tensor([[0.0, 1.0, 0.0]])
+    w_both = torch.tensor([[0.0, 1.0, 1.0]])
+    assert weighted_lm_loss(logits, ids, w_first) < weighted_lm_loss(logits, ids, w_both)
+
+
+def test_elastic_mixture_has_concise_and_cut_traces() -> None:
+    import random
+
+    rng = random.Random(0)
+    traces = [variant_trace("elastic", rng) for _ in range(400)]
+    cut = sum(t.forced_close for t in traces) / len(traces)
+    checks = sum(t.thinking.count("check") for t in traces)
+    steps = sum(t.question.ops for t in traces)
+    assert 0.15 < cut < 0.35
+    assert checks / steps < 0.3
+
+
+@pytest.mark.slow
+def test_train_and_export_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    result = train_causal(
+        TrainSettings(variant="base", max_steps=3, batch_size=4, minutes=1.0),
+        out,
+        progress_bar=False,
+    )
+    assert result.steps == 3 and result.tokens > 0
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        assert (out / name).exists(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["tie_word_embeddings"] is False
+    assert config["head_dim"] == 64 and config["num_key_value_heads"] == 1
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert CharCodec().eos_id in gen["eos_token_id"]
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    ids = torch.tensor([[1, 2, 3]])
+    assert model(input_ids=ids).logits.shape == (1, 3, CharCodec().vocab_size)
+
+    elastic = tmp_path / "elastic"
+    train_causal(
+        TrainSettings(variant="elastic", max_steps=2, batch_size=4, init_from=str(out)),
+        elastic,
+        progress_bar=False,
+    )
+    assert (elastic / "model.safetensors").exists()
+
+    reward = tmp_path / "reward"
+    r = train_reward(
+        RewardSettings(
+            base=str(out),
+            sampler="hf",
+            train_questions=3,
+            val_questions=3,
+            samples_per_question=2,
+            max_steps=2,
+            eval_every=1,
+            target_auroc=1.1,
+        ),
+        reward,
+        progress_bar=False,
+    )
+    assert r.steps == 2 and r.train_responses == 6
+    rconfig = json.loads((reward / "config.json").read_text())
+    assert rconfig["architectures"] == ["Qwen2ForSequenceClassification"]
+    assert rconfig["num_labels"] == 1 if "num_labels" in rconfig else len(rconfig["id2label"]) == 1
+
+
+@pytest.mark.slow
+def test_cli_train_writes_card(tmp_path: Path) -> None:
+    rc = main(
+        ["train", "--variant", "base", "--max-steps", "2", "--out", str(tmp_path), "--no-progress"]
+    )
+    assert rc == 0
+    card = json.loads((tmp_path / "base" / "card.json").read_text())
+    assert card["training"]["steps"] == 2
+    assert card["model"] == "base"
