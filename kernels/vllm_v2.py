@@ -22,22 +22,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-import torch
-from vllm.v1.worker.gpu.sample.logits_processor import (
-    LogitsContext,
-    LogitsProcessor,
-    LogitsProcRequestState,
-)
+from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
 from kernels import args as elastic_args
-from kernels.elastic.mask import apply_elastic_mask
-from kernels.elastic.state import ElasticCol, new_state, row_values
-from kernels.elastic.track import apply_elastic_track
 
 if TYPE_CHECKING:
+    import numpy as np
+    import torch
     from vllm import SamplingParams
     from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
+
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +48,17 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         elastic_args.parse(sampling_params.extra_args)
 
     def __init__(self, vllm_config: VllmConfig, req_states: LogitsProcRequestState) -> None:
+        # Imported here, in the worker: vLLM also loads this class in the frontend (for
+        # validate_params) and asks V2 processor modules to stay import-light.
+        import torch
+
+        from kernels.elastic.mask import apply_elastic_mask
+        from kernels.elastic.state import ElasticCol, new_state, row_values
+        from kernels.elastic.track import apply_elastic_track
+
+        self._row_values = row_values
+        self._track = apply_elastic_track
+        self._mask = apply_elastic_mask
         self._req_states = req_states
         device = torch.device(req_states.device)
         self._state = new_state(req_states.max_num_reqs, device, pin_memory=device.type == "cuda")
@@ -74,7 +80,7 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         if parsed is None:
             self._state.clear(req_idx)
             return False
-        self._state.write(req_idx, row_values(parsed))
+        self._state.write(req_idx, self._row_values(parsed))
         return True
 
     def apply_staged_writes(self) -> None:
@@ -88,10 +94,10 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         try:
             rs = self._req_states
             table = self._state.device
-            apply_elastic_track(
+            self._track(
                 table, ctx.idx_mapping, rs.all_token_ids.gpu, rs.prompt_len.gpu, rs.total_len.gpu
             )
-            apply_elastic_mask(logits, table, ctx.expanded_idx_mapping)
+            self._mask(logits, table, ctx.expanded_idx_mapping)
         except Exception:
             # Raising here kills the engine for every request: pass the logits through.
             if not self._failed:
