@@ -1,0 +1,1 @@
+"""Load tests: locustfile, k6 script, report builder."""
