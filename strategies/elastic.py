@@ -128,6 +128,11 @@ def outcome(traj: Trajectory, p: ElasticPlan) -> tuple[FinishReason, dict[str, J
         "answer_tokens": traj.content_tokens,
         "cut": thinking_cut,
         "solution_cut": solution_cut,
+        # Which budget cut in (the gateway's budget cut-in metric reads this).
+        "budget_cut": "+".join(
+            name for name, hit in (("thinking", thinking_cut), ("solution", solution_cut)) if hit
+        )
+        or None,
     }
     return reason, info
 
