@@ -183,7 +183,11 @@ def test_bad_args_are_refused_and_the_engine_lives(
 
     prompt = TokensPrompt(prompt_token_ids=ids["prompt"])
     extra = {keys.THINK_END_ID: ids["end"], keys.EOS_ID: ids["eos"], **bad}
-    with pytest.raises(ValueError, match="thinkgate_"):
+    from vllm.exceptions import VLLMValidationError
+
+    # vLLM wraps validate_params' ValueError (the cause) in its client error (a 400).
+    with pytest.raises(VLLMValidationError, match="thinkgate_") as info:
         llm.generate([prompt], SamplingParams(max_tokens=4, extra_args=extra))
+    assert isinstance(info.value.__cause__, ValueError)
     (ok,) = llm.generate([prompt], SamplingParams(max_tokens=4, extra_args=_extra(ids, 0, 0)))
     assert list(ok.outputs[0].token_ids) == [ids["end"], ids["eos"]]
