@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import structlog
 
 from server.pets import pets_resources
+from server.scoring import sampling_resources
 from server.settings import Settings
 from strategies.base import Resources
 from strategies.engine import Engine
@@ -28,7 +29,7 @@ ResourceBuilder = Callable[[Settings, Engine, AsyncExitStack], Awaitable[Mapping
 
 # Builders attached by default, in order (later ones may read earlier ones' items
 # through the returned mapping only after start-up; keep them independent).
-BUILDERS: tuple[ResourceBuilder, ...] = (pets_resources,)
+BUILDERS: tuple[ResourceBuilder, ...] = (pets_resources, sampling_resources)
 
 
 @asynccontextmanager

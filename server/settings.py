@@ -120,6 +120,28 @@ class Settings(BaseSettings):
     max_n: int = Field(default=16, ge=1)
     """Cap on the OpenAI n (choices); larger values are a 400."""
 
+    # --- sampling strategies (self-consistency, best-of-n, best-of-majority)
+    reward_model: str | None = None
+    """Reward model (Qwen2ForSequenceClassification, one label) served in process by a
+    second vLLM engine for the ``reward`` scorer; None: the testbed ``reward`` model
+    (left out if its files are missing); ``none``: no in-process reward model."""
+    reward_url: str | None = None
+    """Base URL of a vLLM server whose ``/classify`` serves the reward model (it must
+    share the policy's tokenizer); replaces the in-process reward engine."""
+    reward_gpu_memory_utilization: float = Field(default=0.1, gt=0.0, le=1.0)
+    """GPU memory share of the in-process reward engine (GPU only)."""
+    verifier_url: str | None = None
+    """External verifier for the ``verifier`` scorer: POST {prompt, responses,
+    reasoning} -> {scores}."""
+    scorer_timeout_s: float = Field(default=60.0, gt=0)
+    """Timeout of one remote scoring call (reward server, verifier)."""
+    default_scorer: Literal["reward", "logprob", "verifier"] = "reward"
+    """Scorer of best-of-n / best-of-majority when the request names none (logprob if
+    the one named here is not configured)."""
+    bom_alpha: float = Field(default=0.02, ge=0.0, le=1.0)
+    """Best-of-Majority frequency threshold (a fraction of the samples); a request may
+    override it with the body field ``alpha``."""
+
     # --- admission control
     max_inflight_requests: int = Field(default=256, ge=1)
     """Requests served at once; more are a 429 with Retry-After."""

@@ -309,7 +309,7 @@ class SamplingStrategy:
             **extra,
         }
         if source.plan is not None:
-            info["budget"] = budget_info(ctx, analysed, source)
+            info["per_sample_budget"] = budget_info(ctx, analysed, source)
         yield final_event(ctx, analysed, rewards, classes, selection, source.plan, info)
 
 
@@ -389,5 +389,10 @@ def final_event(
         "fallback": fallback,
         "unanswered": sum(1 for a in pool.answers if a is None),
         "classes": [{**class_info(c, total), "selected": c.first_seen in chosen} for c in classes],
+        # Per sample, in engine order: what usage sums (clients can audit it).
+        "sample_tokens": [len(s.token_ids) for s in pool.samples],
+        "sample_reasoning_tokens": [sp.reasoning_tokens for sp in pool.splits],
+        "sample_answers": list(pool.answers),
+        "sample_rewards": [_round(r) for r in rewards] if rewards is not None else None,
     }
     return FinalEvent(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)
