@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Final
 
@@ -35,6 +36,7 @@ _OPTION_RE: Final = re.compile(
 _BARE_OPTION_RE: Final = re.compile(r"^\s*\(?([A-J])\)?\s*\.?\s*$")
 _LETTER_RE: Final = re.compile(r"^\(?([A-Ja-j])\)?$")
 _NUMBER_RE: Final = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_DECIMAL_RE: Final = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)$")
 _TEXT_RE: Final = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 # Spellings with no mathematical content: dropped before comparing.
 _NOISE: Final = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\displaystyle", "$")
@@ -122,13 +124,16 @@ def equivalent(a: str, b: str) -> bool:
     """Whether two answers are the same: symmetric, reflexive, cached.
 
     Equal normalised strings are equivalent without calling math-verify (the common
-    case when samples agree); otherwise ``verify(a, b) or verify(b, a)``.
+    case when samples agree), and two plain decimal numbers compare by value; otherwise
+    ``verify(a, b) or verify(b, a)``.
     """
     na, nb = normalize(a), normalize(b)
     if na == nb:
         return True
     if not na or not nb:
         return False
+    if _DECIMAL_RE.match(na) and _DECIMAL_RE.match(nb):
+        return Decimal(na) == Decimal(nb)
     # Order the pair so (a, b) and (b, a) share one cache entry.
     return _verified(*sorted((na, nb)))
 

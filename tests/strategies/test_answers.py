@@ -57,14 +57,24 @@ def test_normalize(raw: str, norm: str) -> None:
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("1/2", "0.5"), ("\\frac{1}{2}", "0.5"), ("3", "3.0"), ("x+1", "1+x"), ("(A)", "a")],
+    [
+        ("1/2", "0.5"),
+        ("\\frac{1}{2}", "0.5"),
+        ("3", "3.0"),
+        ("3", "3.00"),  # the decimal fast path
+        (".5", "0.5"),
+        ("x+1", "1+x"),
+        ("(A)", "a"),
+    ],
 )
 def test_equivalent_is_symmetric_on_equal_values(a: str, b: str) -> None:
     assert equivalent(a, b)
     assert equivalent(b, a)
 
 
-@pytest.mark.parametrize(("a", "b"), [("2", "3"), ("1/2", "0.6"), ("A", "B"), ("x", "x+1")])
+@pytest.mark.parametrize(
+    ("a", "b"), [("2", "3"), ("3", "30"), ("1/2", "0.6"), ("A", "B"), ("x", "x+1")]
+)
 def test_not_equivalent(a: str, b: str) -> None:
     assert not equivalent(a, b)
     assert not equivalent(b, a)
