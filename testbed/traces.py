@@ -12,6 +12,7 @@ budget-constrained training, done as supervised fine-tuning).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -115,30 +116,28 @@ def count_lines(thinking: str) -> dict[str, int]:
     return counts
 
 
+_COMPUTE_RE: Final = re.compile(r"[0-9](?:[+-][0-9])+=[0-9]")
+
+
 def classify_line(line: str) -> str:
+    """`step` (`3+8=1`), `check` (`check 1-8=3`), `merged` (`1-5+7=3`) or `other`."""
+    is_check = line.startswith("check ")
     body = line.removeprefix("check ")
-    ops = sum(1 for ch in body if ch in "+-")
-    well_formed = "=" in body and body.replace("+", "").replace("-", "").replace("=", "").isdigit()
-    if not well_formed:
+    if not _COMPUTE_RE.fullmatch(body):
         return "other"
-    if line.startswith("check "):
+    ops = sum(1 for ch in body if ch in "+-")
+    if is_check:
         return "check" if ops == 1 else "other"
-    if ops == 1:
-        return "step"
-    if ops == 2:
-        return "merged"
-    return "other"
+    return {1: "step", 2: "merged"}.get(ops, "other")
 
 
 def line_is_correct(line: str) -> bool:
     """Whether a step, check or merged line states true arithmetic mod 10."""
     body = line.removeprefix("check ")
-    left, _, result = body.partition("=")
-    if not result.isdigit() or len(result) != 1 or not left:
+    if not _COMPUTE_RE.fullmatch(body):
         return False
+    left, _, result = body.partition("=")
     value = int(left[0])
-    for i in range(1, len(left) - 1, 2):
-        if left[i] not in "+-" or not left[i + 1].isdigit():
-            return False
+    for i in range(1, len(left), 2):
         value = apply_op(value, left[i], int(left[i + 1]))
-    return len(left) % 2 == 1 and value == int(result)
+    return value == int(result)

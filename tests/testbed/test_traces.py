@@ -28,6 +28,10 @@ def test_lines() -> None:
     assert line_is_correct("check 6+5=1")
     assert not line_is_correct("1-5+7=4")
     assert not line_is_correct("1-5=")
+    for junk in ("-3=4", "check -3=4", "3+=4", "33+1=4", "3+1=14", "", "check"):
+        assert not line_is_correct(junk), junk
+        assert classify_line(junk) == "other", junk
+    assert classify_line("1+2+3+4=0") == "other"  # three operations in one line: not a format
 
 
 def test_example_trace_shape() -> None:
