@@ -42,7 +42,7 @@ from strategies.pets.simulate import Outcome, Pool, offline, online, uniform  # 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "testbed" / "models" / "base"
 UNIFORM_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 24, 32)
+PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 24, 32, 40, 48, 64)
 
 
 def pool_path(split: str) -> Path:
@@ -83,9 +83,24 @@ def cmd_pools(args: argparse.Namespace) -> None:
 
 
 def first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+    """Smallest measured average budget whose SC reaches ``target``."""
     for _budget, out in sorted(curve, key=lambda c: c[1].samples):
         if out.sc >= target - 1e-12:
             return out.samples
+    return None
+
+
+def budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+    """Average budget at which SC first reaches ``target``, linearly interpolated
+    between measured points (None if never reached)."""
+    points = sorted(((o.samples, o.sc) for _, o in curve), key=lambda p: p[0])
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if y0 >= target:
+            return x0
+        if y0 < target <= y1:
+            return x0 + (x1 - x0) * (target - y0) / (y1 - y0)
+    if points and points[-1][1] >= target:
+        return points[-1][0]
     return None
 
 
@@ -119,9 +134,8 @@ def write_report(
 ) -> None:
     max_sc = 1.0
     reach = {m: first_budget_reaching(c, max_sc) for m, c in curves.items()}
-    # Also at the SC uniform reaches with 16 samples (a common operating point).
-    sc16 = dict(curves["uniform"])[16].sc
-    reach16 = {m: first_budget_reaching(c, sc16) for m, c in curves.items()}
+    uniform_at = dict(curves["uniform"])
+    levels = [(b, uniform_at[b].sc) for b in (8, 16, 32, 48) if b in uniform_at]
     lines = [
         "# PETS on the testbed (base model)",
         "",
@@ -141,20 +155,32 @@ def write_report(
             )
     lines += ["", "## Budget to reach a self-consistency level", ""]
     lines += [
-        "| method | SC = 1.0 | reduction vs uniform | SC >= uniform@16 "
-        f"({sc16:.4f}) | reduction vs uniform |",
-        "|---|---|---|---|---|",
+        "Budgets at which each method first reaches a given SC (linear interpolation between "
+        "measured points); reduction = 1 - budget / uniform's budget for the same SC.",
+        "",
+        "| target SC | uniform | online | reduction | offline | reduction |",
+        "|---|---|---|---|---|---|",
     ]
-    for method in curves:
-        cells = []
-        for table in (reach, reach16):
-            got, base = table[method], table["uniform"]
-            red = f"{100 * (1 - got / base):.0f}%" if got and base else "n/a"
-            cells += [f"{got:.2f}" if got else "not reached", red]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    for b, level in [*levels, (64, max_sc)]:
+        cells = [f"{budget_for_sc(curves['uniform'], level) or b:.1f}"]
+        base = budget_for_sc(curves["uniform"], level) or float(b)
+        for method in ("online", "offline"):
+            got = budget_for_sc(curves[method], level)
+            cells += (
+                [f"{got:.1f}", f"{100 * (1 - got / base):.0f}%"]
+                if got is not None
+                else ["not reached", "n/a"]
+            )
+        name = f"{level:.4f} (uniform@{b})" if b != 64 else "1.0 (maximum)"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Smallest measured budget with SC = 1.0: "
+        + ", ".join(f"{m} {v:.2f}" if v else f"{m} not reached" for m, v in reach.items())
+    )
     lines += ["", "## Online tables (B_t per warm-up pattern)", ""]
-    for b, plan in tables.items():
-        lines.append(f"- B_bar={b:g}: " + ", ".join(f"{k}:{v}" for k, v in plan.items()))
+    for target, plan in tables.items():
+        lines.append(f"- B_bar={target:g}: " + ", ".join(f"{k}:{v}" for k, v in plan.items()))
     (RESULTS / "pets.md").write_text("\n".join(lines) + "\n")
     doc = {
         m: [{"budget": b, "samples": o.samples, "sc": o.sc, "accuracy": o.accuracy} for b, o in c]

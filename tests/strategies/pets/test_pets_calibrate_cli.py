@@ -55,9 +55,9 @@ def test_thinkgate_cli_dispatches_and_needs_questions_without_cache(tmp_path: Pa
     )
 
 
-def test_shipped_testbed_table_is_valid() -> None:
-    if not DEFAULT_TABLE.exists():
-        pytest.skip("no shipped table yet")
+def test_shipped_testbed_table_is_valid_and_spends_where_warmups_disagree() -> None:
     table = PetsTable.load(DEFAULT_TABLE)
     assert table.expected_budget <= table.average_budget + 1e-9
     assert table.calibration["questions"]
+    # Unanimous warm-ups are the settled questions: they never get more than split ones.
+    assert table.budget("4") <= min(b.budget for b in table.buckets[1:])
