@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -82,6 +82,9 @@ class _Track:
 
 class BudgetGuidanceLogitsProcessor(LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
+
+    # The name the gateway reports in Engine.processors (strategies.budget_guidance).
+    name: ClassVar[str] = guidance_args.PROCESSOR_NAME
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

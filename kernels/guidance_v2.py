@@ -29,7 +29,7 @@ Triton and CUDA.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
+
+    # The name the gateway reports in Engine.processors (strategies.budget_guidance).
+    name: ClassVar[str] = guidance_args.PROCESSOR_NAME
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

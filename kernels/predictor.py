@@ -103,6 +103,18 @@ class BudgetPredictor(nn.Module):
         z = F.gelu(self.fc2(z))
         return self.alpha_up(self.alpha_down(z)), self.rate_up(self.rate_down(z))
 
+    def raw_at(self, h: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, l)`` of token ``tokens[i]`` only, for row ``i``: ``[N]`` each.
+
+        Training needs one column per row; this reads ``N`` rows of the up-projections
+        instead of computing all ``|V|`` outputs (same numbers as ``raw(h)[i, tokens[i]]``).
+        """
+        z = F.gelu(self.fc1(self.norm(h.to(self.fc1.weight.dtype))))
+        z = F.gelu(self.fc2(z))
+        a = (self.alpha_down(z) * self.alpha_up.weight[tokens]).sum(-1) + self.alpha_up.bias[tokens]
+        l_ = (self.rate_down(z) * self.rate_up.weight[tokens]).sum(-1) + self.rate_up.bias[tokens]
+        return a, l_
+
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         a, l_ = self.raw(h)
         return activate(a), activate(l_)
