@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from server import budgets
 from server.aio import aclose_quietly, closing
@@ -25,7 +25,7 @@ from server.errors import ClientGone, request_id, response_headers
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Envelope, Kind, response_body
 from server.state import Gateway, gateway
-from server.streaming import StreamEncoder, sse_body
+from server.streaming import EventStreamResponse, StreamEncoder, sse_body
 from strategies.base import Final, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.engine import SamplingConfig
 from strategies.errors import (
@@ -117,7 +117,7 @@ async def serve(request: Request, kind: Kind) -> Response:
     # raises at admission (bad sampling values) still get their real status code.
     events = strategy.run(ctx)
     try:
-        first = await until_disconnect(request, anext(events), timeout, gw)
+        first = await until_disconnect(request, _first(events, name), timeout, gw)
     except BaseException:
         slot.release()
         await aclose_quietly(events)
@@ -137,7 +137,7 @@ async def serve(request: Request, kind: Kind) -> Response:
         on_end=slot.release,
     )
     headers["Cache-Control"] = "no-cache"
-    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+    return EventStreamResponse(stream, events=events, on_end=slot.release, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -183,6 +183,13 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+async def _first(events: AsyncIterator[StrategyEvent], strategy: str) -> StrategyEvent:
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        raise BackendError(f"strategy {strategy!r} ended without a result") from None
 
 
 async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:

@@ -12,18 +12,51 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import structlog
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from server import render, sse
-from server.aio import closing
+from server.aio import aclose_quietly, closing
 from server.render import Body, Envelope
 from server.state import Gateway
 from strategies.base import ChoiceDelta, Final, Progress, StrategyEvent
 from strategies.errors import BackendError, GatewayError
 
 log = structlog.get_logger("thinkgate.http")
+
+# Detached clean-ups (strong references until they finish).
+_CLEANUPS: set[asyncio.Task[None]] = set()
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE response that cleans up however it ends, even when its body never started
+    (the client left between the first event and the first byte): ``on_end`` runs and
+    the strategy's events are closed, which aborts their engine requests. The close runs
+    in its own task, so a cancel scope that keeps cancelling this one cannot stop it."""
+
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        *,
+        events: AsyncIterator[StrategyEvent],
+        on_end: Callable[[], None],
+        headers: Mapping[str, str],
+    ) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self._events = events
+        self._on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
+            task = asyncio.get_running_loop().create_task(aclose_quietly(self._events))
+            _CLEANUPS.add(task)
+            task.add_done_callback(_CLEANUPS.discard)
 
 
 class StreamEncoder:

@@ -21,12 +21,24 @@ def test_quick_start_is_the_two_scripts() -> None:
     assert commands == ["bash scripts/serve.sh", "bash scripts/test.sh"]
 
 
+def settings_row(name: str) -> str:
+    """The README table row of a setting (its field docstring is the meaning)."""
+    field = Settings.model_fields[name]
+    default = field.default
+    if isinstance(default, tuple):
+        default = ",".join(default)
+    shown = "" if default is None or default == "" else f"`{default}`"
+    meaning = " ".join((field.description or "").split()).replace("``", "`")
+    return f"| `--{name.replace('_', '-')}` | {shown} | {meaning} |"
+
+
 def test_every_setting_is_in_the_table() -> None:
     table = README.split("## Settings", 1)[1].split("\n## ", 1)[0]
     rows = set(re.findall(r"^\| `(--[a-z0-9-]+)` \|", table, flags=re.M))
-    flags = {"--" + name.replace("_", "-") for name in Settings.model_fields}
-    assert flags - rows == set(), "settings missing from the README table"
-    assert rows - flags == set(), "README documents settings that do not exist"
+    names = {"--" + name.replace("_", "-"): name for name in Settings.model_fields}
+    missing = [settings_row(names[flag]) for flag in sorted(set(names) - rows)]
+    assert not missing, "settings missing from the README table; add:\n" + "\n".join(missing)
+    assert rows - set(names) == set(), "README documents settings that do not exist"
 
 
 def test_wire_protocol_names() -> None:

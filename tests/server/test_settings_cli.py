@@ -70,3 +70,12 @@ def test_unknown_command_and_bad_settings(capsys: pytest.CaptureFixture[str]) ->
     assert cli.main(["frobnicate"]) == 2
     assert cli.main(["serve", "--max-model-len", "4"]) == 2
     assert "bad settings" in capsys.readouterr().err
+
+
+def test_serve_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in out
