@@ -10,7 +10,8 @@ single request with ``n = N`` (the prompt's KV cache is shared), consumed throug
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import ClassVar, Final
 
@@ -142,7 +143,7 @@ class Draw:
     per-sample elastic plan when thinking/solution budgets apply."""
 
     n: int
-    deltas: AsyncIterator[SampleDelta]
+    deltas: AsyncGenerator[SampleDelta, None]
     plan: ElasticPlan | None
     mode: str  # "plain", or the elastic mode ("one-pass" / "two-pass")
     engine_requests: int
@@ -201,17 +202,20 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
     n = source.n
     ids: list[list[int]] = [[] for _ in range(n)]
     done: dict[int, Sample] = {}
-    async for delta in source.deltas:
-        ids[delta.index].extend(delta.token_ids)
-        if delta.finish_reason is not None and delta.index not in done:
-            done[delta.index] = Sample(
-                index=delta.index,
-                token_ids=tuple(ids[delta.index]),
-                finish_reason=delta.finish_reason,
-                cumulative_logprob=delta.cumulative_logprob,
-                stop_reason=delta.stop_reason,
-            )
-            yield Progress(data={"samples_done": len(done), "samples": n})
+    # aclosing: a client that goes away closes this generator, and with it the engine
+    # stream at once, which aborts all N samples in the engine.
+    async with aclosing(source.deltas) as deltas:
+        async for delta in deltas:
+            ids[delta.index].extend(delta.token_ids)
+            if delta.finish_reason is not None and delta.index not in done:
+                done[delta.index] = Sample(
+                    index=delta.index,
+                    token_ids=tuple(ids[delta.index]),
+                    finish_reason=delta.finish_reason,
+                    cumulative_logprob=delta.cumulative_logprob,
+                    stop_reason=delta.stop_reason,
+                )
+                yield Progress(data={"samples_done": len(done), "samples": n})
     if len(done) != n:
         # The engine contract says every index ends with a finish_reason.
         raise BackendError(f"engine finished {len(done)} of {n} samples")

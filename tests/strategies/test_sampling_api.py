@@ -10,6 +10,7 @@ samples, and the returned classes are what ALGORITHMS.md sections 3 and 5 say.
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -233,6 +234,30 @@ def test_streaming_sends_progress_then_the_answer(base_url: str) -> None:
     usage = chunks[-1]["usage"]
     assert usage["completion_tokens"] == sum(tg["sample_tokens"])
     assert content and "\\boxed{" in content
+
+
+def test_disconnect_mid_draw_aborts_all_samples(live_server: Any) -> None:
+    """A client that leaves mid-draw aborts the one engine request of all N samples."""
+    aborted = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
+    before = live_server.metrics().get(aborted, 0.0)
+    body = {
+        "model": "testbed-base",
+        "messages": [{"role": "user", "content": HARD[0].prompt}],
+        "max_tokens": 400,
+        "ignore_eos": True,  # every sample runs long: surely unfinished when we leave
+    }
+    headers = {"X-Strategy": "self-consistency", "X-Budget-Samples": "16"}
+    url = f"{live_server.base_url}/v1/chat/completions"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, headers=headers, timeout=httpx.Timeout(60, read=0.5))
+    deadline = time.monotonic() + 30
+    while True:
+        m = live_server.metrics()
+        unfinished = m["thinkgate_engine_unfinished_requests"]
+        if m.get(aborted, 0.0) > before and unfinished == 0:
+            break
+        assert time.monotonic() < deadline, (m.get(aborted), unfinished)
+        time.sleep(0.2)
 
 
 def test_streaming_through_the_sdk(openai_client: Any) -> None:
