@@ -331,15 +331,18 @@ def finish_of(
     return "length" if answering and len(content) >= plan.solution else reason
 
 
+def thinking_cut(split: Split, plan: ElasticPlan) -> bool:
+    """Whether the thinking budget ended this sample's thinking."""
+    return plan.thinking_open and (
+        not split.think_closed or split.reasoning_tokens >= plan.thinking
+    )
+
+
 def budget_info(ctx: StrategyContext, pool: Analysed, source: Draw) -> dict[str, JSON]:
     """The per-sample elastic budgets as applied, and how often they cut."""
     p = source.plan
     assert p is not None
-    cut = sum(
-        1
-        for sp in pool.splits
-        if p.thinking_open and (not sp.think_closed or sp.reasoning_tokens >= p.thinking)
-    )
+    cut = sum(1 for sp in pool.splits if thinking_cut(sp, p))
     return {
         "thinking": p.thinking,
         "solution": p.solution,
@@ -377,12 +380,15 @@ def final_event(
             choice_info["reward"] = _round(rewards[i])
         if cls is not None:
             choice_info.update(class_info(cls, total))
+        finish = finish_of(sample, split, plan, tokens)
+        if plan is not None:  # counted by the budget cut-in metric
+            choice_info["budget_cut"] = thinking_cut(split, plan) or finish == "length"
         choices.append(
             Choice(
                 index=rank,
                 reasoning=tokens.decode(split.reasoning_ids),
                 content=tokens.decode(split.content_ids),
-                finish_reason=finish_of(sample, split, plan, tokens),
+                finish_reason=finish,
                 info=choice_info,
             )
         )
