@@ -69,8 +69,8 @@ class Metrics:
         self.samples.labels(strategy).inc(final.samples)
         for choice in final.choices:
             cut = choice.info.get("budget_cut")
-            if cut:
-                self.budget_cutins.labels(strategy, str(cut)).inc()
+            if cut:  # "thinking", "solution", "thinking+solution"; a bare True is "any"
+                self.budget_cutins.labels(strategy, cut if isinstance(cut, str) else "any").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
