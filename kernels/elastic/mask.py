@@ -52,20 +52,39 @@ def elastic_mask_ref(
     """Apply the mask in place with torch ops; returns ``logits``.
 
     ``logits`` is ``[rows, vocab]``; ``table`` is a :class:`RowState` device table on
-    the same device; ``idx_mapping`` (``[rows]`` int) maps rows to slots.
+    the same device; ``idx_mapping`` (``[rows]`` int) maps rows to slots. On CPU it
+    writes the forced rows only; on another device it is branch-free (no host sync)
+    and passes over the whole tensor, leaving free rows bit-identical.
     """
     num_rows, vocab = logits.shape
     if num_rows == 0:
         return logits
     forced = elastic_forced_tokens(table, idx_mapping, num_rows)
     hit = (forced >= 0) & (forced < vocab)
+    if logits.device.type == "cpu":
+        _force_rows_indexed(logits, forced, hit)
+    else:
+        _force_rows_branch_free(logits, forced, hit)
+    return logits
+
+
+def _force_rows_indexed(logits: torch.Tensor, forced: torch.Tensor, hit: torch.Tensor) -> None:
+    """CPU: there is no device to sync with, so find the forced rows and write only
+    those; a step with nothing forced costs O(rows), not a pass over rows x vocab."""
+    rows = hit.nonzero().squeeze(1)
+    if rows.numel():
+        logits.index_fill_(0, rows, float("-inf"))
+        logits[rows, forced[rows].to(torch.int64)] = 0.0
+
+
+def _force_rows_branch_free(logits: torch.Tensor, forced: torch.Tensor, hit: torch.Tensor) -> None:
+    """Any device, no host sync: one masked pass over the whole tensor."""
     col = torch.where(hit, forced, torch.zeros_like(forced)).to(torch.int64).unsqueeze(1)
     # Free rows get their own value at column 0 written back: a bit-exact no-op that
     # keeps this branch-free (no nonzero(), so no host sync).
     kept = torch.where(hit.unsqueeze(1), 0.0, logits.gather(1, col))
     logits.masked_fill_(hit.unsqueeze(1), float("-inf"))
     logits.scatter_(1, col, kept)
-    return logits
 
 
 def apply_elastic_mask(

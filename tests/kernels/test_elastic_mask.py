@@ -115,3 +115,23 @@ def test_row_state_move_swap_clear() -> None:
     assert state.active_count == 1
     state.clear(3)
     assert state.active_count == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cpu_indexed_and_branch_free_paths_agree(seed: int) -> None:
+    from kernels.elastic.mask import (
+        _force_rows_branch_free,
+        _force_rows_indexed,
+        elastic_forced_tokens,
+    )
+
+    rng = random.Random(seed)
+    state, _rows = _random_rows(rng, 20, 333)
+    logits = torch.randn(20, 333)
+    forced = elastic_forced_tokens(state.device, None, 20)
+    hit = (forced >= 0) & (forced < 333)
+    assert hit.any() and not hit.all()
+    a, b = logits.clone(), logits.clone()
+    _force_rows_indexed(a, forced, hit)
+    _force_rows_branch_free(b, forced, hit)
+    assert torch.equal(a.view(torch.int32), b.view(torch.int32))
