@@ -176,6 +176,35 @@ def test_best_of_n_picks_the_highest_mean_reward(openai_client: Any, hf_tokenize
     assert tg["rule"] == "best-of-n"
 
 
+@needs_reward
+def test_reward_is_the_reward_models_logit_on_the_rendered_turn(openai_client: Any) -> None:
+    """The in-process vLLM reward engine scores exactly what the reward model was
+    trained on (testbed ``reward_text``): checked against transformers on the same text."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from testbed.engine import reward_text
+    from testbed.tokenizer import CharCodec
+
+    q = HARD[2]
+    r, tg, _ = ask(openai_client, q, "best-of-n", {"X-Budget-Samples": "4", "X-Budget-K": "2"})
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(testbed.model_path("reward")), dtype=torch.float32
+    ).eval()
+    codec = CharCodec()
+    checked = 0
+    for choice in r.choices:
+        if choice.finish_reason != "stop" or not choice.message.content:
+            continue  # the text below assumes thinking closed and an answer followed
+        checked += 1
+        completion = f"{choice.message.reasoning_content or ''}</think>{choice.message.content}"
+        ids = codec.encode(reward_text(q, completion))
+        with torch.no_grad():
+            expected = float(model(input_ids=torch.tensor([ids])).logits[0, 0])
+        assert choice_info(choice)["reward"] == pytest.approx(expected, abs=1e-3)
+    assert checked >= 1
+
+
 def test_logprob_scorer_is_the_mean_token_logprob(openai_client: Any, hf_tokenizer: Any) -> None:
     r, tg, _ = ask(
         openai_client,
