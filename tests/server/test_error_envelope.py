@@ -124,3 +124,17 @@ def test_vllm_errors_are_mapped_in_one_place() -> None:
     with pytest.raises(tree.InvalidBudget) as kept, map_engine_errors():
         raise original
     assert kept.value is original
+
+
+async def test_not_ready_before_the_lifespan_ran() -> None:
+    from server.app import create_app
+    from server.settings import Settings
+
+    app = create_app(Settings())  # lifespan not run: no engine yet (starting/stopping)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/health")).status_code == 200
+        ready = await client.get("/ready")
+        chat = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    assert ready.status_code == 503 and ready.json()["error"]["code"] == "engine_unavailable"
+    assert chat.status_code == 503 and chat.headers["X-Request-Id"]
