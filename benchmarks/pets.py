@@ -42,7 +42,7 @@ from strategies.pets.simulate import Outcome, Pool, offline, online, uniform  # 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "testbed" / "models" / "base"
 UNIFORM_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 24, 32, 40, 48, 64)
+PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64)
 
 
 def pool_path(split: str) -> Path:
