@@ -96,3 +96,17 @@ def test_cancel_stops_a_running_batch(base_url: str) -> None:
     if cancelled["status"] == "cancelled":
         out = httpx.get(f"{base_url}/v1/pets/batches/{job['id']}/output")
         assert out.status_code == 400
+
+
+def test_batch_cli_round_trips_a_file(base_url: str, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from strategies.pets.batch_cli import main
+
+    src, dst = Path(str(tmp_path)) / "in.jsonl", Path(str(tmp_path)) / "out.jsonl"
+    src.write_text("\n".join(JSONL.splitlines()[:3]) + "\n")
+    args = ["--in", str(src), "--out", str(dst), "--server", base_url, "--total-budget", "7"]
+    assert main([*args, "--cap", "4"]) == 0
+    lines = [json.loads(x) for x in dst.read_text().splitlines()]
+    assert [x["custom_id"] for x in lines] == ["q0", "q1", "q2"]
+    assert sum(x["response"]["body"]["thinkgate"]["samples"] for x in lines) == 7

@@ -102,3 +102,19 @@ def test_full_pool_for_every_question_gives_perfect_self_consistency() -> None:
     outcome = offline(pools, 16.0, runs=3, cap=16, draws=100)
     assert outcome.samples == 16
     assert outcome.sc == 1.0
+
+
+def test_online_with_equal_bucket_budgets_is_uniform_self_consistency() -> None:
+    from strategies.pets.labels import PATTERNS
+    from strategies.pets.simulate import online, uniform
+    from strategies.pets.table import Bucket, PetsTable
+
+    pools = [Pool(labels=tuple(p), gold=p[0]) for p in random_pools(20, 32, seed=10)]
+    for budget in (4, 9, 32):
+        table = PetsTable(
+            k0=4,
+            b_max=32,
+            average_budget=budget,
+            buckets=tuple(Bucket(pattern=p, budget=budget, pi=0.2, a=0.1, b=0.0) for p in PATTERNS),
+        )
+        assert online(pools, table, runs=3, seed=2) == uniform(pools, budget, runs=3, seed=2)
