@@ -78,10 +78,11 @@ class Pets:
                 allocated=allocated,
                 table={"average_budget": table.average_budget, "b_max": table.b_max},
             )
+            rounds = 1
             if target > len(samples):
                 samples.extend(await _generate(ctx, target - len(samples), round_no=1))
+                rounds = 2
                 yield Progress(data={"phase": "extra", "samples": len(samples)})
-            rounds = 2 if target > K0 else 1
         else:
             rule = ctx.resources.get(RULE_KEY)
             rule = rule if isinstance(rule, AdaptiveRule) else DEFAULT_RULE
