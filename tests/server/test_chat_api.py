@@ -189,3 +189,44 @@ async def test_async_client_and_sdk_errors(async_openai_client: Any, served_mode
     assert info.value.body["code"] == "unknown_strategy"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         await async_openai_client.chat.completions.create(model="gpt-9", messages=MESSAGES)
+
+
+def test_multi_sample_stream_sends_progress_comments_then_the_answer(
+    base_url: str, openai_client: Any, served_model: str
+) -> None:
+    body = {
+        "model": served_model,
+        "messages": MESSAGES,
+        "max_tokens": 200,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"X-Budget-Samples": "4"}  # no strategy named: samples > 1 runs self-consistency
+    url = f"{base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["X-Budget-Applied"] == "samples=4"
+        raw = r.read().decode()
+    frames = [f for f in raw.split("\n\n") if f]
+    progress = [f for f in frames if f.startswith(": thinkgate.progress ")]
+    assert progress, "no progress comment"
+    assert frames.index(progress[-1]) < min(
+        i for i, f in enumerate(frames) if f.startswith("data: {")
+    ), "progress comes before the answer"
+    # The SDK skips the comments and reads the replayed answer.
+    stream = openai_client.chat.completions.create(
+        model=served_model,
+        messages=MESSAGES,
+        max_tokens=200,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers=headers,
+    )
+    thinkgate, usage, text = None, None, ""
+    for chunk in stream:
+        thinkgate = (chunk.model_extra or {}).get("thinkgate") or thinkgate
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+    assert thinkgate is not None
+    assert thinkgate["strategy"] == "self-consistency" and thinkgate["samples"] == 4
+    assert usage is not None and usage.completion_tokens >= 4  # summed over all 4 samples
