@@ -102,6 +102,39 @@ def scenario(forced_rows: int, repeat: int, bandwidth: float) -> Result:
     return Result(name, forced_rows, batched_ms, loop_ms, floor_ms)
 
 
+def adapter_step_ms(repeat: int) -> tuple[float, float]:
+    """V1 adapter, 256 active rows each one token longer per step, nothing forced:
+    CPU ms of update_state (host bookkeeping) and of apply (the batched op)."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from kernels import args as keys
+    from kernels.vllm_v1 import ElasticLogitsProcessor
+
+    config = SimpleNamespace(
+        scheduler_config=SimpleNamespace(max_num_seqs=ROWS),
+        model_config=SimpleNamespace(get_vocab_size=lambda: VOCAB),
+    )
+    proc = ElasticLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
+    params = SamplingParams(
+        extra_args={keys.THINKING_BUDGET: 10**6, keys.THINK_END_ID: END, keys.EOS_ID: EOS}
+    )
+    outs: list[list[int]] = [[] for _ in range(ROWS)]
+    proc.update_state(BatchUpdate(ROWS, [], [(r, params, [], outs[r]) for r in range(ROWS)], []))
+    logits = torch.randn(ROWS, VOCAB)
+
+    def update() -> None:
+        for out in outs:
+            out.append(7)
+        proc.update_state(None)
+
+    update_ms = timed(update, repeat)
+    apply_ms = timed(lambda: proc.apply(logits), repeat)
+    return update_ms, apply_ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -134,6 +167,13 @@ def main() -> None:
             f"| {r.scenario} | {r.forced_rows} | {r.batched_ms:.3f} | {r.loop_ms:.3f} "
             f"| {r.loop_ms / r.batched_ms:.2f}x | {r.floor_ms:.3f} | no GPU in this run |"
         )
+    update_ms, apply_ms = adapter_step_ms(opts.repeat)
+    lines += [
+        "",
+        f"V1 adapter per step, {ROWS} active rows, nothing forced (CPU ms): "
+        f"update_state {update_ms:.3f} (host bookkeeping over the live output lists, "
+        f"incl. appending one token to each list), apply {apply_ms:.3f}.",
+    ]
     text = "\n".join(lines) + "\n"
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text)
