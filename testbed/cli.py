@@ -41,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
 DEFAULT_MINUTES = {"base": 22.0, "elastic": 7.0, "reward": 6.0}
 
 
+def _display(path: Path) -> Path:
+    """`path` relative to the working directory when inside it (cards stay portable)."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def _train(args: argparse.Namespace) -> int:
     from testbed.model import read_card, write_card
     from testbed.train import TrainSettings, settings_dict, train_causal
@@ -50,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
     for variant in variants:
         minutes = args.minutes if args.minutes is not None else DEFAULT_MINUTES[variant]
         target = out / variant
-        base_dir = args.base if args.base is not None else out / "base"
+        base_dir = _display(args.base if args.base is not None else out / "base")
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if variant == "reward":
             from testbed.reward import RewardSettings, train_reward

@@ -211,8 +211,18 @@ def run_eval_command(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.card:
-        target = reward_dir if reward_dir is not None and reward_dir == model_dir else model_dir
-        card = read_card(target)
-        card["eval"] = {**report, "command": " ".join(args.argv_for_card)}
-        write_card(target, card)
+        command = " ".join(args.argv_for_card)
+        card = read_card(model_dir)
+        if reward_dir == model_dir:
+            # The reward card keeps only what it measures; the generator has its own card.
+            keep = ("model", "split", "questions_per_difficulty", "seed", "engine", "reward")
+            card["eval"] = {
+                **{k: report[k] for k in keep},
+                "scored": f"{settings.reward_samples} T={settings.temperature} samples "
+                "per test question from the generator",
+                "command": command,
+            }
+        else:
+            card["eval"] = {**report, "command": command}
+        write_card(model_dir, card)
     return 0

@@ -196,7 +196,7 @@ def train_reward(settings: RewardSettings, out: Path, *, progress_bar: bool = Tr
         if step % settings.eval_every == 0:
             val_auc = auroc(score(model, val_rows, codec.pad_id), val_y)
             curve.append((step, val_auc))
-            bar.set_postfix(loss=f"{float(loss):.3f}", val_auroc=f"{val_auc:.3f}")
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", val_auroc=f"{val_auc:.3f}")
     bar.close()
     wall = time.monotonic() - start + sampling_s
     model.train(False)
