@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", type=Path, default=ROOT / "testbed" / "models" / "base")
     p.add_argument("--per-op", type=int, default=8, help="questions per difficulty 1..12")
     p.add_argument("--budgets", default="16,32,48,64,96,128")
+    p.add_argument(
+        "--cut-extra", default="0,4,8", help="extra hard-cut points (low tokens, for matching)"
+    )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -129,16 +132,21 @@ def run(args: argparse.Namespace) -> list[Row]:
             seconds=round(seconds, 2),
         )
 
-    budgets = [int(b) for b in args.budgets.split(",")]
-    rows = [measure("unconstrained", None, {})]
-    for b in budgets:
-        rows.append(measure("guidance", b, guidance_args.extra_args(b)))
-        hard = {
-            elastic_args.THINKING_BUDGET: b,
+    def hard(t: int) -> dict[str, Any]:
+        return {
+            elastic_args.THINKING_BUDGET: t,
             elastic_args.THINK_END_ID: codec.think_end_id,
             elastic_args.EOS_ID: codec.eos_id,
         }
-        rows.append(measure("hard-cut", b, hard))
+
+    budgets = [int(b) for b in args.budgets.split(",")]
+    extra_cuts = [int(t) for t in args.cut_extra.split(",") if t.strip()]
+    rows = [measure("unconstrained", None, {})]
+    for t in extra_cuts:
+        rows.append(measure("hard-cut", t, hard(t)))
+    for b in budgets:
+        rows.append(measure("guidance", b, guidance_args.extra_args(b)))
+        rows.append(measure("hard-cut", b, hard(b)))
         print(rows[-2], rows[-1], flush=True)
     return rows
 
@@ -185,7 +193,8 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
         "",
         f"Wall time {wall_s:.0f} s on {platform.machine()} ({os.cpu_count()} cores, shared). "
         "Command: `.venv/bin/python -m benchmarks.guidance "
-        f"--per-op {args.per_op} --budgets {args.budgets} --temperature {args.temperature}`.",
+        f"--per-op {args.per_op} --budgets {args.budgets} --cut-extra {args.cut_extra} "
+        f"--temperature {args.temperature}`.",
     ]
     return "\n".join(lines) + "\n"
 

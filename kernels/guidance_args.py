@@ -12,6 +12,8 @@ A request opts in by carrying :data:`BUDGET`:
   ``<think>``. With 0 the request starts in the answer phase and is never guided.
 * :data:`MASK` 0/1, default 1: the spec's reliability mask on (alpha, lambda). 0 keeps
   the pure formula ``p * Pr(L <= b)``; it exists for tests and ablations.
+* :data:`ALL_STEPS` 0/1, default 0: guide every thinking step, not only line
+  boundaries. Not the method: the worst case of the overhead benchmark.
 
 Token facts (``</think>``, the newline tokens that mark a line boundary) are not
 request arguments: they belong to the predictor, which resolved them from the
@@ -27,8 +29,9 @@ from typing import Final
 BUDGET: Final = "thinkgate_bg_budget"
 THINKING_OPEN: Final = "thinkgate_bg_thinking_open"
 MASK: Final = "thinkgate_bg_mask"
+ALL_STEPS: Final = "thinkgate_bg_all_steps"
 
-KEYS: Final = (BUDGET, THINKING_OPEN, MASK)
+KEYS: Final = (BUDGET, THINKING_OPEN, MASK, ALL_STEPS)
 
 # Name under which an engine advertises the processor (``Engine.processors``).
 PROCESSOR_NAME: Final = "budget-guidance"
@@ -45,6 +48,7 @@ class GuidanceArgs:
     budget: int
     thinking_open: bool = True
     mask: bool = True
+    all_steps: bool = False
 
 
 def _int(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
@@ -66,7 +70,7 @@ def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
     """The request's :class:`GuidanceArgs`, or None when it is not guided.
 
     None for no :data:`BUDGET` or ``B <= 0``. Raises ValueError (naming the key) for a
-    bad value, or for a :data:`THINKING_OPEN`/:data:`MASK` sent without a budget (a
+    bad value, or for one of the other keys sent without a budget (a
     client that forgot the budget would otherwise be silently unguided).
     """
     if not extra_args:
@@ -74,8 +78,9 @@ def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
     budget = _int(extra_args, BUDGET, -MAX_BUDGET, MAX_BUDGET)
     open_ = _int(extra_args, THINKING_OPEN, 0, 1)
     mask = _int(extra_args, MASK, 0, 1)
+    all_steps = _int(extra_args, ALL_STEPS, 0, 1)
     if budget is None:
-        stray = sorted(k for k in (THINKING_OPEN, MASK) if k in extra_args)
+        stray = sorted(k for k in (THINKING_OPEN, MASK, ALL_STEPS) if k in extra_args)
         if stray:
             raise ValueError(f"extra_args{stray} given without {BUDGET!r}")
         return None
@@ -85,6 +90,7 @@ def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
         budget=budget,
         thinking_open=open_ != 0 if open_ is not None else True,
         mask=mask != 0 if mask is not None else True,
+        all_steps=bool(all_steps),
     )
 
 

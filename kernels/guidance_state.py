@@ -30,15 +30,16 @@ class GuidanceCol(IntEnum):
     CLOSED = 3
     USED = 4  # thinking tokens generated so far
     BOUNDARY = 5  # the next token starts a line (first step, or after a newline token)
+    ALL_STEPS = 6  # guide every thinking step (overhead benchmark's worst case)
 
 
-DEFAULTS: Final = (0, 0, 1, 1, 0, 0)
+DEFAULTS: Final = (0, 0, 1, 1, 0, 0, 0)
 assert len(DEFAULTS) == len(GuidanceCol)
 
 
 def row_values(args: GuidanceArgs) -> list[int]:
     """The full column row of a guided request entering the batch (nothing generated)."""
-    return [1, args.budget, int(args.mask), int(not args.thinking_open), 0, 1]
+    return [1, args.budget, int(args.mask), int(not args.thinking_open), 0, 1, int(args.all_steps)]
 
 
 def new_state(capacity: int, device: torch.device, *, pin_memory: bool = False) -> RowState:

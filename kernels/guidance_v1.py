@@ -140,7 +140,7 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
         guided = (
             (cols[GuidanceCol.ACTIVE] != 0)
             & (cols[GuidanceCol.CLOSED] == 0)
-            & (cols[GuidanceCol.BOUNDARY] != 0)
+            & ((cols[GuidanceCol.BOUNDARY] != 0) | (cols[GuidanceCol.ALL_STEPS] != 0))
         )
         rows = np.flatnonzero(guided)
         self._num_guided = int(rows.size)

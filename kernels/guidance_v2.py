@@ -125,8 +125,8 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
         vocab = boundary_lut.shape[0]
         in_vocab = (tok >= 0) & (tok < vocab)
         newline = boundary_lut[tok.clamp(0, vocab - 1)] & in_vocab
-        at_boundary = (gen == 0) | ((gen >= 1) & newline)
-        guided = active & ~closed & at_boundary
+        at_boundary = (gen == 0) | ((gen >= 1) & newline) | (cols[GuidanceCol.ALL_STEPS] != 0)
+        guided = active & ~closed & at_boundary & (gen >= 0)
         remaining = (cols[GuidanceCol.BUDGET].to(torch.int64) - gen).clamp_min(1)
         budget = torch.where(guided, remaining, torch.zeros_like(remaining)).to(torch.int32)
         return budget, cols[GuidanceCol.MASK]

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     """Engine seed (requests without a seed draw from it)."""
     trust_remote_code: bool = False
     """Allow model code from the model repository."""
-    logits_processors: StrList = ("elastic",)
+    logits_processors: StrList = ("elastic", "guidance")
     """Our vLLM logits processors loaded into the engine: short names (``elastic``,
     ``guidance``: the class for the engine's model runner is picked at start) or
     ``module:Class`` strings. Empty: none (strategies fall back to several calls)."""

@@ -71,6 +71,24 @@ def processor_name(cls: type[Any]) -> str:
     return name if isinstance(name, str) else cls.__name__
 
 
+def _select_guidance_model(args: Any, model_path: str, names: set[str]) -> None:
+    """Budget guidance needs the wrapper architecture (hidden states reach the processor
+    in the same step): select it through ``hf_overrides`` when the model ships a
+    predictor. Without one the processor could only pass logits through, so it is not
+    advertised in ``Engine.processors`` and the strategy answers 503 instead.
+    """
+    from kernels import bg_plugin, guidance_args
+    from kernels.predictor import has_predictor
+
+    if guidance_args.PROCESSOR_NAME not in names:
+        return
+    if has_predictor(model_path):
+        args.hf_overrides = {**(args.hf_overrides or {}), **bg_plugin.hf_overrides()}
+        return
+    names.discard(guidance_args.PROCESSOR_NAME)
+    log.warning("engine.guidance_unavailable", model=model_path, reason="no bg_predictor/")
+
+
 class LocalEngine:
     """The ``Engine`` protocol over an in-process ``AsyncLLM``."""
 
@@ -136,6 +154,8 @@ class LocalEngine:
             tuple(spec_for(p, runner) for p in settings.logits_processors)
         )
         args.logits_processors = cast(Any, processors) or None
+        names = {processor_name(c) for c in processors}
+        _select_guidance_model(args, settings.model_path, names)
         log.info(
             "engine.starting", model=settings.model_path, processors=settings.logits_processors
         )
@@ -145,7 +165,7 @@ class LocalEngine:
             model_name=settings.model_name,
             tokens=tokens,
             max_model_len=settings.max_model_len,
-            processors=frozenset(processor_name(c) for c in processors),
+            processors=frozenset(names),
         )
 
     # --- Engine protocol
