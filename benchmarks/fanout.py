@@ -93,24 +93,32 @@ async def run(
 
 
 def summarise(trials: Sequence[Trial], ns: Sequence[int]) -> list[str]:
+    """Medians per mode, and medians of the PAIRED ratios (each trial against the
+    one-request trial of the same question, run back to back), which cancel most of
+    the load drift of a shared machine."""
     lines = [
-        "| N | mode | wall s (mean) | completion tok/s | prompt tokens billed "
-        "| wall / one-request | tok/s / one-request |",
+        "| N | mode | wall s (median) | completion tok/s (median) | prompt tokens billed "
+        "| wall / one-request (paired median) | tok/s / one-request (paired median) |",
         "|---|---|---|---|---|---|---|",
     ]
     for n in ns:
-        stats: dict[str, tuple[float, float, float]] = {}
+        by_mode = {m: [t for t in trials if t.n == n and t.mode == m] for m in MODES}
+        base = by_mode["one-request"]
         for mode in MODES:
-            ts = [t for t in trials if t.n == n and t.mode == mode]
-            wall = statistics.fmean(t.wall_s for t in ts)
-            tps = sum(t.completion_tokens for t in ts) / sum(t.wall_s for t in ts)
-            stats[mode] = (wall, tps, statistics.fmean(t.prompt_tokens for t in ts))
-        base_wall, base_tps, _ = stats["one-request"]
-        for mode in MODES:
-            wall, tps, prompt = stats[mode]
+            ts = by_mode[mode]
+            wall = statistics.median(t.wall_s for t in ts)
+            tps = statistics.median(t.completion_tokens / t.wall_s for t in ts)
+            prompt = statistics.median(t.prompt_tokens for t in ts)
+            wall_ratio = statistics.median(
+                t.wall_s / b.wall_s for t, b in zip(ts, base, strict=True)
+            )
+            tps_ratio = statistics.median(
+                (t.completion_tokens / t.wall_s) / (b.completion_tokens / b.wall_s)
+                for t, b in zip(ts, base, strict=True)
+            )
             lines.append(
                 f"| {n} | {mode} | {wall:.2f} | {tps:.0f} | {prompt:.0f} | "
-                f"{wall / base_wall:.2f}x | {tps / base_tps:.2f}x |"
+                f"{wall_ratio:.2f}x | {tps_ratio:.2f}x |"
             )
     return lines
 
@@ -118,7 +126,7 @@ def summarise(trials: Sequence[Trial], ns: Sequence[int]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ns", default="8,16,32")
-    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
@@ -142,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Same thinkgate server and run; {len(questions)} testbed questions (test split, 6-10 "
         f"operations) per N, temperature 1, max_tokens {args.max_tokens}, the three modes "
-        "interleaved (rotated order) per question; means over questions. `concurrent` is "
+        "interleaved (rotated order) per question; medians over questions. `concurrent` is "
         "how its_hub fans out (N HTTP calls at once), `sequential` how optillm's "
         "self-consistency does (a loop). Ratios are against `one-request` at the same N "
         "(wall: lower is better; tok/s: higher is better).",

@@ -18,6 +18,7 @@ from strategies.selection import AnswerClass, Selection, select_best_of_majority
 
 class BestOfMajority(SamplingStrategy):
     name: ClassVar[str] = "best-of-majority"
+    uses_alpha: ClassVar[bool] = True
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

@@ -114,7 +114,9 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     raise InvalidRequest(f"scorer {name!r} is not configured on this server", param="scorer")
 
 
-def validate_common(request: StrategyRequest, engine: Engine, *, uses_scorer: bool) -> None:
+def validate_common(
+    request: StrategyRequest, engine: Engine, *, uses_scorer: bool, uses_alpha: bool = False
+) -> None:
     """Checks shared by the sampling strategies (before any engine call)."""
     samples, k = request.budget.samples, requested_k(request)
     if samples is not None and samples < 1:
@@ -127,7 +129,10 @@ def validate_common(request: StrategyRequest, engine: Engine, *, uses_scorer: bo
         option_scorer(request)
     elif "scorer" in request.options:
         raise InvalidRequest("this strategy uses no scorer", param="scorer")
-    option_alpha(request)
+    if uses_alpha:
+        option_alpha(request)
+    elif "alpha" in request.options:
+        raise InvalidRequest("alpha applies to best-of-majority only", param="alpha")
     if has_token_budget(request):
         elastic.plan(request, engine)  # budgets that cannot be honoured: 400 now
         elastic.requested_mode(request, engine)
@@ -279,9 +284,10 @@ class SamplingStrategy:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
     streams_live: ClassVar[bool] = False
     uses_scorer: ClassVar[bool] = True
+    uses_alpha: ClassVar[bool] = False
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
-        validate_common(request, engine, uses_scorer=self.uses_scorer)
+        validate_common(request, engine, uses_scorer=self.uses_scorer, uses_alpha=self.uses_alpha)
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

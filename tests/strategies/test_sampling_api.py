@@ -313,6 +313,7 @@ def test_streaming_through_the_sdk(openai_client: Any) -> None:
         ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "oracle"}, "scorer"),
         ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "verifier"}, "scorer"),
         ("self-consistency", {"X-Budget-Samples": "4"}, {"scorer": "reward"}, "scorer"),
+        ("best-of-n", {"X-Budget-Samples": "4"}, {"alpha": 0.1}, "alpha"),
         ("self-consistency", {"X-Budget-Samples": "2", "X-Budget-K": "3"}, {}, "k"),
     ],
 )
