@@ -10,9 +10,10 @@ A request opts in by carrying :data:`THINKING_BUDGET`. Then:
   the next one is forced to be ``</think>`` (``t = 0`` forces it as the first token).
 * :data:`SOLUTION_BUDGET` ``s >= 0``, absent = unlimited: after ``</think>`` (natural or
   forced) at most ``s`` answer tokens, then EOS is forced. The forced EOS is not
-  counted in ``s``: a fully used budget gives ``t + 1 + s + 1`` tokens (EOS included),
-  so callers set ``max_tokens >= t + s + 2`` for the budgets, not the length cap, to
-  end the request.
+  counted in ``s``: with ``max_tokens = t + 1 + s`` (E1's total, what
+  ``strategies.elastic`` sets) the length cap ends a fully used answer first
+  (``finish_reason="length"``, as in the reference two-call algorithm); with a larger
+  ``max_tokens`` the forced EOS ends it (``"stop"``, ``t + 1 + s + 1`` tokens).
 * :data:`THINK_END_ID`, :data:`EOS_ID`: the token ids of ``</think>`` and EOS, resolved
   from the tokenizer by the caller (never hard-coded). Required with a budget.
 * :data:`THINKING_OPEN` 0/1, default 1: whether the prompt ends inside an open
