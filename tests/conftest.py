@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,11 +86,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    global _SERVER
+def start_server(log_path: Path, flags: tuple[str, ...] = ()) -> LiveServer:
+    """Start ``thinkgate serve`` on a free loopback port and wait until /ready.
+
+    The caller stops it with ``stop_server``. Fails the test (with the log tail) if the
+    server exits or is not ready in ``STARTUP_TIMEOUT_S``.
+    """
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("server") / "thinkgate.log"
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -98,7 +100,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [*cmd, *SERVER_FLAGS],
+            [*cmd, *flags],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -106,7 +108,6 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
             start_new_session=True,  # its own group: teardown reaches the engine processes
         )
     server = LiveServer(f"http://127.0.0.1:{port}", proc, log_path, model="")
-    _SERVER = server
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -118,16 +119,52 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"thinkgate server not ready in {STARTUP_TIMEOUT_S} s:\n{server.log_tail()}"
-                )
+                pytest.fail(f"server not ready in {STARTUP_TIMEOUT_S} s:\n{server.log_tail()}")
             time.sleep(0.5)
         models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()
         server.model = models["data"][0]["id"]
+    except BaseException:
+        stop_server(server)
+        raise
+    return server
+
+
+def stop_server(server: LiveServer) -> None:
+    _stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    global _SERVER
+    log_path = tmp_path_factory.mktemp("server") / "thinkgate.log"
+    server = start_server(log_path, SERVER_FLAGS)
+    _SERVER = server
+    try:
         yield server
     finally:
-        _stop(proc)
+        stop_server(server)
         _SERVER = None
+
+
+@pytest.fixture
+def spawn_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
+    """Start a dedicated server with extra flags (stopped at the end of the test).
+
+    Only for what the shared server must not do (e.g. kill its engine): every other
+    end-to-end test uses ``live_server``.
+    """
+    started: list[LiveServer] = []
+
+    def spawn(*flags: str) -> LiveServer:
+        server = start_server(tmp_path / f"server{len(started)}.log", flags)
+        started.append(server)
+        return server
+
+    try:
+        yield spawn
+    finally:
+        for server in started:
+            stop_server(server)
 
 
 @pytest.fixture(scope="session")
