@@ -50,6 +50,8 @@ def test_pets_answers_with_warmup_bucket_and_respects_cap(
         # Every drawn trajectory is accounted for: votes + unanswered = samples.
         assert sum(v["count"] for v in info["votes"]) + info["unanswered"] == samples
         assert resp.usage.completion_tokens >= samples
+        # One engine request for the warm-up, one more only if the bucket asked for more.
+        assert info["engine_requests"] == (2 if samples > min(K0, limit) else 1)
         if cap is not None and cap < K0:
             assert samples == cap and info["bucket"] is None
             continue
