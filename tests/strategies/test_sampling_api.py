@@ -205,6 +205,48 @@ def test_reward_is_the_reward_models_logit_on_the_rendered_turn(openai_client: A
     assert checked >= 1
 
 
+@needs_reward
+def test_alpha_zero_is_best_of_n_on_the_same_pool(openai_client: Any) -> None:
+    """ALGORITHMS.md 3: alpha = 0 gives answer-level Best-of-N. A seed fixes the pool
+    (vLLM seeds child j with seed + j), so both strategies see the same samples."""
+    headers = {"X-Budget-Samples": "16", "X-Budget-K": "3"}
+    q = HARD[0]
+    r1, bom, _ = ask(
+        openai_client, q, "best-of-majority", headers, seed=1234, extra_body={"alpha": 0}
+    )
+    r2, bon, _ = ask(openai_client, q, "best-of-n", headers, seed=1234)
+    assert bom["sample_answers"] == bon["sample_answers"]  # the same pool
+    assert [choice_info(c)["answer"] for c in r1.choices] == [
+        choice_info(c)["answer"] for c in r2.choices
+    ]
+    assert bom["rule"] == "best-of-majority" and bon["rule"] == "best-of-n"
+
+
+@needs_reward
+def test_k1_alpha_at_the_unique_mode_is_majority(openai_client: Any) -> None:
+    """ALGORITHMS.md 3: k = 1 and alpha = the (unique) top frequency reduce BoM to
+    majority voting; same seeded pool for both strategies."""
+    checked = 0
+    for q in HARD:
+        r1, sc, _ = ask(openai_client, q, "self-consistency", {"X-Budget-Samples": "16"}, seed=7)
+        counts = sorted((c["count"] for c in sc["classes"]), reverse=True)
+        if len(counts) > 1 and counts[0] == counts[1]:
+            continue  # no unique mode: the property does not apply
+        alpha = counts[0] / 16
+        r2, bom, _ = ask(
+            openai_client,
+            q,
+            "best-of-majority",
+            {"X-Budget-Samples": "16"},
+            seed=7,
+            extra_body={"alpha": alpha},
+        )
+        assert bom["sample_answers"] == sc["sample_answers"]
+        assert choice_info(r2.choices[0])["answer"] == choice_info(r1.choices[0])["answer"]
+        checked += 1
+    assert checked >= 1
+
+
 def test_logprob_scorer_is_the_mean_token_logprob(openai_client: Any, hf_tokenizer: Any) -> None:
     r, tg, _ = ask(
         openai_client,
