@@ -74,3 +74,25 @@ def test_pets_rejects_bad_budgets_before_sampling(openai_client: Any, served_mod
     assert err.value.status_code == 400
     with pytest.raises(openai.BadRequestError):
         ask(openai_client, served_model, QUESTIONS[0].prompt, None, n=2)
+
+
+def test_calibrate_through_a_running_server(base_url: str, tmp_path: Any) -> None:
+    import json
+
+    from strategies.pets.cli import main
+    from strategies.pets.pools import load_pools
+
+    questions = tmp_path / "q.jsonl"
+    train = make_questions("train", 3, seed=21, min_ops=1, max_ops=4)
+    questions.write_text(
+        "".join(json.dumps({"prompt": q.prompt, "answer": q.answer}) + "\n" for q in train)
+    )
+    pools, out = tmp_path / "pools.jsonl", tmp_path / "table.json"
+    args = ["pets", "--questions", str(questions), "--pool", "6", "--average-budget", "6"]
+    args += ["--server", base_url, "--pools", str(pools), "--out", str(out), "--k-max", "8"]
+    assert main([*args, "--max-tokens", "300"]) == 0
+    records = load_pools(pools)
+    assert [len(r.answers) for r in records] == [6, 6, 6]
+    assert [r.item.gold for r in records] == [str(q.answer) for q in train]
+    table = PetsTable.load(out)
+    assert table.expected_budget <= 6 + 1e-9 and table.calibration["pool"] == 6
