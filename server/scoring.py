@@ -86,7 +86,10 @@ async def sampling_resources(
     scorers: list[Scorer] = [MeanLogprob()]
     model = await _reward_model(settings, stack)
     if model is not None:
-        scorers.append(RewardModelScorer(model, turn_end=chatml_turn_end(engine.tokens)))
+        max_len = getattr(model, "max_model_len", None)
+        scorers.append(
+            RewardModelScorer(model, turn_end=chatml_turn_end(engine.tokens), max_len=max_len)
+        )
     if settings.verifier_url:
         verifier = HttpVerifier(settings.verifier_url, timeout_s=settings.scorer_timeout_s)
         stack.push_async_callback(verifier.aclose)

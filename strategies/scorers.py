@@ -97,15 +97,24 @@ class RewardModelScorer:
     name: ClassVar[str] = "reward"
     needs_logprobs: ClassVar[bool] = False
 
-    def __init__(self, model: SequenceScorer, *, turn_end: Sequence[int] = ()) -> None:
+    def __init__(
+        self, model: SequenceScorer, *, turn_end: Sequence[int] = (), max_len: int | None = None
+    ) -> None:
         self.model = model
         self.turn_end = tuple(turn_end)
+        self.max_len = max_len  # the reward model's context, when it is known
 
     def sequence(self, query: ScoreQuery, sample: Sample) -> tuple[int, ...]:
+        """What the reward model scores for ``sample``. A response that does not fit
+        the reward model's context is cut at the end, like a sample the length limit
+        cut (the reward model saw such truncated turns in training)."""
         ids = sample.token_ids
         eos = set(query.tokens.eos_token_ids)
         while ids and ids[-1] in eos:
             ids = ids[:-1]
+        if self.max_len is not None:
+            room = self.max_len - len(query.prompt_token_ids) - len(self.turn_end)
+            ids = ids[: max(0, room)]
         return query.prompt_token_ids + ids + self.turn_end
 
     async def score(self, query: ScoreQuery) -> list[float]:

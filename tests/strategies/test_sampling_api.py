@@ -278,6 +278,32 @@ def test_budgets_compose_per_sample(openai_client: Any, hf_tokenizer: Any) -> No
     assert sum(a is not None for a in tg["sample_answers"]) >= n // 2  # cut, yet they answer
 
 
+def test_budgets_compose_in_two_pass_mode(openai_client: Any, hf_tokenizer: Any) -> None:
+    """Without the logits processor (forced here with ``elastic_mode``) the same
+    per-sample contract holds through elastic's two-pass fallback: one thinking
+    request with n = N, then one answer request per sample."""
+    t, s, n = 6, 12, 4
+    r, tg, _ = ask(
+        openai_client,
+        HARD[2],
+        "best-of-majority",
+        {"X-Budget-Samples": str(n), "X-Budget-Thinking": str(t), "X-Budget-Solution": str(s)},
+        extra_body={"elastic_mode": "two-pass"},
+    )
+    assert tg["per_sample_budget"]["mode"] == "two-pass"
+    assert tg["engine_requests"] == 1 + n
+    assert r.usage.completion_tokens == sum(tg["sample_tokens"])
+    assert r.usage.completion_tokens_details.reasoning_tokens == sum(tg["sample_reasoning_tokens"])
+    assert all(rt <= t for rt in tg["sample_reasoning_tokens"])
+    assert all(ct <= t + 1 + s for ct in tg["sample_tokens"])
+    for choice in r.choices:
+        i = choice_info(choice)["sample_index"]
+        assert (
+            n_tokens(hf_tokenizer, choice.message.reasoning_content)
+            == (tg["sample_reasoning_tokens"][i])
+        )
+
+
 def test_streaming_sends_progress_then_the_answer(base_url: str) -> None:
     n = 6
     body = {

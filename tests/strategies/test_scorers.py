@@ -113,6 +113,16 @@ def test_reward_sequence_is_the_rendered_turn(tokens: TokenizerTokens) -> None:
         assert list(scorer.sequence(q, sample)) == expected
 
 
+def test_reward_sequence_fits_the_reward_context(tokens: TokenizerTokens) -> None:
+    q = query(tokens, TEXTS)
+    end = chatml_turn_end(tokens)
+    limit = len(q.prompt_token_ids) + 5 + len(end)
+    scorer = RewardModelScorer(object(), turn_end=end, max_len=limit)  # type: ignore[arg-type]
+    seq = scorer.sequence(q, q.samples[0])
+    assert len(seq) == limit
+    assert seq == q.prompt_token_ids + q.samples[0].token_ids[:5] + end
+
+
 def test_verifier_round_trip(tokens: TokenizerTokens, http_server: Any) -> None:
     url = http_server(lambda body: (200, {"scores": [len(r) for r in body["responses"]]}))
     verifier = HttpVerifier(url + "/verify", timeout_s=5)
