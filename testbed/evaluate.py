@@ -194,12 +194,19 @@ def format_report(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def _display(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     model_dir: Path = args.model
     reward_dir: Path | None = args.reward
     generator = model_dir
     if is_reward_model(model_dir):
-        reward_dir, generator = model_dir, MODELS_DIR / "base"
+        reward_dir, generator = model_dir, _display(MODELS_DIR / "base")
     settings = EvalSettings(
         per_ops=max(1, args.n // (MAX_OPS - MIN_OPS + 1)),
         samples=args.samples,
@@ -215,8 +222,9 @@ def run_eval_command(args: argparse.Namespace) -> int:
         card = read_card(model_dir)
         if reward_dir == model_dir:
             # The reward card keeps only what it measures; the generator has its own card.
-            keep = ("model", "split", "questions_per_difficulty", "seed", "engine", "reward")
+            keep = ("split", "questions_per_difficulty", "seed", "engine", "reward")
             card["eval"] = {
+                "generator": report["model"],
                 **{k: report[k] for k in keep},
                 "scored": f"{settings.reward_samples} T={settings.temperature} samples "
                 "per test question from the generator",
