@@ -92,7 +92,8 @@ def _train(args: argparse.Namespace) -> int:
         card["host"] = {"python": platform.python_version(), "machine": platform.machine()}
         old = read_card(target)
         old.pop("status", None)
-        old.pop("eval", None)  # numbers of the previous weights no longer hold
+        for stale in ("eval", "vs_base_under_cut"):  # numbers of the previous weights
+            old.pop(stale, None)
         write_card(target, {**old, **card})
         print(json.dumps(card["training"], indent=2, default=str))
     return 0
