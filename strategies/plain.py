@@ -11,21 +11,22 @@ holds the generated ``token_ids`` (for exact accounting checks and RL pipelines)
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
 
 from strategies.base import (
     Choice,
-    ChoiceDelta,
     Final,
     StrategyContext,
     StrategyEvent,
     StrategyRequest,
     Usage,
 )
-from strategies.engine import Engine, FinishReason, GenerateRequest, ModelTokens, Sample
+from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
 from strategies.errors import InvalidRequest
-from strategies.reasoning import StreamSplitter, split_ids
+from strategies.reasoning import split_ids
+from strategies.trajectories import TrajectorySet
 
 
 class Plain:
@@ -51,50 +52,19 @@ class Plain:
             yield final_from_samples(samples, req, tokens, with_ids=with_ids)
             return
 
-        splitters = {
-            i: StreamSplitter(tokens, thinking_open=req.thinking_open) for i in range(req.n)
-        }
-        reasoning: dict[int, list[str]] = {i: [] for i in range(req.n)}
-        content: dict[int, list[str]] = {i: [] for i in range(req.n)}
-        finish: dict[int, FinishReason] = {}
-        ids: dict[int, list[int]] = {i: [] for i in range(req.n)}
-        stream = ctx.engine.stream(gen)
-        try:
+        trajectories = TrajectorySet(tokens, thinking_open=req.thinking_open)
+        # aclosing: a client that goes away closes this generator; the engine stream
+        # closes at once, which aborts it.
+        async with aclosing(ctx.engine.stream(gen)) as stream:
             async for delta in stream:
-                ids[delta.index].extend(delta.token_ids)
-                splitter = splitters[delta.index]
-                text = splitter.push(delta.token_ids)
-                r, c = text.reasoning, text.content
-                if delta.finish_reason is not None:
-                    rest = splitter.flush()
-                    r, c = r + rest.reasoning, c + rest.content
-                    finish[delta.index] = delta.finish_reason
-                reasoning[delta.index].append(r)
-                content[delta.index].append(c)
-                if r or c or delta.finish_reason is not None:
-                    yield ChoiceDelta(
-                        index=delta.index, reasoning=r, content=c, finish_reason=delta.finish_reason
-                    )
-        finally:
-            # Closed early (client gone): close the engine stream now, which aborts it.
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+                event = trajectories.push(delta)
+                if event is not None:
+                    yield event
         choices = tuple(
-            Choice(
-                index=i,
-                reasoning="".join(reasoning[i]),
-                content="".join(content[i]),
-                finish_reason=finish.get(i, "abort"),
-                info={"token_ids": ids[i]} if with_ids else {},
-            )
-            for i in range(req.n)
+            traj.choice(info={"token_ids": traj.token_ids} if with_ids else {})
+            for traj in (trajectories.get(i) for i in range(req.n))
         )
-        usage = Usage(
-            prompt_tokens=len(req.prompt_token_ids),
-            completion_tokens=sum(s.completion_tokens for s in splitters.values()),
-            reasoning_tokens=sum(s.reasoning_tokens for s in splitters.values()),
-        )
+        usage = trajectories.usage(len(req.prompt_token_ids))
         yield Final(choices=choices, usage=usage, samples=req.n)
 
 
