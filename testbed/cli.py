@@ -8,6 +8,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from testbed import MODELS_DIR
@@ -50,6 +51,7 @@ def _display(path: Path) -> Path:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from testbed.data import Variant
     from testbed.model import read_card, write_card
     from testbed.train import TrainSettings, settings_dict, train_causal
 
@@ -65,18 +67,17 @@ def _train(args: argparse.Namespace) -> int:
 
             rsettings = RewardSettings(seed=args.seed, minutes=minutes, base=str(base_dir))
             if args.max_steps is not None:
-                rsettings = RewardSettings(
-                    seed=args.seed, minutes=minutes, base=str(base_dir), max_steps=args.max_steps
-                )
+                rsettings = replace(rsettings, max_steps=args.max_steps)
             rresult = train_reward(rsettings, target, progress_bar=not args.no_progress)
             card: dict[str, object] = {"training": {**rresult.as_dict(), "started": started}}
         else:
-            kwargs: dict[str, object] = {"variant": variant, "seed": args.seed, "minutes": minutes}
+            causal: Variant = "base" if variant == "base" else "elastic"
+            settings = TrainSettings(variant=causal, seed=args.seed, minutes=minutes)
             if args.max_steps is not None:
-                kwargs["max_steps"] = args.max_steps
-            if variant == "elastic":
-                kwargs.update(init_from=str(base_dir), lr=1e-3, warmup_steps=20)
-            settings = TrainSettings(**kwargs)  # type: ignore[arg-type]
+                settings = replace(settings, max_steps=args.max_steps)
+            if causal == "elastic":
+                # Fine-tuning from base: a lower peak rate and a short warm-up.
+                settings = replace(settings, init_from=str(base_dir), lr=1e-3, warmup_steps=20)
             result = train_causal(settings, target, progress_bar=not args.no_progress)
             card = {
                 "training": {

@@ -17,13 +17,16 @@ from testbed.data import Example, Variant, example_stream
 from testbed.model import export, new_causal_lm
 from testbed.tokenizer import CharCodec
 
+# Default step cap, high enough that the wall-clock cap binds.
+UNCAPPED_STEPS = 100_000
+
 
 @dataclass(frozen=True, slots=True)
 class TrainSettings:
     variant: Variant
     seed: int = 0
     minutes: float = 20.0  # wall-clock cap; the schedule follows whichever cap is nearer
-    max_steps: int = 100_000
+    max_steps: int = UNCAPPED_STEPS
     batch_size: int = 48
     lr: float = 2e-3
     warmup_steps: int = 100
@@ -109,7 +112,9 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
     tokens = 0
     ema: float | None = None
     step = 0
-    bar = tqdm(total=settings.max_steps, disable=not progress_bar, desc=settings.variant)
+    # The wall-clock cap usually binds first: show a count, not a percentage of max_steps.
+    total = settings.max_steps if settings.max_steps < UNCAPPED_STEPS else None
+    bar = tqdm(total=total, disable=not progress_bar, desc=settings.variant)
     for batch in batches(stream, settings.batch_size, seed=settings.seed):
         elapsed = time.monotonic() - start
         if step >= settings.max_steps or elapsed >= budget_s:
