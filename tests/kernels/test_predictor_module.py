@@ -32,7 +32,7 @@ def _config(**kw: object) -> PredictorConfig:
         hidden_size=8, vocab_size=11, width=16, rank=4, think_end_id=4, boundary_token_ids=(7,)
     )
     base.update(kw)
-    return PredictorConfig(**base)  # type: ignore[arg-type]
+    return PredictorConfig(**base)
 
 
 def test_gamma_nll_is_the_negative_gamma_log_density() -> None:
@@ -41,7 +41,7 @@ def test_gamma_nll_is_the_negative_gamma_log_density() -> None:
     alpha = torch.empty(500, dtype=f64).uniform_(0.2, 80.0, generator=gen)
     rate = torch.empty(500, dtype=f64).uniform_(0.2, 40.0, generator=gen)
     x = torch.empty(500, dtype=f64).uniform_(0.3, 6.0, generator=gen)
-    torch.testing.assert_close(gamma_nll(alpha, rate, x), -Gamma(alpha, rate).log_prob(x))
+    torch.testing.assert_close(gamma_nll(alpha, rate, x), -Gamma(alpha, rate).log_prob(x))  # type: ignore[no-untyped-call]
 
 
 def test_remaining_lengths_count_think_end_as_the_last_step() -> None:
