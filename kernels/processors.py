@@ -33,6 +33,5 @@ def spec_for(name_or_spec: str, runner: Runner) -> str:
     except KeyError:
         known = ", ".join(sorted(CLASSES))
         raise ValueError(
-            f"unknown logits processor {name_or_spec!r}: a short name ({known}) "
-            "or 'module:Class'"
+            f"unknown logits processor {name_or_spec!r}: a short name ({known}) or 'module:Class'"
         ) from None
