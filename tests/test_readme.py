@@ -39,6 +39,10 @@ def test_every_setting_is_in_the_table() -> None:
     missing = [settings_row(names[flag]) for flag in sorted(set(names) - rows)]
     assert not missing, "settings missing from the README table; add:\n" + "\n".join(missing)
     assert rows - set(names) == set(), "README documents settings that do not exist"
+    stale = [settings_row(n) for n in Settings.model_fields if settings_row(n) not in table]
+    assert not stale, "README rows out of date (default or meaning); replace with:\n" + "\n".join(
+        stale
+    )
 
 
 def test_wire_protocol_names() -> None:
