@@ -21,8 +21,8 @@ def _long_body(model: str, **extra: Any) -> dict[str, Any]:
     return {
         "model": model,
         "messages": [{"role": "user", "content": "Compute 1+2+3 mod 10."}],
-        "n": 8,
-        "max_tokens": 400,
+        "n": 16,
+        "max_tokens": 460,
         "ignore_eos": True,
         "temperature": 1.0,
         **extra,
@@ -61,7 +61,7 @@ def test_disconnect_while_waiting_for_json_aborts(live_server: Any, served_model
     before = live_server.metrics().get(ABORTED, 0.0)
     url = f"{live_server.base_url}/v1/chat/completions"
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json=_long_body(served_model), timeout=httpx.Timeout(60, read=0.3))
+        httpx.post(url, json=_long_body(served_model), timeout=httpx.Timeout(60, read=0.1))
     _settled(live_server, before)
     # The server is fine afterwards.
     ok = httpx.post(url, json=_long_body(served_model, n=1, max_tokens=5), timeout=60)

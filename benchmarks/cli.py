@@ -1,0 +1,49 @@
+"""``thinkgate bench NAME [args]``: run one benchmark (from a checkout of the repo).
+
+Each writes its table (and plot) under ``benchmarks/results/``; ``--help`` after the
+name lists its own options.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
+    "elastic": ("benchmarks.elastic", "accuracy vs tokens: elastic, truncation, vLLM budget"),
+    "guidance": ("benchmarks.guidance", "budget guidance vs hard cut vs unconstrained"),
+    "guidance-overhead": ("benchmarks.guidance_overhead", "decode throughput with guidance"),
+    "sampling": ("benchmarks.sampling_accuracy", "majority / BoN / BoM accuracy vs N"),
+    "fanout": ("benchmarks.fanout", "one n=N engine request vs N requests"),
+    "pets": ("benchmarks.pets", "PETS online/offline vs uniform self-consistency"),
+    "kernels": ("benchmarks.kernels_elastic", "elastic mask op vs a per-row loop"),
+}
+
+
+def usage() -> str:
+    rows = "\n".join(f"  {name:18s} {doc}" for name, (_, doc) in BENCHMARKS.items())
+    return f"usage: thinkgate bench NAME [args]\n\nbenchmarks:\n{rows}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in BENCHMARKS:
+        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(BENCHMARKS[name][0])
+    entry = module.main
+    # Older scripts parse sys.argv themselves; give them the same view.
+    sys.argv = [f"thinkgate bench {name}", *rest]
+    result = entry(rest) if inspect.signature(entry).parameters else entry()
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
