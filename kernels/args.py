@@ -58,7 +58,7 @@ class ElasticArgs:
     thinking_open: bool = True
 
 
-def _int(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
+def int_arg(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
     """The int at ``key`` in ``[lo, hi]``, None when absent; ValueError naming the key."""
     if key not in extra or extra[key] is None:
         return None
@@ -83,16 +83,16 @@ def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
     """
     if not extra_args:
         return None
-    thinking = _int(extra_args, THINKING_BUDGET, 0, MAX_BUDGET)
+    thinking = int_arg(extra_args, THINKING_BUDGET, 0, MAX_BUDGET)
     if thinking is None:
         stray = sorted(k for k in extra_args if k in KEYS)
         if stray:
             raise ValueError(f"extra_args{stray} given without {THINKING_BUDGET!r}")
         return None
-    solution = _int(extra_args, SOLUTION_BUDGET, 0, MAX_BUDGET)
-    think_end = _int(extra_args, THINK_END_ID, 0, MAX_TOKEN_ID)
-    eos = _int(extra_args, EOS_ID, 0, MAX_TOKEN_ID)
-    open_ = _int(extra_args, THINKING_OPEN, 0, 1)
+    solution = int_arg(extra_args, SOLUTION_BUDGET, 0, MAX_BUDGET)
+    think_end = int_arg(extra_args, THINK_END_ID, 0, MAX_TOKEN_ID)
+    eos = int_arg(extra_args, EOS_ID, 0, MAX_TOKEN_ID)
+    open_ = int_arg(extra_args, THINKING_OPEN, 0, 1)
     if think_end is None:
         raise ValueError(f"extra_args[{THINK_END_ID!r}] is required with {THINKING_BUDGET!r}")
     if eos is None:

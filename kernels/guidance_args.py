@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from kernels.args import int_arg
+
 BUDGET: Final = "thinkgate_bg_budget"
 THINKING_OPEN: Final = "thinkgate_bg_thinking_open"
 MASK: Final = "thinkgate_bg_mask"
@@ -51,21 +53,6 @@ class GuidanceArgs:
     all_steps: bool = False
 
 
-def _int(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
-    """The int at ``key`` in ``[lo, hi]``, None when absent; ValueError naming the key."""
-    if key not in extra or extra[key] is None:
-        return None
-    value = extra[key]
-    # bool is an int subclass; True as a budget is a client bug, not 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(
-            f"extra_args[{key!r}] must be an integer, got {type(value).__name__} {value!r}"
-        )
-    if not lo <= value <= hi:
-        raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
-    return value
-
-
 def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
     """The request's :class:`GuidanceArgs`, or None when it is not guided.
 
@@ -75,10 +62,10 @@ def parse(extra_args: Mapping[str, object] | None) -> GuidanceArgs | None:
     """
     if not extra_args:
         return None
-    budget = _int(extra_args, BUDGET, -MAX_BUDGET, MAX_BUDGET)
-    open_ = _int(extra_args, THINKING_OPEN, 0, 1)
-    mask = _int(extra_args, MASK, 0, 1)
-    all_steps = _int(extra_args, ALL_STEPS, 0, 1)
+    budget = int_arg(extra_args, BUDGET, -MAX_BUDGET, MAX_BUDGET)
+    open_ = int_arg(extra_args, THINKING_OPEN, 0, 1)
+    mask = int_arg(extra_args, MASK, 0, 1)
+    all_steps = int_arg(extra_args, ALL_STEPS, 0, 1)
     if budget is None:
         stray = sorted(k for k in (THINKING_OPEN, MASK, ALL_STEPS) if k in extra_args)
         if stray:
