@@ -35,8 +35,7 @@ from typing import ClassVar
 
 from kernels import guidance_args
 from strategies import elastic
-from strategies.base import JSON, Choice, StrategyContext, StrategyEvent, StrategyRequest
-from strategies.base import Final as FinalEvent
+from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
 from strategies.elastic import ElasticPlan
 from strategies.engine import Engine, ExtraArg, FinishReason, GenerateRequest, SamplingConfig
@@ -175,17 +174,8 @@ class BudgetGuidance:
                 event = trajectories.push(delta)
                 if event is not None and request.stream:
                     yield event
-        choices: list[Choice] = []
-        per_choice: list[JSON] = []
-        for traj in trajectories.ordered():
-            reason, info = _outcome(traj, p)
-            choices.append(traj.choice(finish_reason=reason, info=info))
-            per_choice.append(info)
-        yield FinalEvent(
-            choices=tuple(choices),
-            usage=trajectories.usage(len(request.prompt_token_ids)),
-            samples=len(choices),
-            info={**_plan_info(p), "choices": per_choice},
+        yield trajectories.final(
+            len(request.prompt_token_ids), lambda traj: _outcome(traj, p), _plan_info(p)
         )
 
     async def _vote(

@@ -18,8 +18,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Final
 
 from kernels import args as elastic_args
-from strategies.base import JSON, Choice, StrategyContext, StrategyEvent, StrategyRequest
-from strategies.base import Final as FinalEvent
+from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
 from strategies.errors import InvalidBudget, InvalidRequest
@@ -176,24 +175,12 @@ class Elastic:
                 event = trajectories.push(delta)
                 if event is not None:
                     yield event
-        choices: list[Choice] = []
-        per_choice: list[JSON] = []
-        for traj in trajectories.ordered():
-            reason, info = outcome(traj, p)
-            choices.append(traj.choice(finish_reason=reason, info=info))
-            per_choice.append(info)
-        yield FinalEvent(
-            choices=tuple(choices),
-            usage=trajectories.usage(len(request.prompt_token_ids)),
-            samples=len(choices),
-            info={
-                "mode": mode,
-                "thinking_budget": p.thinking,
-                "solution_budget": p.solution,
-                "cut": any(bool(c["cut"]) for c in per_choice if isinstance(c, dict)),
-                "choices": per_choice,
-            },
+        final = trajectories.final(
+            len(request.prompt_token_ids),
+            lambda traj: outcome(traj, p),
+            {"mode": mode, "thinking_budget": p.thinking, "solution_budget": p.solution},
         )
+        yield replace(final, info={**final.info, "cut": any(c.info["cut"] for c in final.choices)})
 
 
 async def two_pass(

@@ -7,10 +7,10 @@ choices with exact usage; this module is that shared part.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from strategies.base import JSON, Choice, ChoiceDelta, Usage
+from strategies.base import JSON, Choice, ChoiceDelta, Final, Usage
 from strategies.engine import FinishReason, ModelTokens, SampleDelta
 from strategies.reasoning import StreamSplitter
 
@@ -51,6 +51,10 @@ class Trajectory:
             finish_reason=finish_reason or self.finish_reason or "abort",
             info=info or {},
         )
+
+
+# Finish reason and per-choice details of a finished trajectory (strategy-specific).
+Outcome = Callable[[Trajectory], tuple[FinishReason, dict[str, JSON]]]
 
 
 class TrajectorySet:
@@ -101,6 +105,22 @@ class TrajectorySet:
 
     def ordered(self) -> list[Trajectory]:
         return [self.by_index[i] for i in sorted(self.by_index)]
+
+    def final(self, prompt_tokens: int, outcome: Outcome, info: Mapping[str, JSON]) -> Final:
+        """The result: a choice per trajectory, finish reason and details from ``outcome``;
+        the details of every choice are also listed in ``info["choices"]``."""
+        choices: list[Choice] = []
+        details: list[JSON] = []
+        for traj in self.ordered():
+            reason, detail = outcome(traj)
+            choices.append(traj.choice(finish_reason=reason, info=detail))
+            details.append(detail)
+        return Final(
+            choices=tuple(choices),
+            usage=self.usage(prompt_tokens),
+            samples=len(choices),
+            info={**info, "choices": details},
+        )
 
 
 async def follow(
