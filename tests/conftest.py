@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 import testbed
@@ -48,6 +50,40 @@ class LiveServer:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def post_and_leave(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        """POST ``body`` and close the connection while the server works on it.
+
+        A raw socket, not a client read timeout: on a loaded box a starved client finds
+        the whole answer waiting when it is next scheduled and never times out. The
+        connection is closed once /metrics shows the request in flight; if the answer
+        came first (the box stalled this process), it tries again, three times at most.
+        """
+        url = urlsplit(self.base_url)
+        host, port = url.hostname or "127.0.0.1", url.port or 80
+        payload = orjson.dumps(body)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"{extra}Content-Length: {len(payload)}\r\n\r\n"
+        ).encode()
+        answers = []
+        for _ in range(3):
+            with socket.create_connection((host, port), timeout=30) as sock:
+                sock.sendall(head + payload)
+                sock.setblocking(False)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if self.metrics().get("thinkgate_inflight_requests", 0.0) >= 1:
+                        return  # closing the socket now is the disconnect under test
+                    try:
+                        answers.append(sock.recv(300).decode(errors="replace"))
+                        break  # answered before we saw it in flight: try again
+                    except BlockingIOError:
+                        time.sleep(0.01)
+        pytest.fail("never caught the request in flight; answers:\n" + "\n".join(answers))
 
     def metrics(self) -> dict[str, float]:
         """Current /metrics samples as ``{'name{labels}': value}``."""

@@ -231,6 +231,10 @@ class LocalEngine:
                 async for out in stream:
                     finished = out.finished
                     yield out
+                    # vLLM hands over queued outputs without suspending: a consumer that
+                    # keeps up would hold the event loop for a whole n=64 draw and stall
+                    # every other request (even /metrics). Yield once per engine output.
+                    await asyncio.sleep(0)
         finally:
             if not finished:
                 # Cancelled or closed early: vLLM aborts too, but its abort awaits inside
