@@ -183,6 +183,10 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+        # Once the body is read, a receive() may answer at once with an empty
+        # http.request (seen after a streamed response on the same server): without a
+        # pause this loop would hold the event loop for the whole request.
+        await asyncio.sleep(0.05)
 
 
 async def _first(events: AsyncIterator[StrategyEvent], strategy: str) -> StrategyEvent:
