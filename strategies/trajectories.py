@@ -7,7 +7,7 @@ choices with exact usage; this module is that shared part.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from strategies.base import JSON, Choice, ChoiceDelta, Final, Usage
@@ -121,17 +121,3 @@ class TrajectorySet:
             samples=len(choices),
             info={**info, "choices": details},
         )
-
-
-async def follow(
-    deltas: AsyncIterator[SampleDelta], trajectories: TrajectorySet
-) -> AsyncIterator[ChoiceDelta]:
-    """Live text events of a stream; ``trajectories`` holds the results afterwards."""
-    async for delta in deltas:
-        event = trajectories.push(delta)
-        if event is not None:
-            yield event
-
-
-def finished(trajectories: Iterable[Trajectory]) -> bool:
-    return all(t.finish_reason is not None for t in trajectories)
