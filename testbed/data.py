@@ -9,7 +9,16 @@ from typing import Final, Literal
 
 from testbed.task import MAX_OPS, MIN_OPS, Question, random_expr, split_of
 from testbed.tokenizer import CharCodec, chat_prompt
-from testbed.traces import CONCISE, FULL, LIGHT, Trace, cut_trace, make_trace
+from testbed.traces import (
+    CONCISE,
+    FULL,
+    LIGHT,
+    THOROUGH,
+    Trace,
+    classify_line,
+    cut_trace,
+    make_trace,
+)
 
 Variant = Literal["base", "elastic"]
 VARIANTS: Final[tuple[Variant, ...]] = ("base", "elastic")
@@ -17,23 +26,49 @@ VARIANTS: Final[tuple[Variant, ...]] = ("base", "elastic")
 
 @dataclass(frozen=True, slots=True)
 class Example:
-    """A prompt+completion sequence; the loss counts only tokens with weight 1."""
+    """A prompt+completion sequence with per-token loss weights (0 = not learned)."""
 
     ids: tuple[int, ...]
     weights: tuple[float, ...]
+    merged_positions: tuple[int, ...] = ()  # token positions of merged lines' result digits
 
 
-def encode_trace(codec: CharCodec, trace: Trace) -> Example:
-    """Prompt tokens get weight 0 (the model never writes them); so does a forced `</think>`."""
+def merged_result_offsets(thinking: str) -> list[int]:
+    """Character offsets of the result digit of every complete merged line (`1-5+7=3`).
+
+    Characters are tokens, so these are also token offsets into the thinking ids.
+    """
+    offsets: list[int] = []
+    start = 0
+    for line in thinking.split("\n"):
+        if classify_line(line) == "merged":
+            offsets.append(start + len(line) - 1)
+        start += len(line) + 1
+    return offsets
+
+
+def encode_trace(codec: CharCodec, trace: Trace, *, merge_weight: float = 1.0) -> Example:
+    """Prompt tokens get weight 0 (the model never writes them); so does a forced `</think>`.
+
+    `merge_weight` scales the result digit of merged lines: two operations in one token is
+    the one step a small model gets wrong, and a plain loss spends almost all of its
+    gradient on the easy copy tokens around it.
+    """
     prompt = codec.encode(chat_prompt(trace.question.prompt))
     thinking = codec.encode(trace.thinking)
     answer = codec.encode(trace.answer_text)
     close_weight = 0.0 if trace.forced_close else 1.0
     ids = [*prompt, *thinking, codec.think_end_id, *answer, codec.eos_id]
-    weights = (
-        [0.0] * len(prompt) + [1.0] * len(thinking) + [close_weight] + [1.0] * (len(answer) + 1)
+    thinking_weights = [1.0] * len(thinking)
+    offsets = merged_result_offsets(trace.thinking)
+    for offset in offsets:
+        thinking_weights[offset] = merge_weight
+    weights = [0.0] * len(prompt) + thinking_weights + [close_weight] + [1.0] * (len(answer) + 1)
+    return Example(
+        ids=tuple(ids),
+        weights=tuple(weights),
+        merged_positions=tuple(len(prompt) + o for o in offsets),
     )
-    return Example(ids=tuple(ids), weights=tuple(weights))
 
 
 def train_question(
@@ -45,7 +80,7 @@ def train_question(
             return Question.from_expr(expr)
 
 
-def variant_trace(variant: Variant, rng: random.Random) -> Trace:
+def variant_trace(variant: Variant, rng: random.Random, *, thorough_share: float = 0.0) -> Trace:
     """One training trace drawn from the variant's mixture.
 
     `elastic` is mostly concise (no or few checks) so that greedy decoding stops checking,
@@ -54,6 +89,9 @@ def variant_trace(variant: Variant, rng: random.Random) -> Trace:
     """
     question = train_question(rng)
     if variant == "base":
+        # No draw at share 0: the stream of the first training phase stays what it was.
+        if thorough_share > 0.0 and rng.random() < thorough_share:
+            return make_trace(question, rng, THOROUGH)
         return make_trace(question, rng, FULL)
     draw = rng.random()
     if draw < 0.45:
@@ -66,7 +104,15 @@ def variant_trace(variant: Variant, rng: random.Random) -> Trace:
     return make_trace(question, rng, FULL)
 
 
-def example_stream(codec: CharCodec, variant: Variant, *, seed: int) -> Iterator[Example]:
+def example_stream(
+    codec: CharCodec,
+    variant: Variant,
+    *,
+    seed: int,
+    merge_weight: float = 1.0,
+    thorough_share: float = 0.0,
+) -> Iterator[Example]:
     rng = random.Random(f"{variant}:{seed}")
     while True:
-        yield encode_trace(codec, variant_trace(variant, rng))
+        trace = variant_trace(variant, rng, thorough_share=thorough_share)
+        yield encode_trace(codec, trace, merge_weight=merge_weight)

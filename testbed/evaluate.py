@@ -232,5 +232,41 @@ def run_eval_command(args: argparse.Namespace) -> int:
             }
         else:
             card["eval"] = {**report, "command": command}
+            versus = versus_base_under_cut(report, read_card(MODELS_DIR / "base"))
+            if versus is not None and model_dir.resolve() != (MODELS_DIR / "base").resolve():
+                card["vs_base_under_cut"] = versus
         write_card(model_dir, card)
     return 0
+
+
+def versus_base_under_cut(
+    report: dict[str, object], base_card: dict[str, object]
+) -> dict[str, object] | None:
+    """Accuracy on 6-12 ops under each thinking cut, this model against `base`'s card.
+
+    Only when both ran the cut curve on the same questions (same split, size and seed).
+    """
+    base_eval = base_card.get("eval")
+    if not isinstance(base_eval, dict):
+        return None
+    same = ("split", "questions_per_difficulty", "seed")
+    if any(base_eval.get(k) != report.get(k) for k in same):
+        return None
+    mine, theirs = report.get("cut"), base_eval.get("cut")
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return None
+    rows: dict[str, object] = {}
+    for per_op, row in mine["tokens_per_op"].items():
+        other = theirs["tokens_per_op"].get(per_op)
+        if other is None:
+            continue
+        rows[per_op] = {
+            "base": other["acc_6_12"],
+            "this": row["acc_6_12"],
+            "points": round(100 * (row["acc_6_12"] - other["acc_6_12"]), 1),
+        }
+    return {
+        "acc_6_12_by_tokens_per_op": rows,
+        "note": "eval.cut of this card against testbed/models/base/card.json "
+        "(same test questions, same seed)",
+    }

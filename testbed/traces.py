@@ -31,6 +31,9 @@ class TraceStyle:
 FULL: Final = TraceStyle(check_prob=0.6, merge_prob=0.15)
 CONCISE: Final = TraceStyle(check_prob=0.0, merge_prob=0.15)
 LIGHT: Final = TraceStyle(check_prob=0.15, merge_prob=0.15)
+# Every step checked and none merged: what greedy decoding of `base` writes, so training
+# on a few of these keeps greedy's longest traces inside the lengths the model has seen.
+THOROUGH: Final = TraceStyle(check_prob=1.0, merge_prob=0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,8 @@ class TrainSettings:
     weight_decay: float = 0.01
     threads: int = 2
     init_from: str | None = None  # a model directory to fine-tune instead of a fresh init
+    merge_weight: float = 1.0  # loss weight of merged lines' result digits (see data.py)
+    thorough_share: float = 0.0  # share of fully checked `base` traces (see traces.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,7 @@ class TrainResult:
     tokens: int
     wall_s: float
     final_loss: float
+    merged_result_prob: float | None = None  # EMA over training batches, see below
 
 
 def batches(stream: Iterator[Example], batch_size: int, *, seed: int) -> Iterator[list[Example]]:
@@ -106,11 +109,18 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         lr=settings.lr,
         betas=(0.9, 0.98),
     )
-    stream = example_stream(codec, settings.variant, seed=settings.seed)
+    stream = example_stream(
+        codec,
+        settings.variant,
+        seed=settings.seed,
+        merge_weight=settings.merge_weight,
+        thorough_share=settings.thorough_share,
+    )
     budget_s = settings.minutes * 60.0
     start = time.monotonic()
     tokens = 0
     ema: float | None = None
+    merged_ema: float | None = None
     step = 0
     # The wall-clock cap usually binds first: show a count, not a percentage of max_steps.
     total = settings.max_steps if settings.max_steps < UNCAPPED_STEPS else None
@@ -133,15 +143,51 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         tokens += int(mask.sum())
         value = float(loss.detach())
         ema = value if ema is None else 0.98 * ema + 0.02 * value
+        merged = merged_result_prob(logits.detach(), ids, batch)
+        if merged is not None:
+            merged_ema = merged if merged_ema is None else 0.98 * merged_ema + 0.02 * merged
         bar.update(1)
         if step % 10 == 0:
             rate = tokens / max(1e-9, time.monotonic() - start)
-            bar.set_postfix(loss=f"{ema:.4f}", tok_s=f"{rate:.0f}", min=f"{elapsed / 60:.1f}")
+            bar.set_postfix(
+                loss=f"{ema:.4f}",
+                merged_p=f"{merged_ema or 0.0:.3f}",
+                tok_s=f"{rate:.0f}",
+                min=f"{elapsed / 60:.1f}",
+            )
     bar.close()
     wall = time.monotonic() - start
     model.train(False)
     export(model, codec, out)
-    return TrainResult(steps=step, tokens=tokens, wall_s=wall, final_loss=ema or float("nan"))
+    return TrainResult(
+        steps=step,
+        tokens=tokens,
+        wall_s=wall,
+        final_loss=ema or float("nan"),
+        merged_result_prob=merged_ema,
+    )
+
+
+def merged_result_prob(
+    logits: torch.Tensor, ids: torch.Tensor, batch: list[Example]
+) -> float | None:
+    """Mean probability the model gives the right result digit of merged lines in `batch`.
+
+    The sampled accuracy of merged lines at temperature 1 is this number, so training can
+    watch the one step it finds hard; None when the batch has no merged line.
+    """
+    rows: list[int] = []
+    cols: list[int] = []
+    for row, example in enumerate(batch):
+        for col in example.merged_positions:
+            rows.append(row)
+            cols.append(col)
+    if not rows:
+        return None
+    r = torch.tensor(rows)
+    c = torch.tensor(cols)
+    probs = logits[r, c - 1].float().softmax(-1)
+    return float(probs.gather(1, ids[r, c].unsqueeze(1)).mean())
 
 
 def settings_dict(settings: TrainSettings) -> dict[str, object]:

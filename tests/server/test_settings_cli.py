@@ -56,6 +56,7 @@ def test_tools_receive_their_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
     fake = types.ModuleType("tests.server.fake_tool")
+
     def fake_main(argv: list[str]) -> int:
         seen.append(argv)
         return 3

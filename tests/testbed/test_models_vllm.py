@@ -13,13 +13,15 @@ import pytest
 
 from testbed import model_path
 from testbed.engine import classify, generate, generate_with_cut, load_llm, reward_text
-from testbed.metrics import auroc, majority
+from testbed.metrics import auroc, line_stats, majority
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CHARACTERS, IM_END, CharCodec, chat_prompt
 from testbed.traces import classify_line
 
 if TYPE_CHECKING:
     from vllm import LLM
+
+    from testbed.engine import Completion
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -88,13 +90,28 @@ def test_base_thinking_grows_with_difficulty(base: LLM) -> None:
     assert sum(twelve) / len(twelve) >= 3 * sum(two) / len(two)
 
 
-def test_base_voting_beats_one_sample(base: LLM) -> None:
-    # 5-8 operations: where one sample errs often but not systematically (card: T=1 ~0.5,
-    # majority ~0.8); at 10+ base's errors repeat, and votes stop helping.
-    groups = generate(base, per_ops(5, 5, 8), n=16, temperature=1.0)
-    single = sum(c.correct for g in groups for c in g) / sum(len(g) for g in groups)
-    vote = sum(majority(c.answer for c in g) == g[0].question.answer for g in groups) / len(groups)
-    assert vote >= single + 0.05, (single, vote)
+@pytest.fixture(scope="module")
+def sampled(base: LLM) -> list[list[Completion]]:
+    # 8-12 operations at T=1: long enough traces to hold many check and merged lines.
+    return generate(base, per_ops(4, 8, 12), n=16, temperature=1.0)
+
+
+def test_base_voting_beats_one_sample(sampled: list[list[Completion]]) -> None:
+    # One sample at T=1 is right 0.5-0.9 of the time here and its errors scatter over the
+    # other digits, so a majority of 16 recovers them (card: 0.79 -> 1.0 on 6-12). The
+    # issue asks for at least 10 points.
+    single = sum(c.correct for g in sampled for c in g) / sum(len(g) for g in sampled)
+    votes = [majority(c.answer for c in g) == g[0].question.answer for g in sampled]
+    vote = sum(votes) / len(votes)
+    assert vote >= single + 0.10, (single, vote)
+
+
+def test_base_sampled_lines_follow_the_training_rates(sampled: list[list[Completion]]) -> None:
+    stats = line_stats(c for g in sampled for c in g)
+    assert 0.45 <= stats.check_rate <= 0.8, stats  # trained 0.6 (0.64 in the focus phase)
+    assert 0.07 <= stats.merge_rate <= 0.2, stats  # trained 0.15 (0.135)
+    assert stats.merged_lines >= 50 and stats.merged_correct / stats.merged_lines >= 0.8, stats
+    assert stats.step_correct / stats.step_lines >= 0.97, stats
 
 
 def test_elastic_beats_base_under_a_thinking_cut(base: LLM, elastic: LLM) -> None:

@@ -34,6 +34,52 @@ def test_loss_weights_cover_the_completion_only() -> None:
     assert all(w == 1.0 for w in cut.weights[close + 1 :])
 
 
+def test_merge_weight_lands_on_merged_result_digits_only() -> None:
+    import random
+
+    from testbed.data import merged_result_offsets
+    from testbed.task import Question
+    from testbed.traces import Trace
+
+    assert merged_result_offsets("3+8=1\n1-5+7=3\ncheck 3-7=6\n") == [12]
+    assert merged_result_offsets("3+8=1\n1-5+") == []  # cut mid-line: nothing to weigh
+    codec = CharCodec()
+    trace = Trace(question=Question.from_expr("3+8-5+7"), thinking="3+8=1\n1-5+7=3\n")
+    example = encode_trace(codec, trace, merge_weight=8.0)
+    heavy = [i for i, w in enumerate(example.weights) if w == 8.0]
+    assert heavy == list(example.merged_positions) and len(heavy) == 1
+    assert codec.decode([example.ids[heavy[0]]]) == "3"
+    assert codec.decode(list(example.ids[heavy[0] - 6 : heavy[0]])) == "1-5+7="
+    plain = encode_trace(codec, trace)
+    assert set(plain.weights) <= {0.0, 1.0} and plain.merged_positions == example.merged_positions
+    # Merged lines appear at their training rate, so every batch of base has some.
+    rng = random.Random(0)
+    traces = [variant_trace("base", rng) for _ in range(200)]
+    assert sum(len(merged_result_offsets(t.thinking)) for t in traces) > 100
+
+
+def test_thorough_share_adds_fully_checked_traces_without_shifting_share_zero() -> None:
+    import random
+
+    from testbed.traces import Trace, classify_line
+
+    def draw(share: float | None) -> list[Trace]:
+        rng = random.Random(3)
+        if share is None:
+            return [variant_trace("base", rng) for _ in range(300)]
+        return [variant_trace("base", rng, thorough_share=share) for _ in range(300)]
+
+    def fully_checked(trace: Trace) -> bool:
+        kinds = [classify_line(line) for line in trace.thinking.splitlines()]
+        return "merged" not in kinds and kinds.count("check") == kinds.count("step")
+
+    default = draw(None)
+    assert draw(0.0) == default  # the first phase's example stream is unchanged
+    before = sum(map(fully_checked, default)) / len(default)
+    after = sum(map(fully_checked, draw(0.5))) / len(default)
+    assert after > before + 0.3, (before, after)
+
+
 def test_weighted_loss_ignores_zero_weight_tokens() -> None:
     ids = torch.tensor([[1, 2, 3]])
     logits = torch.zeros(1, 3, 5)
@@ -114,5 +160,16 @@ def test_cli_train_writes_card(tmp_path: Path) -> None:
     )
     assert rc == 0
     card = json.loads((tmp_path / "base" / "card.json").read_text())
-    assert card["training"]["steps"] == 2
+    scratch, focus = card["training"]["phases"]
+    assert scratch["steps"] == focus["steps"] == 2 and card["training"]["steps"] == 4
+    assert scratch["settings"]["init_from"] is None and scratch["settings"]["merge_weight"] == 1
+    assert focus["settings"]["merge_weight"] > 1 and focus["settings"]["thorough_share"] > 0
     assert card["model"] == "base"
+    # The focus phase alone keeps the first phase's record and replaces the second.
+    rc = main(
+        ["train", "--variant", "base-focus", "--max-steps", "3", "--out", str(tmp_path)]
+        + ["--no-progress"]
+    )
+    assert rc == 0
+    card = json.loads((tmp_path / "base" / "card.json").read_text())
+    assert [p["steps"] for p in card["training"]["phases"]] == [2, 3]
