@@ -1,13 +1,16 @@
 """PETS benchmark on the testbed, in the paper's protocol (ALGORITHMS.md section 4).
 
-    python benchmarks/pets.py pools   # draw 64-sample pools once (in-process vLLM), cache
+    python benchmarks/pets.py pools   # draw 64-sample pools once (HTTP API), cache them
     python benchmarks/pets.py sweep   # simulate uniform / online / offline on the pools
     python benchmarks/pets.py micro   # ms per OKG allocation round for 1,000 questions
-    python benchmarks/pets.py all
+    python benchmarks/pets.py live    # the same methods through the HTTP API (pets_live.py)
+    python benchmarks/pets.py all     # pools, sweep, micro (live is separate: ~10 min)
 
-Pools: calibration questions from the train split, evaluation questions from the test
-split (they never overlap), each with a pool of 64 samples at temperature 1, drawn
-through vLLM on ``testbed/models/base`` and cached in ``benchmarks/results/``.
+Pools: calibration questions from the train split (the shipped table's questions),
+evaluation questions from the test split (they never overlap), each with a pool of 64
+samples at temperature 1, drawn through a thinkgate server's HTTP API (strategy
+``plain``, ``n = 64``; ``--via local`` uses an in-process vLLM engine instead) on
+``testbed/models/base`` and cached in ``benchmarks/results/``.
 Sweep: per run every pool is shuffled; the consistency label is the shuffled pool's
 majority. Uniform takes a prefix of B; PETS online uses a table calibrated on the
 train pools for each average budget; PETS offline runs OKG over the whole test set.
@@ -20,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +37,9 @@ from strategies.pets.pools import (  # noqa: E402
     Item,
     PoolRecord,
     Sampling,
+    draw_http,
     draw_local,
+    load_items,
     load_pools,
     save_pools,
 )
@@ -41,8 +47,9 @@ from strategies.pets.simulate import Outcome, Pool, offline, online, uniform  # 
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "testbed" / "models" / "base"
+CALIBRATION_QUESTIONS = ROOT / "strategies" / "pets" / "tables" / "testbed-train-questions.jsonl"
 UNIFORM_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64)
+PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 20, 24, 26, 28, 30, 32, 34, 36, 38, 40, 44, 48, 56, 64)
 
 
 def pool_path(split: str) -> Path:
@@ -50,20 +57,20 @@ def pool_path(split: str) -> Path:
 
 
 def cmd_pools(args: argparse.Namespace) -> None:
-    """Draw the pools that are not cached yet (resumable: saved per engine chunk)."""
+    """Draw the pools that are not cached yet (resumable: saved per chunk of questions)."""
     from testbed.task import make_questions
 
     sets = {
-        "train": make_questions("train", args.calibration, seed=11),
-        "test": make_questions("test", args.test, seed=12),
+        "train": load_items(CALIBRATION_QUESTIONS)[: args.calibration],
+        "test": [
+            Item(messages=({"role": "user", "content": q.prompt},), gold=str(q.answer))
+            for q in make_questions("test", args.test, seed=12)
+        ],
     }
     todo: list[tuple[str, Item]] = []
-    for split, questions in sets.items():
+    for split, items in sets.items():
         have = len(load_pools(pool_path(split))) if pool_path(split).exists() else 0
-        todo += [
-            (split, Item(messages=({"role": "user", "content": q.prompt},), gold=str(q.answer)))
-            for q in questions[have:]
-        ]
+        todo += [(split, item) for item in items[have:]]
     if not todo:
         return
     started = time.perf_counter()
@@ -74,9 +81,23 @@ def cmd_pools(args: argparse.Namespace) -> None:
             split, _ = queue.pop(0)
             save_pools(pool_path(split), [record], append=True)
 
-    records = draw_local(
-        args.model, [it for _, it in todo], Sampling(pool=args.pool, seed=0), on_chunk=save
-    )
+    sampling = Sampling(pool=args.pool, seed=0)
+    items = [it for _, it in todo]
+    records: list[PoolRecord] = []
+    if args.via == "local":
+        records = draw_local(args.model, items, sampling, on_chunk=save)
+    else:
+        from benchmarks.servers import thinkgate
+
+        with thinkgate(args.model, log=RESULTS / "logs" / "pets-pools-server.log") as url:
+            chunk = 8
+            for lo in range(0, len(items), chunk):
+                # Seeds follow the question's index in the whole run, as in one call.
+                part = draw_http(
+                    url, items[lo : lo + chunk], replace(sampling, seed=lo * args.pool)
+                )
+                save(part)
+                records += part
     seconds = time.perf_counter() - started
     tokens = sum(sum(r.completion_tokens) for r in records)
     print(f"pools: {len(records)} x {args.pool} samples, {tokens} tokens in {seconds:.0f} s")
@@ -88,6 +109,17 @@ def first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> 
         if out.sc >= target - 1e-12:
             return out.samples
     return None
+
+
+def budget_holding(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+    """Smallest measured average budget from which SC stays at ``target`` or above at
+    every larger measured budget (``first_budget_reaching`` may be a lucky touch)."""
+    held: float | None = None
+    for _budget, out in sorted(curve, key=lambda c: c[1].samples, reverse=True):
+        if out.sc < target - 1e-12:
+            break
+        held = out.samples
+    return held
 
 
 def budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | None:
@@ -139,7 +171,8 @@ def write_report(
     lines = [
         "# PETS on the testbed (base model)",
         "",
-        f"Pools of {len(test[0].labels)} samples per question (temperature 1.0); "
+        f"Pools of {len(test[0].labels)} samples per question (temperature 1.0, drawn "
+        f"through the {'thinkgate HTTP API' if args.via == 'http' else 'in-process engine'}); "
         f"{len(cal)} calibration questions (train split), {len(test)} evaluation questions "
         f"(test split). Uniform and online: {args.runs} shuffles; offline (OKG, batch "
         f"{args.batch}, {args.draws} draws): {args.offline_runs} shuffles.",
@@ -173,10 +206,13 @@ def write_report(
             )
         name = f"{level:.4f} (uniform@{b})" if b != 64 else "1.0 (maximum)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    held = {m: budget_holding(c, max_sc) for m, c in curves.items()}
     lines.append("")
     lines.append(
         "Smallest measured budget with SC = 1.0: "
         + ", ".join(f"{m} {v:.2f}" if v else f"{m} not reached" for m, v in reach.items())
+        + "; from which SC stays 1.0 at every larger measured budget: "
+        + ", ".join(f"{m} {v:.2f}" if v else f"{m} never" for m, v in held.items())
     )
     lines += ["", "## Online tables (B_t per warm-up pattern)", ""]
     for target, plan in tables.items():
@@ -250,8 +286,8 @@ def cmd_micro(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=("pools", "sweep", "micro", "all"))
-    p.add_argument("--calibration", type=int, default=64, help="train-split questions")
+    p.add_argument("command", choices=("pools", "sweep", "micro", "live", "all"))
+    p.add_argument("--calibration", type=int, default=48, help="train-split questions")
     p.add_argument("--test", type=int, default=100, help="test-split questions")
     p.add_argument("--pool", type=int, default=64)
     p.add_argument("--model", default=str(MODEL), help="model directory for the pools")
@@ -261,6 +297,8 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=500)
     p.add_argument("--classes", type=int, default=16)
     p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--via", choices=("http", "local"), default="http", help="pool sampler")
+    p.add_argument("--average-budget", type=float, default=16.0, help="live: B_bar")
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.command in ("pools", "all"):
@@ -271,6 +309,25 @@ def main() -> None:
         if args.command == "all":
             args.batch = 16  # the sweep's batch is OKG's sequential rule; engines use rounds
         cmd_micro(args)
+    if args.command == "live":
+        cmd_live(args)
+
+
+def cmd_live(args: argparse.Namespace) -> None:
+    from benchmarks.pets_live import run_live
+
+    cal = [r.to_pool() for r in load_pools(pool_path("train"))]
+    table = build_table(
+        fit_pools(cal, seed=0),
+        average_budget=args.average_budget,
+        b_max=64,
+        calibration={"pool": args.pool, "source": str(pool_path("train")), "seed": 0},
+    )
+    path = RESULTS / "logs" / f"pets-table-{args.average_budget:g}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.save(path)
+    records = load_pools(pool_path("test"))
+    print(run_live(args.model, records, path, average_budget=args.average_budget, results=RESULTS))
 
 
 if __name__ == "__main__":

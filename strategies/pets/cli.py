@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--model", default=None, help="model directory for an in-process engine")
     src.add_argument("--server", default=None, help="URL of a running thinkgate server")
     p.add_argument("--api-key", default=None, help="bearer key for --server")
+    p.add_argument("--max-n", type=int, default=16, help="--server's --max-n: samples per request")
     p.add_argument("--pools", type=Path, default=None, help="pool cache (JSONL)")
     p.add_argument("--out", type=Path, default=DEFAULT_TABLE, help="table path")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -74,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
         )
         if args.server:
-            records = draw_http(args.server, items, sampling, api_key=args.api_key)
+            records = draw_http(
+                args.server, items, sampling, api_key=args.api_key, max_n=args.max_n
+            )
         else:
             records = draw_local(str(args.model or DEFAULT_MODEL), items, sampling)
         if args.pools is not None:

@@ -201,7 +201,12 @@ def _record(item: Item, out: Any, tokenizer: Any, think_end: int) -> PoolRecord:
 
 
 async def _draw_http_async(
-    url: str, items: Sequence[Item], sampling: Sampling, concurrency: int, api_key: str | None
+    url: str,
+    items: Sequence[Item],
+    sampling: Sampling,
+    concurrency: int,
+    api_key: str | None,
+    max_n: int,
 ) -> list[PoolRecord]:
     import httpx
     from tqdm import tqdm
@@ -212,15 +217,17 @@ async def _draw_http_async(
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(items), desc="pools", unit="question")
 
-    async def one(client: httpx.AsyncClient, model: str, i: int, item: Item) -> PoolRecord:
+    async def part(
+        client: httpx.AsyncClient, model: str, item: Item, seed: int, n: int
+    ) -> tuple[list[str | None], int]:
         body = {
             "model": model,
             "messages": list(item.messages),
-            "n": sampling.pool,
+            "n": n,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
-            "seed": sampling.seed + i * sampling.pool,  # children get seed + j
+            "seed": seed,  # children get seed + j
         }
         async with gate:
             resp = await client.post("/v1/chat/completions", json=body, headers=headers)
@@ -231,8 +238,20 @@ async def _draw_http_async(
             content = choice["message"].get("content") or ""
             # A cut-off trajectory never reached its answer: no answer, not a guess.
             answers.append(extract_answer(content) if choice["finish_reason"] == "stop" else None)
+        return answers, int(doc.get("usage", {}).get("completion_tokens", 0))
+
+    async def one(client: httpx.AsyncClient, model: str, i: int, item: Item) -> PoolRecord:
+        # A server caps n (`--max-n`, 16 by default): a pool is several requests whose
+        # seeds continue where the previous one's children stopped, as one n=pool call.
+        first = sampling.seed + i * sampling.pool
+        sizes = [min(max_n, sampling.pool - lo) for lo in range(0, sampling.pool, max_n)]
+        starts = range(0, sampling.pool, max_n)
+        parts = await asyncio.gather(
+            *(part(client, model, item, first + lo, n) for lo, n in zip(starts, sizes, strict=True))
+        )
         bar.update(1)
-        tokens = int(doc.get("usage", {}).get("completion_tokens", 0))
+        answers = [a for got, _ in parts for a in got]
+        tokens = sum(t for _, t in parts)
         per = tokens // max(1, len(answers))  # the API reports a sum only
         return PoolRecord(
             item=item, answers=tuple(answers), completion_tokens=(per,) * len(answers)
@@ -254,6 +273,8 @@ def draw_http(
     *,
     concurrency: int = 4,
     api_key: str | None = None,
+    max_n: int = 16,
 ) -> list[PoolRecord]:
-    """Pools through a running thinkgate server at ``url`` (strategy ``plain``)."""
-    return asyncio.run(_draw_http_async(url, items, sampling, concurrency, api_key))
+    """Pools through a running thinkgate server at ``url`` (strategy ``plain``), in
+    requests of at most ``max_n`` samples (the server's ``--max-n``)."""
+    return asyncio.run(_draw_http_async(url, items, sampling, concurrency, api_key, max_n))

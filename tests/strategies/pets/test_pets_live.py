@@ -88,11 +88,12 @@ def test_calibrate_through_a_running_server(base_url: str, tmp_path: Any) -> Non
         "".join(json.dumps({"prompt": q.prompt, "answer": q.answer}) + "\n" for q in train)
     )
     pools, out = tmp_path / "pools.jsonl", tmp_path / "table.json"
-    args = ["pets", "--questions", str(questions), "--pool", "6", "--average-budget", "6"]
+    # A pool of 20 is larger than the server's n cap (16): two requests per question.
+    args = ["pets", "--questions", str(questions), "--pool", "20", "--average-budget", "6"]
     args += ["--server", base_url, "--pools", str(pools), "--out", str(out), "--k-max", "8"]
     assert main([*args, "--max-tokens", "300"]) == 0
     records = load_pools(pools)
-    assert [len(r.answers) for r in records] == [6, 6, 6]
+    assert [len(r.answers) for r in records] == [20, 20, 20]
     assert [r.item.gold for r in records] == [str(q.answer) for q in train]
     table = PetsTable.load(out)
-    assert table.expected_budget <= 6 + 1e-9 and table.calibration["pool"] == 6
+    assert table.expected_budget <= 6 + 1e-9 and table.calibration["pool"] == 20
