@@ -69,9 +69,11 @@ async def _per_request(
     bar = tqdm(total=len(records), desc=method, unit="question")
     started = time.perf_counter()
 
-    async def one(client: httpx.AsyncClient, i: int, record: PoolRecord) -> tuple[str | None, int]:
+    async def one(
+        client: httpx.AsyncClient, model: str, i: int, record: PoolRecord
+    ) -> tuple[str | None, int]:
         body = {
-            "model": "testbed-base",
+            "model": model,
             "messages": list(record.item.messages),
             "temperature": 1.0,
             "max_tokens": 400,
@@ -84,7 +86,10 @@ async def _per_request(
         return _answer(resp.json())
 
     async with httpx.AsyncClient(base_url=url, timeout=900.0) as client:
-        got = await asyncio.gather(*(one(client, i, r) for i, r in enumerate(records)))
+        listing = await client.get("/v1/models")
+        listing.raise_for_status()
+        model = str(listing.json()["data"][0]["id"])
+        got = await asyncio.gather(*(one(client, model, i, r) for i, r in enumerate(records)))
     bar.close()
     return LiveRun(
         method=method,

@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=48)
     parser.add_argument("--pool", type=int, default=64)
     parser.add_argument("--draws", type=int, default=32, help="random subsets per N per question")
-    parser.add_argument("--min-ops", type=int, default=5)
+    parser.add_argument("--min-ops", type=int, default=9)
     parser.add_argument("--max-ops", type=int, default=12)
     parser.add_argument("--ks", default="1,3")
     parser.add_argument("--alphas", default="0.02,0.1")
