@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import socket
 import sys
 import types
 import typing
@@ -49,6 +50,14 @@ def serve(argv: Sequence[str]) -> int:
     except ValidationError as exc:
         print(f"thinkgate serve: bad settings:\n{exc}", file=sys.stderr)
         return 2
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except OSError as exc:
+        print(
+            f"thinkgate serve: cannot listen on {settings.host}:{settings.port}: {exc}",
+            file=sys.stderr,
+        )
+        return 1
     import uvicorn
 
     from server import logs
@@ -56,7 +65,7 @@ def serve(argv: Sequence[str]) -> int:
 
     logs.configure(settings.log_level, json=settings.log_json)
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -64,7 +73,24 @@ def serve(argv: Sequence[str]) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the engine starts (uvicorn binds only after the
+    app's start-up): a taken port fails in a second instead of after the model loads,
+    and no other process can take the port while the engine starts."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def settings_parser(settings_cls: type[object]) -> argparse.ArgumentParser:

@@ -80,3 +80,25 @@ def test_serve_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     for name in Settings.model_fields:
         assert "--" + name.replace("_", "-") in out
+
+
+def test_serve_fails_fast_when_the_port_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import time
+
+    from server.cli import listen_socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        assert cli.main(["serve", "--host", "127.0.0.1", "--port", str(port)]) == 1
+        # Before any engine start: the error comes at once, not after the model loads.
+        assert time.monotonic() - started < 10
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    sock = listen_socket("127.0.0.1", 0)
+    try:
+        assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
+    finally:
+        sock.close()
