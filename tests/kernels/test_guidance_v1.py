@@ -152,7 +152,7 @@ def test_apply_never_raises_and_a_stale_or_misshaped_stash_is_not_used() -> None
         def broken(h: torch.Tensor) -> Any:
             raise RuntimeError("predictor exploded")
 
-        predictor.raw = broken
+        predictor.raw = broken  # type: ignore[method-assign]
         STASH.put(torch.randn(2, HIDDEN))
         assert torch.equal(proc.apply(logits), before)
 

@@ -40,7 +40,8 @@ def _processor(slots: int) -> tuple[BudgetGuidanceLogitsProcessorV2, Any]:
         vocab_size=VOCAB,
         prompt_len=SimpleNamespace(gpu=prompt_len, np=prompt_len.numpy()),
     )
-    return BudgetGuidanceLogitsProcessorV2(None, req_states), req_states
+    # No VllmConfig: the adapter reads nothing from it on these hand-built batches.
+    return BudgetGuidanceLogitsProcessorV2(None, req_states), req_states  # type: ignore[arg-type]
 
 
 def _ctx(slots: list[int], last_tokens: list[int], generated: list[int]) -> LogitsContext:
@@ -122,7 +123,7 @@ def test_v2_batch_without_guided_slots_returns_at_once_and_never_raises() -> Non
 
         proc.add_request(1, SamplingParams(extra_args={guidance_args.BUDGET: 3}))
         proc.apply_staged_writes()
-        predictor.raw = broken
+        predictor.raw = broken  # type: ignore[method-assign]
         before, after, _ = _apply(proc, _ctx([1], [OTHER], [0]), 1)
         assert torch.equal(after, before)
     assert np.all(proc._active_np[[1]] == 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "testbed" / "models" / "base"
 
 
-def _config(**kw: object) -> PredictorConfig:
-    base: dict[str, object] = dict(
+def _config(**kw: Any) -> PredictorConfig:
+    base: dict[str, Any] = dict(
         hidden_size=8, vocab_size=11, width=16, rank=4, think_end_id=4, boundary_token_ids=(7,)
     )
     base.update(kw)
