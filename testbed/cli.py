@@ -123,11 +123,15 @@ def _train_base(args: argparse.Namespace, target: Path, *, scratch: bool) -> dic
     focus = _capped(focus, args)
     result = train_causal(focus, target, progress_bar=not args.no_progress)
     phases.append(_causal_record(focus, result, started))
+
+    def total(key: str) -> float:
+        return sum(float(str(p.get(key, 0))) for p in phases)
+
     return {
         "phases": phases,
-        "steps": sum(int(str(p.get("steps", 0))) for p in phases),
-        "tokens": sum(int(str(p.get("tokens", 0))) for p in phases),
-        "wall_s": round(sum(float(str(p.get("wall_s", 0.0))) for p in phases), 1),
+        "steps": int(total("steps")),
+        "tokens": int(total("tokens")),
+        "wall_s": round(total("wall_s"), 1),
     }
 
 
