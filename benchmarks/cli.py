@@ -20,6 +20,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "fanout": ("benchmarks.fanout", "one n=N engine request vs N requests"),
     "pets": ("benchmarks.pets", "PETS online/offline vs uniform self-consistency"),
     "kernels": ("benchmarks.kernels_elastic", "elastic mask op vs a per-row loop"),
+    "reward-ranking": ("benchmarks.reward_within_question", "reward AUROC within one question"),
 }
 
 
