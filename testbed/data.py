@@ -31,28 +31,37 @@ class Example:
     ids: tuple[int, ...]
     weights: tuple[float, ...]
     merged_positions: tuple[int, ...] = ()  # token positions of merged lines' result digits
+    step_positions: tuple[int, ...] = ()  # token positions of step lines' result digits
 
 
-def merged_result_offsets(thinking: str) -> list[int]:
-    """Character offsets of the result digit of every complete merged line (`1-5+7=3`).
+def result_offsets(thinking: str, kind: str) -> list[int]:
+    """Character offsets of the result digit of every complete line of `kind` in `thinking`.
 
     Characters are tokens, so these are also token offsets into the thinking ids.
     """
     offsets: list[int] = []
     start = 0
     for line in thinking.split("\n"):
-        if classify_line(line) == "merged":
+        if classify_line(line) == kind:
             offsets.append(start + len(line) - 1)
         start += len(line) + 1
     return offsets
 
 
-def encode_trace(codec: CharCodec, trace: Trace, *, merge_weight: float = 1.0) -> Example:
+def merged_result_offsets(thinking: str) -> list[int]:
+    """Offsets of the result digit of every complete merged line (`1-5+7=3`)."""
+    return result_offsets(thinking, "merged")
+
+
+def encode_trace(
+    codec: CharCodec, trace: Trace, *, merge_weight: float = 1.0, step_weight: float = 1.0
+) -> Example:
     """Prompt tokens get weight 0 (the model never writes them); so does a forced `</think>`.
 
     `merge_weight` scales the result digit of merged lines: two operations in one token is
     the one step a small model gets wrong, and a plain loss spends almost all of its
-    gradient on the easy copy tokens around it.
+    gradient on the easy copy tokens around it. `step_weight` does the same for step lines'
+    result digit (the arithmetic phase: it leaves its plateau far sooner).
     """
     prompt = codec.encode(chat_prompt(trace.question.prompt))
     thinking = codec.encode(trace.thinking)
@@ -63,31 +72,41 @@ def encode_trace(codec: CharCodec, trace: Trace, *, merge_weight: float = 1.0) -
     offsets = merged_result_offsets(trace.thinking)
     for offset in offsets:
         thinking_weights[offset] = merge_weight
+    step_offsets = result_offsets(trace.thinking, "step")
+    for offset in step_offsets:
+        thinking_weights[offset] = step_weight
     weights = [0.0] * len(prompt) + thinking_weights + [close_weight] + [1.0] * (len(answer) + 1)
     return Example(
         ids=tuple(ids),
         weights=tuple(weights),
         merged_positions=tuple(len(prompt) + o for o in offsets),
+        step_positions=tuple(len(prompt) + o for o in step_offsets),
     )
 
 
 def train_question(
-    rng: random.Random, *, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS
+    rng: random.Random, *, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS, small_share: float = 0.0
 ) -> Question:
     while True:
-        expr = random_expr(rng, rng.randint(min_ops, max_ops))
+        expr = random_expr(rng, rng.randint(min_ops, max_ops), small_share=small_share)
         if split_of(expr) == "train":
             return Question.from_expr(expr)
 
 
-def variant_trace(variant: Variant, rng: random.Random, *, thorough_share: float = 0.0) -> Trace:
+def variant_trace(
+    variant: Variant,
+    rng: random.Random,
+    *,
+    thorough_share: float = 0.0,
+    small_share: float = 0.0,
+) -> Trace:
     """One training trace drawn from the variant's mixture.
 
     `elastic` is mostly concise (no or few checks) so that greedy decoding stops checking,
     a quarter cut traces so it always answers after a forced `</think>`, and some full
     traces so it keeps the step-by-step format.
     """
-    question = train_question(rng)
+    question = train_question(rng, small_share=small_share)
     if variant == "base":
         # No draw at share 0: the stream of the first training phase stays what it was.
         if thorough_share > 0.0 and rng.random() < thorough_share:
@@ -110,9 +129,11 @@ def example_stream(
     *,
     seed: int,
     merge_weight: float = 1.0,
+    step_weight: float = 1.0,
     thorough_share: float = 0.0,
+    small_share: float = 0.0,
 ) -> Iterator[Example]:
     rng = random.Random(f"{variant}:{seed}")
     while True:
-        trace = variant_trace(variant, rng, thorough_share=thorough_share)
-        yield encode_trace(codec, trace, merge_weight=merge_weight)
+        trace = variant_trace(variant, rng, thorough_share=thorough_share, small_share=small_share)
+        yield encode_trace(codec, trace, merge_weight=merge_weight, step_weight=step_weight)

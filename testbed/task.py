@@ -82,11 +82,24 @@ def split_of(expr: str) -> Split:
     return "train"
 
 
-def random_expr(rng: random.Random, ops: int) -> str:
+# Right operands of the arithmetic phase's "small" operations (0 twice: `a+0=a` is a copy).
+SMALL_OPERANDS: Final = (0, 0, 1, 2)
+
+
+def random_expr(rng: random.Random, ops: int, *, small_share: float = 0.0) -> str:
+    """`ops` operations on uniform digits; a `small_share` of right operands from 0-2.
+
+    Training only: with uniform operands neither operand alone says anything about the
+    result (mod 10), so a fresh model gets no first-order signal to attend to them and
+    sits on a plateau for a seed-dependent time; small operands give it one.
+    """
     parts = [str(rng.randrange(10))]
     for _ in range(ops):
         parts.append(rng.choice("+-"))
-        parts.append(str(rng.randrange(10)))
+        if small_share > 0.0 and rng.random() < small_share:
+            parts.append(str(rng.choice(SMALL_OPERANDS)))
+        else:
+            parts.append(str(rng.randrange(10)))
     return "".join(parts)
 
 

@@ -34,7 +34,14 @@ class TrainSettings:
     threads: int = 2
     init_from: str | None = None  # a model directory to fine-tune instead of a fresh init
     merge_weight: float = 1.0  # loss weight of merged lines' result digits (see data.py)
+    step_weight: float = 1.0  # the same for step lines
     thorough_share: float = 0.0  # share of fully checked `base` traces (see traces.py)
+    small_share: float = 0.0  # share of right operands drawn from 0-2 (see task.random_expr)
+    constant_lr: bool = False  # hold the peak rate after warm-up instead of a cosine decay
+    # Stop once the model gives the right result digit of step lines this probability
+    # (EMA over batches): the arithmetic phase ends when the arithmetic is learned, however
+    # long the seed's plateau lasts.
+    until_step_prob: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,7 @@ class TrainResult:
     wall_s: float
     final_loss: float
     merged_result_prob: float | None = None  # EMA over training batches, see below
+    step_result_prob: float | None = None  # the same for step lines
 
 
 def batches(stream: Iterator[Example], batch_size: int, *, seed: int) -> Iterator[list[Example]]:
@@ -82,9 +90,11 @@ def weighted_lm_loss(
     return (per_token * w).sum() / w.sum().clamp(min=1.0)
 
 
-def lr_factor(progress: float, step: int, warmup_steps: int) -> float:
-    """Linear warm-up, then cosine decay to 10% as `progress` goes from 0 to 1."""
+def lr_factor(progress: float, step: int, warmup_steps: int, *, constant: bool = False) -> float:
+    """Linear warm-up, then cosine decay to 10% as `progress` goes from 0 to 1 (or none)."""
     warm = min(1.0, (step + 1) / max(1, warmup_steps))
+    if constant:
+        return warm
     return warm * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -114,24 +124,28 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         settings.variant,
         seed=settings.seed,
         merge_weight=settings.merge_weight,
+        step_weight=settings.step_weight,
         thorough_share=settings.thorough_share,
+        small_share=settings.small_share,
     )
     budget_s = settings.minutes * 60.0
     start = time.monotonic()
     tokens = 0
     ema: float | None = None
     merged_ema: float | None = None
+    step_ema: float | None = None
     step = 0
     # The wall-clock cap usually binds first: show a count, not a percentage of max_steps.
     total = settings.max_steps if settings.max_steps < UNCAPPED_STEPS else None
     bar = tqdm(total=total, disable=not progress_bar, desc=settings.variant)
     for batch in batches(stream, settings.batch_size, seed=settings.seed):
         elapsed = time.monotonic() - start
-        if step >= settings.max_steps or elapsed >= budget_s:
+        if step >= settings.max_steps or elapsed >= budget_s or _learned(settings, step, step_ema):
             break
         progress = max(step / settings.max_steps, elapsed / budget_s)
+        factor = lr_factor(progress, step, settings.warmup_steps, constant=settings.constant_lr)
         for group in optim.param_groups:
-            group["lr"] = settings.lr * lr_factor(progress, step, settings.warmup_steps)
+            group["lr"] = settings.lr * factor
         ids, mask, weights = collate(batch, codec.pad_id)
         logits = model(input_ids=ids, attention_mask=mask).logits
         loss = weighted_lm_loss(logits, ids, weights)
@@ -143,14 +157,19 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         tokens += int(mask.sum())
         value = float(loss.detach())
         ema = value if ema is None else 0.98 * ema + 0.02 * value
-        merged = merged_result_prob(logits.detach(), ids, batch)
+        merged = result_prob(logits.detach(), ids, [e.merged_positions for e in batch])
         if merged is not None:
             merged_ema = merged if merged_ema is None else 0.98 * merged_ema + 0.02 * merged
+        stepped = result_prob(logits.detach(), ids, [e.step_positions for e in batch])
+        if stepped is not None:
+            # A faster EMA than the loss's: the stop rule should see the jump off the plateau.
+            step_ema = stepped if step_ema is None else 0.95 * step_ema + 0.05 * stepped
         bar.update(1)
         if step % 10 == 0:
             rate = tokens / max(1e-9, time.monotonic() - start)
             bar.set_postfix(
                 loss=f"{ema:.4f}",
+                step_p=f"{step_ema or 0.0:.3f}",
                 merged_p=f"{merged_ema or 0.0:.3f}",
                 tok_s=f"{rate:.0f}",
                 min=f"{elapsed / 60:.1f}",
@@ -165,21 +184,36 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         wall_s=wall,
         final_loss=ema or float("nan"),
         merged_result_prob=merged_ema,
+        step_result_prob=step_ema,
     )
 
 
-def merged_result_prob(
-    logits: torch.Tensor, ids: torch.Tensor, batch: list[Example]
-) -> float | None:
-    """Mean probability the model gives the right result digit of merged lines in `batch`.
+# The step EMA needs this many batches before it can end a phase (it starts noisy).
+MIN_STEPS_BEFORE_STOP = 50
 
-    The sampled accuracy of merged lines at temperature 1 is this number, so training can
-    watch the one step it finds hard; None when the batch has no merged line.
+
+def _learned(settings: TrainSettings, step: int, step_ema: float | None) -> bool:
+    return (
+        settings.until_step_prob is not None
+        and step >= MIN_STEPS_BEFORE_STOP
+        and step_ema is not None
+        and step_ema >= settings.until_step_prob
+    )
+
+
+def result_prob(
+    logits: torch.Tensor, ids: torch.Tensor, positions: list[tuple[int, ...]]
+) -> float | None:
+    """Mean probability the model gives the right token at `positions` (one tuple per row).
+
+    At result digits this is the line's sampled accuracy at temperature 1, so training can
+    watch the arithmetic itself rather than a loss dominated by copy tokens; None when the
+    batch has no such position.
     """
     rows: list[int] = []
     cols: list[int] = []
-    for row, example in enumerate(batch):
-        for col in example.merged_positions:
+    for row, cols_of_row in enumerate(positions):
+        for col in cols_of_row:
             rows.append(row)
             cols.append(col)
     if not rows:

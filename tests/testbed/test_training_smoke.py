@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from testbed.cli import main
+from testbed.cli import ARITHMETIC_ATTEMPTS, main
 from testbed.data import encode_trace, variant_trace
 from testbed.reward import RewardSettings, train_reward
 from testbed.tokenizer import CharCodec
 from testbed.traces import cut_trace, make_trace
-from testbed.train import TrainSettings, train_causal, weighted_lm_loss
+from testbed.train import TrainResult, TrainSettings, train_causal, weighted_lm_loss
 
 
 def test_loss_weights_cover_the_completion_only() -> None:
@@ -78,6 +78,47 @@ def test_thorough_share_adds_fully_checked_traces_without_shifting_share_zero() 
     before = sum(map(fully_checked, default)) / len(default)
     after = sum(map(fully_checked, draw(0.5))) / len(default)
     assert after > before + 0.3, (before, after)
+
+
+def test_step_positions_and_the_arithmetic_phase_stream() -> None:
+    from testbed.data import example_stream, result_offsets
+    from testbed.task import Question, parse_prompt
+    from testbed.traces import Trace
+
+    assert result_offsets("3+8=1\ncheck 1-8=3\n1-5+7=3\n3+2=5\n", "step") == [4, 30]
+    codec = CharCodec()
+    trace = Trace(question=Question.from_expr("3+8-5+7"), thinking="3+8=1\n1-5+7=3\n")
+    example = encode_trace(codec, trace)
+    assert [codec.decode([example.ids[p]]) for p in example.step_positions] == ["1"]
+    assert codec.decode(list(example.ids[example.step_positions[0] - 4 :][:5])) == "3+8=1"
+    weighted = encode_trace(codec, trace, step_weight=8.0, merge_weight=4.0)
+    heavy = {i: w for i, w in enumerate(weighted.weights) if w > 1.0}
+    assert heavy == {example.step_positions[0]: 8.0, example.merged_positions[0]: 4.0}
+
+    # The arithmetic phase draws half its right operands from 0-2; the default stream's
+    # stay uniform, and a share of 0 leaves that stream as it was.
+    def right_operands(share: float | None) -> list[int]:
+        if share is None:
+            stream = example_stream(codec, "base", seed=0)
+        else:
+            stream = example_stream(codec, "base", seed=0, small_share=share)
+        exprs = [parse_prompt(codec.decode(list(next(stream).ids))) for _ in range(300)]
+        return [int(e[i]) for e in exprs for i in range(2, len(e), 2)]
+
+    uniform = right_operands(None)
+    assert right_operands(0.0) == uniform
+    small = right_operands(0.5)
+    assert sum(d <= 2 for d in uniform) / len(uniform) < 0.4
+    assert sum(d <= 2 for d in small) / len(small) == pytest.approx(0.5 + 0.5 * 0.3, abs=0.05)
+    assert sum(d == 0 for d in small) > sum(d == 1 for d in small)
+
+
+def test_constant_rate_holds_after_warm_up() -> None:
+    from testbed.train import lr_factor
+
+    assert lr_factor(0.9, 500, 100, constant=True) == 1.0
+    assert lr_factor(0.0, 49, 100, constant=True) == 0.5
+    assert lr_factor(1.0, 500, 100) == pytest.approx(0.1)
 
 
 def test_weighted_loss_ignores_zero_weight_tokens() -> None:
@@ -154,22 +195,68 @@ def test_train_and_export_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cli_train_writes_card(tmp_path: Path) -> None:
+def test_arithmetic_phase_stops_once_step_lines_are_learned(tmp_path: Path) -> None:
+    from testbed.train import MIN_STEPS_BEFORE_STOP
+
+    def steps(until: float | None) -> TrainResult:
+        settings = TrainSettings(
+            variant="base",
+            max_steps=80,
+            batch_size=4,
+            constant_lr=True,
+            until_step_prob=until,
+        )
+        return train_causal(settings, tmp_path / "m", progress_bar=False)
+
+    # A bar every model clears stops the phase as soon as the rule may look; one no model
+    # clears runs to the step cap.
+    early = steps(0.0)
+    assert early.steps == MIN_STEPS_BEFORE_STOP
+    assert early.step_result_prob is not None and 0.0 < early.step_result_prob < 1.0
+    assert steps(1.01).steps == 80
+
+
+@pytest.mark.slow
+def test_cli_train_writes_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(
         ["train", "--variant", "base", "--max-steps", "2", "--out", str(tmp_path), "--no-progress"]
     )
     assert rc == 0
     card = json.loads((tmp_path / "base" / "card.json").read_text())
-    scratch, focus = card["training"]["phases"]
-    assert scratch["steps"] == focus["steps"] == 2 and card["training"]["steps"] == 4
-    assert scratch["settings"]["init_from"] is None and scratch["settings"]["merge_weight"] == 1
+    *attempts, full, focus = card["training"]["phases"]
+    # Two steps learn no arithmetic: every attempt runs, each from a new seed, and the
+    # card says none learned.
+    assert len(attempts) == ARITHMETIC_ATTEMPTS
+    assert [p["phase"] for p in (*attempts, full, focus)][-3:] == ["arithmetic", "full", "focus"]
+    assert [p["attempt"] for p in attempts] == list(range(1, ARITHMETIC_ATTEMPTS + 1))
+    assert len({p["settings"]["seed"] for p in attempts}) == ARITHMETIC_ATTEMPTS
+    assert not any(p["learned"] for p in attempts)
+    assert f"warning: {ARITHMETIC_ATTEMPTS} arithmetic attempts ended" in capsys.readouterr().err
+    assert all(p["steps"] == 2 for p in card["training"]["phases"])
+    assert card["training"]["steps"] == 2 * (ARITHMETIC_ATTEMPTS + 2)
+    arithmetic = attempts[0]
+    assert arithmetic["settings"]["init_from"] is None
+    assert arithmetic["settings"]["small_share"] > 0 and arithmetic["settings"]["until_step_prob"]
+    assert arithmetic["settings"]["step_weight"] > 1 and full["settings"]["step_weight"] == 1
+    assert full["settings"]["small_share"] == 0 and full["settings"]["init_from"]
+    assert full["settings"]["merge_weight"] == 1 and full["settings"]["until_step_prob"] is None
     assert focus["settings"]["merge_weight"] > 1 and focus["settings"]["thorough_share"] > 0
     assert card["model"] == "base"
-    # The focus phase alone keeps the first phase's record and replaces the second.
+    # The focus phase alone keeps the first phases' records and replaces the last.
     rc = main(
         ["train", "--variant", "base-focus", "--max-steps", "3", "--out", str(tmp_path)]
         + ["--no-progress"]
     )
     assert rc == 0
     card = json.loads((tmp_path / "base" / "card.json").read_text())
-    assert [p["steps"] for p in card["training"]["phases"]] == [2, 3]
+    assert [p["steps"] for p in card["training"]["phases"]] == [2] * (ARITHMETIC_ATTEMPTS + 1) + [3]
+
+
+def test_focus_records_of_old_cards_are_recognised() -> None:
+    from testbed.cli import _is_focus
+
+    # Cards written before phases had names: the focus record is the one with a merge weight.
+    assert _is_focus({"settings": {"merge_weight": 8.0}})
+    assert not _is_focus({"settings": {"merge_weight": 1.0, "init_from": None}})
+    assert not _is_focus({"settings": {"init_from": None}})
+    assert _is_focus({"phase": "focus"}) and not _is_focus({"phase": "full"})
