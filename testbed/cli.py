@@ -108,6 +108,8 @@ def _causal_record(settings: TrainSettings, result: TrainResult, started: str) -
         record["merged_result_prob_ema"] = round(result.merged_result_prob, 4)
     if result.step_result_prob is not None:
         record["step_result_prob_ema"] = round(result.step_result_prob, 4)
+    if result.learned is not None:
+        record["learned"] = result.learned
     return record
 
 
@@ -196,10 +198,8 @@ def _arithmetic_attempts(
             until_step_prob=ARITHMETIC_STOP,
         )
         record = {**run("arithmetic", settings), "attempt": attempt + 1}
-        learned = float(str(record.get("step_result_prob_ema", 0.0))) >= ARITHMETIC_STOP
-        record["learned"] = learned
         records.append(record)
-        if learned:
+        if record["learned"]:
             return records
     # Say so now: a model that has not learned the arithmetic misses every target.
     print(

@@ -52,6 +52,7 @@ class TrainResult:
     final_loss: float
     merged_result_prob: float | None = None  # EMA over training batches, see below
     step_result_prob: float | None = None  # the same for step lines
+    learned: bool | None = None  # whether `until_step_prob` was reached (None: no such rule)
 
 
 def batches(stream: Iterator[Example], batch_size: int, *, seed: int) -> Iterator[list[Example]]:
@@ -185,6 +186,9 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         final_loss=ema or float("nan"),
         merged_result_prob=merged_ema,
         step_result_prob=step_ema,
+        learned=None
+        if settings.until_step_prob is None
+        else step_ema is not None and step_ema >= settings.until_step_prob,
     )
 
 
