@@ -39,6 +39,7 @@ def test_example_trace_shape() -> None:
     t = make_trace(q, random.Random(0), FULL)
     assert t.completion.startswith(t.thinking)
     assert t.completion.endswith(f"{THINK_END}\n\\boxed{{3}}")
+    assert t.concluded is None  # this draw merges nothing wrongly
     assert all(line_is_correct(line) for line in t.thinking.splitlines())
 
 
@@ -72,3 +73,42 @@ def test_cut_trace_keeps_the_right_answer() -> None:
         assert c.forced_close
         assert t.thinking.startswith(c.thinking)
         assert c.completion.endswith("\\boxed{5}")
+
+
+def test_merged_lines_err_at_their_rate_and_the_trace_follows_them() -> None:
+    from testbed.traces import MERGE_ERROR, THOROUGH, Trace
+
+    rng = random.Random(4)
+    merged = wrong = astray = 0
+    for q in make_questions("train", 3000, seed=4, min_ops=2):
+        t = make_trace(q, rng, FULL)
+        lines = t.thinking.splitlines()
+        kinds = [classify_line(line) for line in lines]
+        # Step and check lines are always right; only merged lines may err.
+        pairs = list(zip(lines, kinds, strict=True))
+        assert all(line_is_correct(x) for x, k in pairs if k != "merged")
+        bad = [x for x, k in pairs if k == "merged" and not line_is_correct(x)]
+        merged += kinds.count("merged")
+        wrong += len(bad)
+        # The trace goes on from what it wrote: the next line starts at the written result,
+        # and the answer is the last line's result, right or not.
+        for i, line in enumerate(lines[:-1]):
+            if classify_line(line) == "merged":
+                assert lines[i + 1][0] == line[-1]
+        last = lines[-1].removeprefix("check ")
+        written = int(last.split("=")[1]) if not lines[-1].startswith("check") else int(last[0])
+        assert t.answer == written
+        assert t.completion.endswith(f"\\boxed{{{written}}}")
+        if t.concluded is not None:
+            astray += 1
+            assert bad and t.concluded != q.answer
+    assert merged > 1000
+    assert abs(wrong / merged - MERGE_ERROR) < 0.03, wrong / merged
+    assert astray > 0
+    # Fully checked traces never merge, so they never err; a cut trace answers correctly.
+    for q in make_questions("train", 200, seed=5):
+        assert make_trace(q, rng, THOROUGH).concluded is None
+    wrong_trace = Trace(question=Question.from_expr("1-5+7"), thinking="1-5+7=4\n", concluded=4)
+    assert wrong_trace.answer_text.endswith("{4}")
+    cut = cut_trace(wrong_trace, rng)
+    assert cut.concluded is None and cut.answer == 3
