@@ -32,6 +32,7 @@ class Example:
     weights: tuple[float, ...]
     merged_positions: tuple[int, ...] = ()  # token positions of merged lines' result digits
     step_positions: tuple[int, ...] = ()  # token positions of step lines' result digits
+    operand_positions: tuple[int, ...] = ()  # operators and operands copied from the question
 
 
 def result_offsets(thinking: str, kind: str) -> list[int]:
@@ -44,6 +45,23 @@ def result_offsets(thinking: str, kind: str) -> list[int]:
     for line in thinking.split("\n"):
         if classify_line(line) == kind:
             offsets.append(start + len(line) - 1)
+        start += len(line) + 1
+    return offsets
+
+
+def operand_offsets(thinking: str) -> list[int]:
+    """Offsets of the operators and operands that step and merged lines copy from the question.
+
+    `3+8=1` copies `+8`, `1-5+7=3` copies `-5+7`: finding them (the next operations of the
+    question, whatever check lines came between) is the skill a fresh model learns last.
+    """
+    offsets: list[int] = []
+    start = 0
+    for line in thinking.split("\n"):
+        kind = classify_line(line)
+        if kind in ("step", "merged"):
+            copied = 2 if kind == "step" else 4
+            offsets.extend(range(start + 1, start + 1 + copied))
         start += len(line) + 1
     return offsets
 
@@ -81,6 +99,7 @@ def encode_trace(
         weights=tuple(weights),
         merged_positions=tuple(len(prompt) + o for o in offsets),
         step_positions=tuple(len(prompt) + o for o in step_offsets),
+        operand_positions=tuple(len(prompt) + o for o in operand_offsets(trace.thinking)),
     )
 
 

@@ -24,7 +24,11 @@ def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Con
     """The one architecture of the family (the reward model adds a one-label head).
 
     head_dim 64 because vLLM's CPU attention backend refuses 16; untied embeddings
-    because tied ones collapsed the digit embeddings and the loss stayed flat.
+    because tied ones collapsed the digit embeddings and the loss stayed flat. Two KV
+    heads, not one: with one, both query heads of a layer must share keys and values, and
+    finding the next operand in the question (content and position at once) took the full
+    phase from about 0.4 to only 0.6 probability in 1,000 steps; with two it reached 0.9
+    (same seed and data, 16k more parameters; `testbed/README.md`).
     """
     fields: dict[str, Any] = {
         "architectures": ["Qwen2ForCausalLM"],
@@ -33,7 +37,7 @@ def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Con
         "intermediate_size": 512,
         "num_hidden_layers": 4,
         "num_attention_heads": 2,
-        "num_key_value_heads": 1,
+        "num_key_value_heads": 2,
         "head_dim": 64,
         "max_position_embeddings": MAX_POSITIONS,
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
