@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lengths = [o.index(think_end) for o in traces.outputs]
     record.update(
         {
-            "model": str(model_dir),
+            "model": str(testbed.portable_path(model_dir)),
             "traces_drawn": traces.drawn,
             "traces_closed": len(traces.outputs),
             "mean_thinking_tokens": round(sum(lengths) / len(lengths), 1),

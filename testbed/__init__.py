@@ -14,3 +14,12 @@ def model_path(name: str) -> Path:
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown testbed model {name!r}; expected one of {MODEL_NAMES}")
     return MODELS_DIR / name
+
+
+def portable_path(path: Path) -> Path:
+    """`path` relative to the working directory when inside it, so that cards and configs
+    written on one machine name no directory of that machine."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path

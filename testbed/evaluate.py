@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed import MODELS_DIR
+from testbed import MODELS_DIR, portable_path
 from testbed.engine import Completion, classify, generate, generate_with_cut, load_llm, reward_text
 from testbed.metrics import (
     accuracy_by_ops,
@@ -194,19 +194,12 @@ def format_report(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def _display(path: Path) -> Path:
-    try:
-        return path.resolve().relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
 def run_eval_command(args: argparse.Namespace) -> int:
     model_dir: Path = args.model
     reward_dir: Path | None = args.reward
     generator = model_dir
     if is_reward_model(model_dir):
-        reward_dir, generator = model_dir, _display(MODELS_DIR / "base")
+        reward_dir, generator = model_dir, portable_path(MODELS_DIR / "base")
     settings = EvalSettings(
         per_ops=max(1, args.n // (MAX_OPS - MIN_OPS + 1)),
         samples=args.samples,
