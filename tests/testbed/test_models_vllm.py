@@ -98,7 +98,7 @@ def sampled(base: LLM) -> list[list[Completion]]:
 
 def test_base_voting_beats_one_sample(sampled: list[list[Completion]]) -> None:
     # One sample at T=1 is right 0.5-0.9 of the time here and its errors scatter over the
-    # other digits, so a majority of 16 recovers them (card: 0.79 -> 1.0 on 6-12). The
+    # other digits, so a majority of 16 recovers them (see the card's 6-12 numbers). The
     # issue asks for at least 10 points.
     single = sum(c.correct for g in sampled for c in g) / sum(len(g) for g in sampled)
     votes = [majority(c.answer for c in g) == g[0].question.answer for g in sampled]
@@ -110,7 +110,10 @@ def test_base_sampled_lines_follow_the_training_rates(sampled: list[list[Complet
     stats = line_stats(c for g in sampled for c in g)
     assert 0.45 <= stats.check_rate <= 0.8, stats  # trained 0.6 (0.64 in the focus phase)
     assert 0.07 <= stats.merge_rate <= 0.2, stats  # trained 0.15 (0.135)
-    assert stats.merged_lines >= 50 and stats.merged_correct / stats.merged_lines >= 0.8, stats
+    # Merged lines are right most of the time, but not always: 85% in the training traces
+    # (traces.MERGE_ERROR), and that is where sampled answers go wrong.
+    assert stats.merged_lines >= 50, stats
+    assert 0.7 <= stats.merged_correct / stats.merged_lines <= 0.95, stats
     assert stats.step_correct / stats.step_lines >= 0.97, stats
 
 
