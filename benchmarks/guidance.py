@@ -6,6 +6,10 @@ processors: budget guidance and Elastic Reasoning) answers the same held-out que
 
   unconstrained   the model as it is
   guidance@B      budget guidance toward B thinking tokens (soft; may overrun B)
+  guidance-nomask the same without the paper's reliability mask (body `guidance_mask:
+                  false`): its fixed thresholds (lambda >= 10, ...) come from a model
+                  thinking thousands of tokens; on the testbed's short traces they
+                  zero even the right token (docs/budget-guidance.md)
   hard-cut@t      Elastic Reasoning's processor forces ``</think>`` after t thinking
                   tokens (the answer then runs free), t on the same grid
 
@@ -54,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", default="16,32,48,64,96,128")
     p.add_argument(
         "--cut-extra", default="0,4,8", help="extra hard-cut points (low tokens, for matching)"
+    )
+    p.add_argument(
+        "--masks", default="on,off", help="guidance rows with the reliability mask on / off"
     )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
@@ -144,10 +151,14 @@ def run(args: argparse.Namespace) -> list[Row]:
     rows = [measure("unconstrained", None, {})]
     for t in extra_cuts:
         rows.append(measure("hard-cut", t, hard(t)))
+    masks = [m.strip() for m in args.masks.split(",") if m.strip()]
     for b in budgets:
-        rows.append(measure("guidance", b, guidance_args.extra_args(b)))
+        for m in masks:
+            method = "guidance" if m == "on" else "guidance-nomask"
+            rows.append(measure(method, b, guidance_args.extra_args(b, mask=m == "on")))
+            print(rows[-1], flush=True)
         rows.append(measure("hard-cut", b, hard(b)))
-        print(rows[-2], rows[-1], flush=True)
+        print(rows[-1], flush=True)
     return rows
 
 
@@ -170,7 +181,9 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
         f"temperature {args.temperature}, one vLLM engine (CPU) with the budget-guidance "
         "wrapper and both processors; hard cut = the Elastic processor forcing `</think>` "
         "at t. `hard-cut acc @ same tokens` interpolates the hard-cut curve at the "
-        "guidance row's mean thinking tokens.",
+        "guidance row's mean thinking tokens. `guidance` is the paper's rule with its "
+        "reliability mask (the server's default); `guidance-nomask` sends "
+        "`guidance_mask: false`.",
         "",
         "| method | B / t | accuracy | mean thinking | within B | closed | check lines "
         "| hard-cut acc @ same tokens |",
@@ -178,7 +191,7 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
     ]
     for r in rows:
         matched = ""
-        if r.method == "guidance":
+        if r.method.startswith("guidance"):
             m = interpolate(hard, r.mean_thinking)
             if m is None and r.mean_thinking >= max(h[0] for h in hard):
                 m = interpolate([*hard, (base.mean_thinking, base.accuracy)], r.mean_thinking)
@@ -194,7 +207,7 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
         f"Wall time {wall_s:.0f} s on {platform.machine()} ({os.cpu_count()} cores, shared). "
         "Command: `.venv/bin/python -m benchmarks.guidance "
         f"--per-op {args.per_op} --budgets {args.budgets} --cut-extra {args.cut_extra} "
-        f"--temperature {args.temperature}`.",
+        f"--masks {args.masks} --temperature {args.temperature}`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -210,8 +223,11 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for method, style in (("guidance", "o-"), ("hard-cut", "s--")):
+    styles = (("guidance", "o-"), ("guidance-nomask", "^-"), ("hard-cut", "s--"))
+    for method, style in styles:
         pts = sorted((r.mean_thinking, r.accuracy, r.budget) for r in rows if r.method == method)
+        if not pts:
+            continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=method)
         for x, y, b in pts:
             ax.annotate(str(b), (x, y), textcoords="offset points", xytext=(3, -10), fontsize=7)
