@@ -118,18 +118,24 @@ def variant_trace(
     *,
     thorough_share: float = 0.0,
     small_share: float = 0.0,
+    cut_share: float = 0.0,
 ) -> Trace:
     """One training trace drawn from the variant's mixture.
 
     `elastic` is mostly concise (no or few checks) so that greedy decoding stops checking,
     a quarter cut traces so it always answers after a forced `</think>`, and some full
-    traces so it keeps the step-by-step format.
+    traces so it keeps the step-by-step format. `base` may get a share of cut full traces
+    too (`cut_share`): without them it answered after a forced `</think>` on as few as
+    23 of 48 hard questions (cut mid-line, it went on stepping inside `\boxed{`), while
+    reasoning models answer, which budget forcing relies on.
     """
     question = train_question(rng, small_share=small_share)
     if variant == "base":
-        # No draw at share 0: the stream of the first training phase stays what it was.
+        # No draw at share 0: the streams of earlier phases stay what they were.
         if thorough_share > 0.0 and rng.random() < thorough_share:
             return make_trace(question, rng, THOROUGH)
+        if cut_share > 0.0 and rng.random() < cut_share:
+            return cut_trace(make_trace(question, rng, FULL), rng)
         return make_trace(question, rng, FULL)
     draw = rng.random()
     if draw < 0.45:
@@ -151,8 +157,15 @@ def example_stream(
     step_weight: float = 1.0,
     thorough_share: float = 0.0,
     small_share: float = 0.0,
+    cut_share: float = 0.0,
 ) -> Iterator[Example]:
     rng = random.Random(f"{variant}:{seed}")
     while True:
-        trace = variant_trace(variant, rng, thorough_share=thorough_share, small_share=small_share)
+        trace = variant_trace(
+            variant,
+            rng,
+            thorough_share=thorough_share,
+            small_share=small_share,
+            cut_share=cut_share,
+        )
         yield encode_trace(codec, trace, merge_weight=merge_weight, step_weight=step_weight)

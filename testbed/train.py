@@ -57,6 +57,7 @@ class TrainSettings:
     step_weight: float = 1.0  # the same for step lines
     thorough_share: float = 0.0  # share of fully checked `base` traces (see traces.py)
     small_share: float = 0.0  # share of right operands drawn from 0-2 (see task.random_expr)
+    cut_share: float = 0.0  # share of cut `base` traces, closed by a forced `</think>` (data.py)
     constant_lr: bool = False  # hold the peak rate after warm-up instead of a cosine decay
     # Matmuls in bf16 under autocast (weights, optimizer and loss stay fp32); see native_bf16.
     precision: Precision = "auto"
@@ -158,6 +159,7 @@ def train_causal(settings: TrainSettings, out: Path, *, progress_bar: bool = Tru
         step_weight=settings.step_weight,
         thorough_share=settings.thorough_share,
         small_share=settings.small_share,
+        cut_share=settings.cut_share,
     )
     budget_s = settings.minutes * 60.0
     start = time.monotonic()

@@ -127,6 +127,17 @@ def test_elastic_beats_base_under_a_thinking_cut(base: LLM, elastic: LLM) -> Non
     assert acc_e >= acc_b + 0.2, (acc_b, acc_e)
 
 
+def test_base_answers_after_a_forced_close(base: LLM) -> None:
+    # Budget forcing and elastic budgets on `base` inject `</think>` wherever the budget
+    # ends, mid-line included; reasoning models then answer, and so must base (its focus
+    # phase has a tenth of cut traces). Without them it went on stepping inside
+    # `\boxed{` on up to half of these (23 of 48 at some cuts).
+    qs = per_ops(3, 9, 12)
+    done = [c for k in (1, 2, 3) for c in generate_with_cut(base, qs, tokens_per_op=k)]
+    answered = sum(c.answer is not None for c in done)
+    assert answered >= len(done) - 1, (answered, len(done))
+
+
 def test_reward_model_separates_right_from_wrong(base: LLM, reward: LLM) -> None:
     # All difficulties, as on the card (AUROC ~0.8 on 480 answers); 144 answers here.
     groups = generate(base, per_ops(3, 1, 12, seed=12), n=4, temperature=1.0)

@@ -88,6 +88,35 @@ def test_thorough_share_adds_fully_checked_traces_without_shifting_share_zero() 
     assert after > before + 0.3, (before, after)
 
 
+def test_cut_share_adds_forced_closes_to_base_without_shifting_share_zero() -> None:
+    import random
+
+    from testbed.tokenizer import THINK_END
+    from testbed.traces import Trace
+
+    def draw(share: float) -> list[Trace]:
+        rng = random.Random(4)
+        return [variant_trace("base", rng, thorough_share=0.1, cut_share=share) for _ in range(600)]
+
+    assert draw(0.0) == [
+        variant_trace("base", rng, thorough_share=0.1)
+        for rng in [random.Random(4)]
+        for _ in range(600)
+    ]
+    traces = draw(0.1)
+    cut = [t for t in traces if t.forced_close]
+    assert 0.06 < len(cut) / len(traces) < 0.14
+    for t in cut:
+        # Closed by the budget, then the right answer; the forced `</think>` carries no
+        # loss (encode_trace), so base learns to answer after it, not to emit it there.
+        assert t.completion.endswith(f"{THINK_END}\n\\boxed{{{t.question.answer}}}")
+        codec = CharCodec()
+        example = encode_trace(codec, t)
+        assert example.ids.count(codec.think_end_id) == 1
+        close = example.ids.index(codec.think_end_id)
+        assert example.weights[close] == 0.0 and example.weights[close + 1] > 0.0
+
+
 def test_step_positions_and_the_arithmetic_phase_stream() -> None:
     from testbed.data import example_stream, operand_offsets, result_offsets
     from testbed.task import Question, parse_prompt
@@ -282,6 +311,7 @@ def test_cli_train_writes_card(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert full["settings"]["merge_weight"] > 1 and full["settings"]["thorough_share"] > 0
     assert full["settings"]["until_step_prob"] is None
     assert focus["settings"]["merge_weight"] > 1 and focus["settings"]["thorough_share"] > 0
+    assert focus["settings"]["cut_share"] > 0 and full["settings"]["cut_share"] == 0
     assert focus["settings"]["lr"] < full["settings"]["lr"]
     assert card["model"] == "base"
     assert isinstance(card["host"]["native_bf16"], bool) and card["host"]["threads"] == 2
@@ -296,19 +326,13 @@ def test_cli_train_writes_card(tmp_path: Path, capsys: pytest.CaptureFixture[str
     )
     assert rc == 0
     again = json.loads((tmp_path / "base" / "card.json").read_text())["training"]
-    assert again["phases"][:-1] == phases[:-1]
+    # The weights went through every phase before, this one on top: all on the card.
+    assert again["phases"][:-1] == phases
     assert again["phases"][-1]["phase"] == "focus" and again["phases"][-1]["steps"] == 3
-    assert len(again["checks"]) == 1 and not again["checks"][0]["passed"]
-
-
-def test_focus_records_of_old_cards_are_recognised() -> None:
-    from testbed.cli import _is_focus
-
-    # Cards written before phases had names: the focus record is the one with a merge weight.
-    assert _is_focus({"settings": {"merge_weight": 8.0}})
-    assert not _is_focus({"settings": {"merge_weight": 1.0, "init_from": None}})
-    assert not _is_focus({"settings": {"init_from": None}})
-    assert _is_focus({"phase": "focus"}) and not _is_focus({"phase": "full"})
+    assert again["checks"][:-1] == checks and again["checks"][-1]["after"] == "focus"
+    first, then = again["command"]
+    assert first == training["command"] and "--variant base-focus" in then
+    assert not again["checks"][-1]["passed"]
 
 
 def test_precision_resolves_to_what_the_cpu_runs_natively() -> None:
