@@ -37,8 +37,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-steps",
         type=int,
         default=None,
-        help="steps per phase (base's default: 1200 at "
-        "most per arithmetic attempt, which stops once learned, 2000 full, 700 focus)",
+        help=f"steps per phase (defaults: {DEFAULT_STEPS['arithmetic']} at most per arithmetic "
+        f"attempt, which stops once learned, {DEFAULT_STEPS['full']} full, "
+        f"{DEFAULT_STEPS['base-focus']} focus, {DEFAULT_STEPS['elastic']} elastic)",
     )
     train.add_argument("--out", type=Path, default=MODELS_DIR, help="parent of the model dirs")
     train.add_argument("--seed", type=int, default=0)
