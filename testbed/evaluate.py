@@ -100,6 +100,8 @@ def cut_report(llm: LLM, questions: list[Question], points: tuple[int, ...]) -> 
             "accuracy": _keys(acc),
             "acc_1_5": round(range_mean(acc, 1, 5), 4),
             "acc_6_12": round(range_mean(acc, 6, 12), 4),
+            # Budget forcing needs an answer after the forced `</think>`, right or not.
+            "answered": round(sum(c.answer is not None for c in done) / len(done), 4),
         }
     return {"tokens_per_op": curve}
 
@@ -185,9 +187,11 @@ def format_report(report: dict[str, object]) -> str:
     lines.append(f"sampled lines: {json.dumps(sampled['lines'])}")
     cut = report.get("cut")
     if isinstance(cut, dict):
-        lines.append("thinking cut (tokens per op): accuracy 1-5 / 6-12")
+        lines.append("thinking cut (tokens per op): accuracy 1-5 / 6-12, share answered")
         for per_op, row in cut["tokens_per_op"].items():
-            lines.append(f"  {per_op:>3}/op  {row['acc_1_5']:.3f} / {row['acc_6_12']:.3f}")
+            answered = row.get("answered")  # absent from cards written before it existed
+            tail = f"  {answered:.3f}" if isinstance(answered, float) else ""
+            lines.append(f"  {per_op:>3}/op  {row['acc_1_5']:.3f} / {row['acc_6_12']:.3f}{tail}")
     reward = report.get("reward")
     if isinstance(reward, dict):
         lines.append(f"reward AUROC {reward['auroc']} on {reward['responses']} sampled answers")

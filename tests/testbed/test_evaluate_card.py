@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from testbed.evaluate import versus_base_under_cut
+import json
+
+from testbed import model_path
+from testbed.evaluate import format_report, versus_base_under_cut
 
 
 def _report(**acc: float) -> dict[str, object]:
@@ -29,3 +32,14 @@ def test_no_comparison_across_different_questions_or_without_a_curve() -> None:
     no_curve = {k: v for k, v in _report(**{"8": 0.9}).items() if k != "cut"}
     with_curve: dict[str, object] = {"eval": _report(**{"8": 0.1})}
     assert versus_base_under_cut(no_curve, with_curve) is None
+
+
+def test_report_prints_the_share_answered_under_a_cut_when_it_was_measured() -> None:
+    shipped = json.loads((model_path("base") / "card.json").read_text())["eval"]
+    rows = shipped["cut"]["tokens_per_op"]
+    before = format_report(shipped)  # cards measured before `answered` existed still print
+    assert "   8/op  " in before
+    rows["8"]["answered"] = 0.975
+    after = format_report(shipped)
+    line = next(x for x in after.splitlines() if x.startswith("    8/op"))
+    assert line.endswith("  0.975") and line not in before.splitlines()
