@@ -339,9 +339,10 @@ def _train(args: argparse.Namespace) -> int:
             settings = _scheduled(settings, args, "elastic")
             result = train_causal(settings, target, progress_bar=not args.no_progress)
             training = _causal_record(settings, result, started)
+        old = read_card(target)
         command = " ".join(args.argv_for_card)
         if variant == "base-focus":  # on top of what made the model: every command, in order
-            prior = read_card(target).get("training")
+            prior = old.get("training")
             before = prior.get("command") if isinstance(prior, dict) else None
             earlier = before if isinstance(before, list) else [before] if before else []
             training["command"] = [*earlier, command]
@@ -349,7 +350,6 @@ def _train(args: argparse.Namespace) -> int:
             training["command"] = command
         card: dict[str, object] = {"training": training, "model": name}
         card["host"] = _host(args)
-        old = read_card(target)
         old.pop("status", None)
         for stale in ("eval", "vs_base_under_cut"):  # numbers of the previous weights
             old.pop(stale, None)
