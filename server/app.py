@@ -1,6 +1,7 @@
 """The FastAPI app factory: ``create_app(settings, *, engine=None)``.
 
-The lifespan starts the engine (unless one is passed in; then the caller owns it),
+The lifespan starts the engine that settings pick (``server.engines.factory``; unless
+one is passed in, then the caller owns it),
 loads and validates the strategies, attaches the resources, and tears all of it down
 in reverse order.
 """
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from fastapi import FastAPI
 
 from server import errors
 from server.admission import Admission
+from server.engines.factory import open_engine
 from server.metrics import Metrics
 from server.resources import build_resources
 from server.routes import ROUTERS
@@ -52,18 +54,20 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = load_registry(settings)
-        own = engine is None
-        if engine is None:
-            from server.engines.local import LocalEngine
-
-            active: Engine = LocalEngine.start(settings)
-        else:
-            active = engine
-        try:
+        async with AsyncExitStack() as stack:
+            # An engine passed in belongs to the caller; otherwise settings pick one.
+            active = (
+                engine
+                if engine is not None
+                else await stack.enter_async_context(open_engine(settings))
+            )
             metrics = Metrics()
             unfinished = getattr(active, "num_unfinished", None)
             if callable(unfinished):
                 metrics.watch_engine(unfinished)
+            servers = getattr(active, "servers", None)
+            if callable(servers):
+                metrics.watch_servers(servers)
             async with build_resources(settings, active) as resources:
                 app.state.gateway = Gateway(
                     settings=settings,
@@ -89,9 +93,6 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     yield
                 finally:
                     app.state.gateway = None
-        finally:
-            if own:
-                await active.aclose()
 
     app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = None

@@ -2,7 +2,9 @@
 
 ``thinkgate serve [--model DIR_OR_ID] [--host H] [--port P] ...``: every setting has a
 flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
-Other subcommands (``testbed``, ``calibrate``, ``train-predictor``, ``bench``) are
+``thinkgate replica [--model ...] [vLLM server args]``: vLLM's own OpenAI server with our
+processors (``server.replica``). Other subcommands (``testbed``, ``calibrate``,
+``train-predictor``, ``bench``) are
 "module:function" entries taking argv; a tool that is not installed is a clean error.
 """
 
@@ -23,6 +25,7 @@ TOOLS: dict[str, str] = {
     "calibrate": "strategies.pets.cli:main",
     "train-predictor": "kernels.predictor_cli:main",
     "bench": "benchmarks.cli:main",
+    "replica": "server.replica:main",
 }
 
 

@@ -29,3 +29,6 @@ def configure(level: str = "info", *, json: bool = True) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr)
+    # httpx logs every request at INFO: the remote engine's calls and health checks
+    # would drown the gateway's own lines. Its warnings still show.
+    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))

@@ -8,10 +8,13 @@ samples, and the engine's unfinished requests at scrape time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from strategies.base import Final
 
@@ -61,6 +64,10 @@ class Metrics:
     def watch_engine(self, unfinished: Callable[[], int]) -> None:
         self.engine_unfinished.set_function(lambda: float(unfinished()))
 
+    def watch_servers(self, servers: Callable[[], Sequence[dict[str, Any]]]) -> None:
+        """Per-server gauges of a remote engine (``RemoteEngine.servers``), read at scrape."""
+        self.registry.register(_ServerCollector(servers))
+
     def record_final(self, strategy: str, final: Final) -> None:
         usage = final.usage
         self.tokens.labels("thinking").inc(usage.reasoning_tokens)
@@ -74,3 +81,55 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+_STATES = ("starting", "up", "down", "mismatch")
+
+
+class _ServerCollector(Collector):
+    """``thinkgate_upstream_*{server=URL}``: state, load and counts of each vLLM server."""
+
+    def __init__(self, servers: Callable[[], Sequence[dict[str, Any]]]) -> None:
+        self._servers = servers
+
+    def collect(self) -> Iterator[Any]:
+        up = GaugeMetricFamily(
+            "thinkgate_upstream_up", "1 while the server is admitted", labels=["server"]
+        )
+        state = GaugeMetricFamily(
+            "thinkgate_upstream_state",
+            "1 for the server's current state",
+            labels=["server", "state"],
+        )
+        samples = GaugeMetricFamily(
+            "thinkgate_upstream_outstanding_samples",
+            "Samples this gateway has running on the server",
+            labels=["server"],
+        )
+        requests = GaugeMetricFamily(
+            "thinkgate_upstream_outstanding_requests",
+            "Calls this gateway has running on the server",
+            labels=["server"],
+        )
+        calls = CounterMetricFamily(
+            "thinkgate_upstream_calls", "Calls sent to the server", labels=["server"]
+        )
+        failures = CounterMetricFamily(
+            "thinkgate_upstream_failures",
+            "Calls that failed on the server (retried elsewhere once)",
+            labels=["server"],
+        )
+        ejections = CounterMetricFamily(
+            "thinkgate_upstream_ejections", "Times the server was taken out", labels=["server"]
+        )
+        for s in self._servers():
+            url = str(s["url"])
+            up.add_metric([url], 1.0 if s["state"] == "up" else 0.0)
+            for name in _STATES:
+                state.add_metric([url, name], 1.0 if s["state"] == name else 0.0)
+            samples.add_metric([url], float(s["outstanding_samples"]))
+            requests.add_metric([url], float(s["outstanding_requests"]))
+            calls.add_metric([url], float(s["requests"]))
+            failures.add_metric([url], float(s["failures"]))
+            ejections.add_metric([url], float(s["ejections"]))
+        yield from (up, state, samples, requests, calls, failures, ejections)

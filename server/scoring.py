@@ -43,7 +43,9 @@ def reward_model_path(settings: Settings) -> Path | None:
     """The in-process reward model directory; None when disabled."""
     value = settings.reward_model
     if value is None:
-        return testbed.model_path("reward")
+        # A gateway in front of remote servers does not start vLLM in its own process
+        # unless asked to: reward models are served remotely there (--reward-url).
+        return None if settings.engine == "remote" else testbed.model_path("reward")
     if value.strip().lower() in ("", "none"):
         return None
     return Path(value)

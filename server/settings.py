@@ -6,9 +6,11 @@ List settings accept JSON (``'["a:B"]'``) or a comma-separated string (``a:B,c:D
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 import testbed
@@ -44,7 +46,26 @@ class Settings(BaseSettings):
     log_json: bool = True
     """JSON log lines (structlog); false: console format."""
 
-    # --- model and engine
+    # --- engine: which one, and the remote engine's knobs
+    engine: Literal["local", "remote"] = "local"
+    """``local``: vLLM's engine in this process; ``remote``: vLLM OpenAI servers at
+    ``--vllm-urls`` generate the tokens (this process keeps the tokenizer)."""
+    vllm_urls: StrList = ()
+    """Remote engine: base URLs of vLLM servers (``http://host:port``). One URL: a router
+    (or one replica) that places requests itself; several: thinkgate spreads them."""
+    remote_protocol: Literal["auto", "generate", "completions"] = "auto"
+    """Remote engine: ``generate`` (vLLM's token-in/token-out ``/inference/v1/generate``,
+    needs ``--enable-scale-out``), ``completions`` (``/v1/completions`` with token ids),
+    or ``auto`` (generate where a server offers it)."""
+    remote_connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Remote engine: time to open a connection to a server."""
+    remote_start_timeout_s: float = Field(default=300.0, ge=0)
+    """Remote engine: how long start-up waits for the first server to verify."""
+    health_interval_s: float = Field(default=2.0, gt=0)
+    """Remote engine: seconds between health checks of each server (an ejected server
+    is re-verified and re-admitted when it serves again)."""
+
+    # --- model (both engines: the tokenizer lives in this process)
     model: str | None = None
     """Local directory or Hugging Face id; None: the testbed ``base`` model."""
     served_model_name: str | None = None
@@ -55,6 +76,8 @@ class Settings(BaseSettings):
     """The token that opens thinking (looked up in the tokenizer)."""
     think_end: str = "</think>"
     """The token that closes thinking."""
+
+    # --- local engine (vLLM in process)
     dtype: str = "float32"
     """Model dtype for vLLM (float32 on CPU; auto/bfloat16 on GPU)."""
     max_model_len: int = Field(default=512, ge=16)
@@ -124,7 +147,8 @@ class Settings(BaseSettings):
     reward_model: str | None = None
     """Reward model (Qwen2ForSequenceClassification, one label) served in process by a
     second vLLM engine for the ``reward`` scorer; None: the testbed ``reward`` model
-    (left out if its files are missing); ``none``: no in-process reward model."""
+    (left out if its files are missing; with ``--engine remote``: none, use
+    ``--reward-url``); ``none``: no in-process reward model."""
     reward_url: str | None = None
     """Base URL of a vLLM server whose ``/classify`` serves the reward model (it must
     share the policy's tokenizer); replaces the in-process reward engine."""
@@ -152,7 +176,7 @@ class Settings(BaseSettings):
     request_timeout_s: float | None = Field(default=600.0, gt=0)
     """A request running longer is aborted with 504."""
 
-    @field_validator("api_keys", "logits_processors", "strategies", mode="before")
+    @field_validator("api_keys", "logits_processors", "strategies", "vllm_urls", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -163,6 +187,49 @@ class Settings(BaseSettings):
                 return tuple(json.loads(text))
             return tuple(part.strip() for part in text.split(",") if part.strip())
         return value
+
+    @field_validator("vllm_urls", mode="after")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"vllm_urls: {url!r} is not an http(s)://host:port URL")
+        return tuple(url.rstrip("/") for url in value)
+
+    @model_validator(mode="after")
+    def _engine_needs(self) -> Settings:
+        if self.engine == "remote" and not self.vllm_urls:
+            raise ValueError("engine 'remote' needs vllm_urls (--vllm-urls URL[,URL...])")
+        if len(set(self.vllm_urls)) != len(self.vllm_urls):
+            raise ValueError("vllm_urls lists a server twice")
+        return self
+
+    @property
+    def local(self) -> LocalEngineSettings:
+        """The local engine's knobs, grouped."""
+        return LocalEngineSettings(
+            dtype=self.dtype,
+            max_num_seqs=self.max_num_seqs,
+            batched_tokens=self.batched_tokens,
+            enforce_eager=self.enforce_eager,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            tensor_parallel_size=self.tensor_parallel_size,
+            seed=self.seed,
+            logits_processors=self.logits_processors,
+            vllm_reasoning_config=self.vllm_reasoning_config,
+        )
+
+    @property
+    def remote(self) -> RemoteEngineSettings:
+        """The remote engine's knobs, grouped."""
+        return RemoteEngineSettings(
+            urls=self.vllm_urls,
+            protocol=self.remote_protocol,
+            connect_timeout_s=self.remote_connect_timeout_s,
+            start_timeout_s=self.remote_start_timeout_s,
+            health_interval_s=self.health_interval_s,
+        )
 
     @property
     def model_path(self) -> str:
@@ -185,3 +252,29 @@ class Settings(BaseSettings):
     def effort_budget(self, effort: Effort) -> int:
         value: int = getattr(self, f"effort_{effort}")
         return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalEngineSettings:
+    """What only the in-process engine reads (``Settings.local``)."""
+
+    dtype: str
+    max_num_seqs: int
+    batched_tokens: int
+    enforce_eager: bool
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    seed: int
+    logits_processors: tuple[str, ...]
+    vllm_reasoning_config: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteEngineSettings:
+    """What only the remote engine reads (``Settings.remote``)."""
+
+    urls: tuple[str, ...]
+    protocol: Literal["auto", "generate", "completions"]
+    connect_timeout_s: float
+    start_timeout_s: float
+    health_interval_s: float

@@ -168,6 +168,6 @@ def _as_gateway_error(exc: Exception) -> GatewayError:
         from strategies.errors import BackendTimeout
 
         return BackendTimeout("the request ran past the server's request_timeout_s")
-    from server.engines.errors import convert
+    from server.engines.errors import unexpected
 
-    return convert(exc)
+    return unexpected(exc)

@@ -103,9 +103,17 @@ class Engine(Protocol):
 
     model_name: str
     tokens: ModelTokens
-    max_model_len: int
-    # Our logits processors loaded in this engine (kernels/ names: "elastic", ...).
-    processors: frozenset[str]
+
+    @property
+    def max_model_len(self) -> int:
+        """Context length (prompt + completion) of the served model."""
+        ...
+
+    @property
+    def processors(self) -> frozenset[str]:
+        """Our logits processors this engine has loaded (kernels/ names: "elastic", ...);
+        a remote engine reports those every admitted server has."""
+        ...
 
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         """All ``n`` samples, finished, ordered by index."""

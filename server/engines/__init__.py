@@ -1,14 +1,14 @@
 """How the gateway talks to vLLM: the ``Engine`` protocol and its implementations.
 
-``LocalEngine`` (vLLM's ``AsyncLLM`` in process) is imported lazily so that the HTTP
-layer does not pull in torch and vLLM unless it starts a local engine.
+``LocalEngine`` (vLLM's ``AsyncLLM`` in process) and ``RemoteEngine`` (vLLM's own
+OpenAI servers over HTTP) are imported lazily: a gateway fronting remote servers never
+imports torch or vLLM. ``open_engine`` (``server.engines.factory``) picks one by settings.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from server.engines.errors import map_engine_errors
 from strategies.engine import (
     Engine,
     GenerateRequest,
@@ -20,6 +20,7 @@ from strategies.engine import (
 
 if TYPE_CHECKING:
     from server.engines.local import LocalEngine
+    from server.engines.remote import RemoteEngine
 
 __all__ = [
     "Engine",
@@ -29,7 +30,7 @@ __all__ = [
     "Sample",
     "SampleDelta",
     "SamplingConfig",
-    "map_engine_errors",
+    "RemoteEngine",
 ]
 
 
@@ -38,4 +39,8 @@ def __getattr__(name: str) -> object:
         from server.engines.local import LocalEngine
 
         return LocalEngine
+    if name == "RemoteEngine":
+        from server.engines.remote import RemoteEngine
+
+        return RemoteEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,40 +1,26 @@
-"""The one place where foreign (vLLM) errors become thinkgate errors.
+"""Each engine maps its own foreign errors onto the error tree, at its boundary.
 
-    VLLMValidationError / VLLMClientError / ValueError / TypeError -> InvalidRequest (400)
-    EngineDeadError                                                -> BackendUnavailable (503)
-    TimeoutError                                                   -> BackendTimeout (504)
-    anything else                                                  -> BackendError (500)
+There is deliberately no shared table of "foreign exception -> client error": whether a
+``ValueError`` is the client's fault depends on which library raised it and where.
+An engine passes its own ``convert`` to :func:`mapped`; whatever a ``convert`` does not
+recognise is :func:`unexpected`, a 500 that says it was not expected.
 
 ``GatewayError`` and cancellation pass through untouched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from strategies.errors import (
-    BackendError,
-    BackendTimeout,
-    BackendUnavailable,
-    GatewayError,
-    InvalidRequest,
-)
+from strategies.errors import BackendError, GatewayError
 
-
-def _vllm_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(client error classes, dead-engine classes); empty when vLLM is not installed."""
-    try:
-        from vllm.exceptions import VLLMClientError
-        from vllm.v1.engine.exceptions import EngineDeadError
-    except ImportError:  # a gateway fronting remote engines only
-        return (), ()
-    return (VLLMClientError,), (EngineDeadError,)
+Convert = Callable[[Exception], GatewayError]
 
 
 @contextmanager
-def map_engine_errors() -> Iterator[None]:
-    """Re-raise any non-gateway exception from the block as the right ``GatewayError``."""
+def mapped(convert: Convert) -> Iterator[None]:
+    """Re-raise any non-gateway exception from the block as ``convert`` maps it."""
     try:
         yield
     except GatewayError:
@@ -43,15 +29,6 @@ def map_engine_errors() -> Iterator[None]:
         raise convert(exc) from exc
 
 
-def convert(exc: Exception) -> GatewayError:
-    """The ``GatewayError`` for a foreign exception (see the module table)."""
-    client, dead = _vllm_classes()
-    if dead and isinstance(exc, dead):
-        return BackendUnavailable("the engine is dead; the server must be restarted")
-    if (client and isinstance(exc, client)) or isinstance(exc, ValueError | TypeError):
-        param = getattr(exc, "parameter", None)
-        message = str(exc) or type(exc).__name__
-        return InvalidRequest(message, param=param if isinstance(param, str) else None)
-    if isinstance(exc, TimeoutError):
-        return BackendTimeout("the engine did not answer in time")
-    return BackendError(f"engine error: {type(exc).__name__}: {exc}")
+def unexpected(exc: BaseException) -> BackendError:
+    """A 500 for an exception no engine table knows: a thinkgate bug or an unknown fault."""
+    return BackendError(f"unexpected engine error: {type(exc).__name__}: {exc}")

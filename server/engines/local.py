@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from kernels.processors import Runner, spec_for
-from server.engines.errors import map_engine_errors
 from server.engines.tokens import TokenizerTokens
+from server.engines.vllm_errors import map_vllm_errors
 from server.settings import Settings
 from strategies.engine import (
     FinishReason,
@@ -28,7 +28,7 @@ from strategies.engine import (
     SampleDelta,
     SamplingConfig,
 )
-from strategies.errors import BackendError, BackendUnavailable
+from strategies.errors import BackendError, BackendUnavailable, InvalidRequest
 
 if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -115,6 +115,7 @@ class LocalEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        local = settings.local
         tokens = TokenizerTokens.load(
             settings.model_path,
             think_start=settings.think_start,
@@ -123,7 +124,7 @@ class LocalEngine:
             trust_remote_code=settings.trust_remote_code,
         )
         extra: dict[str, Any] = {}
-        if settings.vllm_reasoning_config:
+        if local.vllm_reasoning_config:
             from vllm.config import ReasoningConfig
 
             extra["reasoning_config"] = ReasoningConfig(
@@ -132,17 +133,17 @@ class LocalEngine:
         args = AsyncEngineArgs(
             model=settings.model_path,
             served_model_name=[settings.model_name],
-            dtype=settings.dtype,  # type: ignore[arg-type]
+            dtype=local.dtype,  # type: ignore[arg-type]
             max_model_len=settings.max_model_len,
-            max_num_seqs=settings.max_num_seqs,
+            max_num_seqs=local.max_num_seqs,
             # No chunked prefill: a seeded request whose prefill is chunked kills the CPU
             # engine (VLLM-NOTES.md section 4), so every prefill fits one step.
-            max_num_batched_tokens=max(settings.batched_tokens, settings.max_model_len),
+            max_num_batched_tokens=max(local.batched_tokens, settings.max_model_len),
             enable_chunked_prefill=False,
-            enforce_eager=settings.enforce_eager,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            seed=settings.seed,
+            enforce_eager=local.enforce_eager,
+            gpu_memory_utilization=local.gpu_memory_utilization,
+            tensor_parallel_size=local.tensor_parallel_size,
+            seed=local.seed,
             trust_remote_code=settings.trust_remote_code,
             disable_log_stats=True,
             **extra,
@@ -151,14 +152,12 @@ class LocalEngine:
         # each runner's loader refuses the other interface's classes.
         runner = model_runner(args)
         processors = load_processor_classes(
-            tuple(spec_for(p, runner) for p in settings.logits_processors)
+            tuple(spec_for(p, runner) for p in local.logits_processors)
         )
         args.logits_processors = cast(Any, processors) or None
         names = {processor_name(c) for c in processors}
         _select_guidance_model(args, settings.model_path, names)
-        log.info(
-            "engine.starting", model=settings.model_path, processors=settings.logits_processors
-        )
+        log.info("engine.starting", model=settings.model_path, processors=local.logits_processors)
         llm = AsyncLLM.from_engine_args(args)
         return cls(
             llm,
@@ -221,13 +220,13 @@ class LocalEngine:
         from vllm.inputs import TokensPrompt
 
         await self.health()
-        with map_engine_errors():
+        with map_vllm_errors():
             params = self._params(request, kind)
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
         stream = self._llm.generate(prompt, params, request.request_id)
         finished = False
         try:
-            with map_engine_errors():
+            with map_vllm_errors():
                 async for out in stream:
                     finished = out.finished
                     yield out
@@ -254,7 +253,7 @@ class LocalEngine:
         s: SamplingConfig = request.sampling
         room = self.max_model_len - len(request.prompt_token_ids)
         if room < 1:
-            raise ValueError(
+            raise InvalidRequest(
                 f"the prompt has {len(request.prompt_token_ids)} tokens; the model's context "
                 f"is {self.max_model_len}"
             )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from server.engines.errors import map_engine_errors
+from server.engines.vllm_errors import map_vllm_errors
 from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class RewardEngine:
         last: Any = None
         finished = False
         try:
-            with map_engine_errors():
+            with map_vllm_errors():
                 async for out in self._llm.encode(prompt, params, request_id):
                     last, finished = out, out.finished
         finally:

@@ -1,4 +1,8 @@
-"""GET /health (the process answers) and GET /ready (the engine serves)."""
+"""GET /health (the process answers) and GET /ready (the engine serves).
+
+With a remote engine ``/ready`` also lists every vLLM server (state, load, processors,
+last error); it is 200 while at least one server is admitted.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from starlette.responses import Response
 
 from server.errors import response_headers
 from server.state import gateway
+from strategies.errors import GatewayError
 
 router = APIRouter()
 
@@ -23,6 +28,23 @@ async def health(request: Request) -> Response:
 @router.get("/ready")
 async def ready(request: Request) -> Response:
     gw = gateway(request)  # 503 while starting or stopping
-    await gw.engine.health()  # 503 once the engine is dead
-    body = orjson.dumps({"status": "ready", "model": gw.engine.model_name})
+    servers = getattr(gw.engine, "servers", None)
+    listed = servers() if callable(servers) else None
+    try:
+        await gw.engine.health()  # 503 once the engine is dead (remote: no server up)
+    except GatewayError as err:
+        if listed is None:
+            raise
+        # The error envelope, plus what each server is doing: the operator's first question.
+        payload = {**err.envelope(), "servers": listed}
+        return Response(
+            orjson.dumps(payload),
+            status_code=err.status,
+            media_type="application/json",
+            headers=response_headers(request),
+        )
+    ready: dict[str, object] = {"status": "ready", "model": gw.engine.model_name}
+    if listed is not None:
+        ready["servers"] = listed
+    body = orjson.dumps(ready)
     return Response(body, media_type="application/json", headers=response_headers(request))

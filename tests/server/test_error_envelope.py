@@ -1,5 +1,5 @@
 """One error tree, one handler: every GatewayError subclass leaves as the OpenAI
-envelope with its status; foreign errors are mapped in map_engine_errors (no engine)."""
+envelope with its status; each engine maps its own foreign errors (no engine runs here)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 
 from server import errors
-from server.engines.errors import convert, map_engine_errors
+from server.engines.errors import mapped, unexpected
+from server.engines.vllm_errors import convert, map_vllm_errors
 from strategies import errors as tree
 from strategies.budget import Budget
 
@@ -104,24 +105,40 @@ async def test_fastapi_validation_errors_become_400_with_the_field_path() -> Non
     assert response.json()["error"]["param"] == "query.limit"
 
 
-def test_vllm_errors_are_mapped_in_one_place() -> None:
+def test_each_engine_maps_with_its_own_table() -> None:
+    def table(exc: Exception) -> tree.GatewayError:
+        return tree.InvalidRequest("mine") if isinstance(exc, KeyError) else unexpected(exc)
+
+    with pytest.raises(tree.InvalidRequest) as mine, mapped(table):
+        raise KeyError("k")
+    assert isinstance(mine.value.__cause__, KeyError)
+    with pytest.raises(tree.BackendError) as other, mapped(table):
+        raise TypeError("boom")
+    assert other.value.status == 500
+    assert "unexpected engine error: TypeError: boom" in str(other.value)
+
+
+def test_vllm_errors_are_mapped_by_the_vllm_engines() -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
     bad = convert(VLLMValidationError("temperature too hot", parameter="temperature"))
     assert isinstance(bad, tree.InvalidRequest) and bad.param == "temperature"
     assert "temperature too hot" in bad.message
-    assert isinstance(convert(ValueError("n must be 1 for greedy")), tree.InvalidRequest)
+    # No blanket "a ValueError is the client's fault": an unknown exception is a 500
+    # that says it was unexpected.
+    stray = convert(ValueError("n must be 1 for greedy"))
+    assert type(stray) is tree.BackendError and "unexpected" in stray.message
     assert isinstance(convert(EngineDeadError()), tree.BackendUnavailable)
     assert isinstance(convert(TimeoutError()), tree.BackendTimeout)
     generic = convert(EngineGenerateError())
     assert type(generic) is tree.BackendError and generic.status == 500
 
-    with pytest.raises(tree.BackendUnavailable) as info, map_engine_errors():
+    with pytest.raises(tree.BackendUnavailable) as info, map_vllm_errors():
         raise EngineDeadError()
     assert isinstance(info.value.__cause__, EngineDeadError)
     original = tree.InvalidBudget("kept", param="budget.k")
-    with pytest.raises(tree.InvalidBudget) as kept, map_engine_errors():
+    with pytest.raises(tree.InvalidBudget) as kept, map_vllm_errors():
         raise original
     assert kept.value is original
 

@@ -1,0 +1,442 @@
+"""``RemoteEngine``: vLLM's own OpenAI servers generate; the gateway keeps the rest.
+
+Token ids in, token ids out (``remote_wire``): the tokenizer, chat template, think
+tokens and decoding stay here, so strategies see the same ``Engine`` as locally.
+
+* One URL: a router the team already runs (llm-d, vLLM data parallel, Dynamo) or a
+  single replica; placement is its business.
+* Several URLs: this engine spreads calls (``balancer``: prompt-prefix affinity, then
+  least outstanding samples), health-checks every server, ejects one that fails and
+  re-admits it once it verifies again (``upstream.verify``).
+* Failover: a call that fails before its first token (connection refused or dropped,
+  a 5xx) is retried once on another server; a stream that fails after tokens went out
+  raises ``BackendError`` (the client gets an error frame, never a hang).
+* Cancellation: cancelling the consumer closes the upstream connection; vLLM aborts
+  the request when its client goes away (``with_cancellation`` / streaming disconnect).
+* Processors: ``processors`` is what every admitted server has loaded, so a strategy
+  that needs one never lands on a server without it (a call carrying a processor's
+  arguments is only placed on servers that have it, for the race with re-admission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+import structlog
+
+from kernels import args as elastic_args
+from kernels import guidance_args
+from server.engines.balancer import PrefixIndex, block_hashes, choose
+from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_error
+from server.engines.tokens import TokenizerTokens
+from server.engines.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
+from server.settings import RemoteEngineSettings, Settings
+from strategies.engine import GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.errors import (
+    BackendError,
+    BackendUnavailable,
+    GatewayError,
+    InvalidRequest,
+)
+
+log = structlog.get_logger("thinkgate.remote")
+
+T = TypeVar("T")
+
+
+class UpstreamFailed(Exception):
+    """A call failed on one server in a way another server may not (retry elsewhere)."""
+
+    def __init__(self, error: GatewayError, *, eject: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.eject = eject
+
+
+def needed_processors(extra_args: dict[str, object]) -> frozenset[str]:
+    """The processors a call's arguments are meant for (it must not land elsewhere)."""
+    need: set[str] = set()
+    if elastic_args.THINKING_BUDGET in extra_args:
+        need.add("elastic")
+    if guidance_args.BUDGET in extra_args:
+        need.add(guidance_args.PROCESSOR_NAME)
+    return frozenset(need)
+
+
+class RemoteEngine:
+    """The ``Engine`` protocol over one or more vLLM OpenAI servers."""
+
+    def __init__(
+        self,
+        settings: RemoteEngineSettings,
+        *,
+        model_name: str,
+        tokens: ModelTokens,
+        probe: str,
+        client: httpx.AsyncClient,
+    ) -> None:
+        self._settings = settings
+        self.model_name = model_name
+        self.tokens = tokens
+        self._probe = probe
+        self._client = client
+        self.upstreams = [Upstream(url=url) for url in settings.urls]
+        self._reference: ServerFacts | None = None
+        self._prefixes = PrefixIndex()
+        self._watcher: asyncio.Task[None] | None = None
+        self.failovers = 0
+
+    # --- life cycle
+
+    @classmethod
+    async def start(cls, settings: Settings) -> RemoteEngine:
+        """Verify the servers; raises if one serves something else, or none answers in
+        ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
+        tokens = TokenizerTokens.load(
+            settings.model_path,
+            think_start=settings.think_start,
+            think_end=settings.think_end,
+            reasoning=settings.reasoning,
+            trust_remote_code=settings.trust_remote_code,
+        )
+        remote = settings.remote
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
+            # Admission control bounds concurrency; the pool must not queue behind it.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        engine = cls(
+            remote,
+            model_name=settings.model_name,
+            tokens=tokens,
+            probe=probe_text(tokens, settings.think_start, settings.think_end),
+            client=client,
+        )
+        try:
+            await engine._first_admission()
+        except BaseException:
+            await client.aclose()
+            raise
+        engine._watcher = asyncio.get_running_loop().create_task(engine._watch())
+        return engine
+
+    async def _first_admission(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.start_timeout_s
+        while True:
+            # A mismatch refuses start-up (ServerMismatch propagates), naming the URL.
+            await asyncio.gather(*(self._admit(u, at_start=True) for u in self.upstreams))
+            if any(u.state == "up" for u in self.upstreams):
+                break
+            if loop.time() >= deadline:
+                errors = "; ".join(f"{u.url}: {u.last_error}" for u in self.upstreams)
+                raise RuntimeError(
+                    f"no vLLM server answered in {self._settings.start_timeout_s:g} s ({errors})"
+                )
+            await asyncio.sleep(min(1.0, self._settings.health_interval_s))
+        log.info("remote.ready", servers=[u.status() for u in self.upstreams])
+
+    async def _admit(self, up: Upstream, *, at_start: bool = False) -> None:
+        """Verify ``up`` and mark it up, or record why not."""
+        try:
+            facts = await verify(
+                self._client,
+                up.url,
+                tokens=self.tokens,
+                probe=self._probe,
+                protocol=self._settings.protocol,
+                timeout_s=self._settings.connect_timeout_s + 10.0,
+            )
+            self._check_same(up.url, facts)
+        except ServerMismatch as exc:
+            up.set_state("mismatch", str(exc))
+            if at_start:
+                raise
+            log.error("remote.mismatch", server=up.url, error=str(exc))
+            return
+        except httpx.HTTPError as exc:
+            up.set_state("down", f"{type(exc).__name__}: {exc}")
+            return
+        was = up.state
+        up.facts = facts
+        self._prefixes.forget(up.url)  # a server coming (back) up has a cold cache
+        up.set_state("up")
+        if was != "starting" or not at_start:
+            log.info("remote.admitted", server=up.url, was=was, processors=sorted(facts.processors))
+
+    def _check_same(self, url: str, facts: ServerFacts) -> None:
+        ref = self._reference
+        if ref is None:
+            self._reference = facts
+            return
+        if facts.model_id != ref.model_id or facts.max_model_len != ref.max_model_len:
+            raise ServerMismatch(
+                f"{url}: serves {facts.model_id!r} with max_model_len {facts.max_model_len}; "
+                f"the others serve {ref.model_id!r} with {ref.max_model_len}"
+            )
+
+    async def _watch(self) -> None:
+        """Health checks: eject a server that stops answering, re-admit one that verifies."""
+        while True:
+            await asyncio.sleep(self._settings.health_interval_s)
+            await asyncio.gather(*(self._check(u) for u in self.upstreams))
+
+    async def _check(self, up: Upstream) -> None:
+        if up.state != "up":
+            await self._admit(up)
+            return
+        try:
+            answer = await self._client.get(
+                f"{up.url}/health", timeout=self._settings.connect_timeout_s
+            )
+            ok = answer.status_code == 200
+            reason = f"/health answered {answer.status_code}"
+        except httpx.HTTPError as exc:
+            ok, reason = False, f"/health: {type(exc).__name__}: {exc}"
+        if not ok:
+            self._eject(up, reason)
+
+    def _eject(self, up: Upstream, reason: str) -> None:
+        if up.state == "up":
+            log.warning("remote.ejected", server=up.url, reason=reason)
+            up.set_state("down", reason)
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self._client.aclose()
+
+    # --- what strategies and routes read
+
+    @property
+    def processors(self) -> frozenset[str]:
+        """Processors loaded on every admitted server (empty when none is up)."""
+        sets = [u.facts.processors for u in self.upstreams if u.state == "up" and u.facts]
+        return frozenset.intersection(*sets) if sets else frozenset()
+
+    @property
+    def max_model_len(self) -> int:
+        ref = self._reference
+        return ref.max_model_len if ref is not None else 0
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Per-server state for ``/ready`` and ``/metrics``."""
+        return [u.status() for u in self.upstreams]
+
+    def num_unfinished(self) -> int:
+        """Calls this gateway has running on its servers."""
+        return sum(u.outstanding_requests for u in self.upstreams)
+
+    async def health(self) -> None:
+        if not any(u.state == "up" for u in self.upstreams):
+            states = ", ".join(f"{u.url} {u.state}" for u in self.upstreams)
+            raise BackendUnavailable(f"no vLLM server is up ({states})")
+
+    # --- Engine protocol
+
+    async def generate(self, request: GenerateRequest) -> list[Sample]:
+        async def once(up: Upstream) -> list[Sample]:
+            return await self._generate_on(up, request)
+
+        return await self._with_failover(request, once)
+
+    async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        tried: set[str] = set()
+        last: UpstreamFailed | None = None
+        for _ in range(2):
+            up = self._pick(request, tried)
+            if up is None:
+                break
+            tried.add(up.url)
+            sent = False
+            try:
+                async with self._lease(up, request):
+                    async for delta in self._stream_on(up, request):
+                        sent = True
+                        yield delta
+                return
+            except UpstreamFailed as exc:
+                self._failed(up, exc)
+                if sent:
+                    raise BackendError(
+                        f"vLLM server {up.url} failed mid-stream: {exc.error.message}"
+                    ) from exc
+                last = exc
+        raise self._exhausted(request, last)
+
+    async def _with_failover(
+        self, request: GenerateRequest, call: Callable[[Upstream], Awaitable[T]]
+    ) -> T:
+        tried: set[str] = set()
+        last: UpstreamFailed | None = None
+        for _ in range(2):
+            up = self._pick(request, tried)
+            if up is None:
+                break
+            tried.add(up.url)
+            try:
+                async with self._lease(up, request):
+                    return await call(up)
+            except UpstreamFailed as exc:
+                self._failed(up, exc)
+                last = exc
+        raise self._exhausted(request, last)
+
+    def _failed(self, up: Upstream, exc: UpstreamFailed) -> None:
+        up.failures += 1
+        up.last_error = exc.error.message
+        self.failovers += 1
+        if exc.eject:
+            self._eject(up, exc.error.message)
+
+    def _exhausted(self, request: GenerateRequest, last: UpstreamFailed | None) -> GatewayError:
+        if last is not None:
+            return last.error
+        need = needed_processors(dict(request.sampling.extra_args))
+        if need:
+            return BackendUnavailable(
+                f"no vLLM server with the {', '.join(sorted(need))} processor is up"
+            )
+        return BackendUnavailable("no vLLM server is up")
+
+    def _pick(self, request: GenerateRequest, exclude: set[str]) -> Upstream | None:
+        need = needed_processors(dict(request.sampling.extra_args))
+        ready = [
+            u
+            for u in self.upstreams
+            if u.state == "up" and u.facts and need <= u.facts.processors and u.url not in exclude
+        ]
+        if not ready:
+            return None
+        if len(ready) == 1:
+            return ready[0]
+        hashes = block_hashes(request.prompt_token_ids)
+        urls = [u.url for u in ready]
+        best = choose(
+            urls,
+            {u.url: u.outstanding_samples for u in ready},
+            {u.url: self._prefixes.cached_tokens(hashes, u.url) for u in ready},
+        )
+        self._prefixes.record(hashes, best)
+        return next(u for u in ready if u.url == best)
+
+    @contextlib.asynccontextmanager
+    async def _lease(self, up: Upstream, request: GenerateRequest) -> AsyncIterator[None]:
+        n = request.sampling.n
+        up.outstanding_samples += n
+        up.outstanding_requests += 1
+        up.requests += 1
+        try:
+            yield
+        finally:
+            up.outstanding_samples -= n
+            up.outstanding_requests -= 1
+
+    # --- one call on one server
+
+    def _body(self, up: Upstream, request: GenerateRequest, *, stream: bool) -> dict[str, Any]:
+        assert up.facts is not None
+        room = up.facts.max_model_len - len(request.prompt_token_ids)
+        if room < 1:
+            raise InvalidRequest(
+                f"the prompt has {len(request.prompt_token_ids)} tokens; the model's context "
+                f"is {up.facts.max_model_len}"
+            )
+        max_tokens = room if request.sampling.max_tokens is None else request.sampling.max_tokens
+        return body(
+            up.facts.protocol,
+            request,
+            max_tokens=max_tokens,
+            upstream_model=up.facts.model_id,
+            stream=stream,
+        )
+
+    async def _generate_on(self, up: Upstream, request: GenerateRequest) -> list[Sample]:
+        assert up.facts is not None
+        payload = self._body(up, request, stream=False)
+        try:
+            answer = await self._client.post(
+                f"{up.url}{PATHS[up.facts.protocol]}",
+                content=orjson.dumps(payload),
+                headers={"content-type": "application/json"},
+            )
+            data = answer.json() if answer.content else {}
+        except (httpx.HTTPError, ValueError) as exc:
+            raise _transport_failure(up, exc) from exc
+        _raise_for_status(up, answer.status_code, data)
+        return samples(up.facts.protocol, data, request.sampling.n)
+
+    async def _stream_on(
+        self, up: Upstream, request: GenerateRequest
+    ) -> AsyncGenerator[SampleDelta, None]:
+        assert up.facts is not None
+        protocol = up.facts.protocol
+        payload = self._body(up, request, stream=True)
+        finished: set[int] = set()
+        try:
+            async with self._client.stream(
+                "POST",
+                f"{up.url}{PATHS[protocol]}",
+                content=orjson.dumps(payload),
+                headers={"content-type": "application/json"},
+            ) as answer:
+                if answer.status_code != 200:
+                    raw = await answer.aread()
+                    _raise_for_status(up, answer.status_code, _loads(raw))
+                async for line in answer.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    frame = _loads(data.encode())
+                    if frame.get("error") is not None:
+                        raise UpstreamFailed(upstream_error(500, frame), eject=False)
+                    for delta in deltas(protocol, frame):
+                        if delta.finish_reason is not None:
+                            finished.add(delta.index)
+                        yield delta
+        except httpx.HTTPError as exc:
+            raise _transport_failure(up, exc) from exc
+        if len(finished) != request.sampling.n:
+            raise UpstreamFailed(
+                BackendError(
+                    f"vLLM server {up.url} ended the stream with {len(finished)} of "
+                    f"{request.sampling.n} samples finished"
+                ),
+                eject=False,
+            )
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return {"error": {"message": raw[:300].decode(errors="replace")}}
+    return value if isinstance(value, dict) else {"data": value}
+
+
+def _raise_for_status(up: Upstream, status: int, data: dict[str, Any]) -> None:
+    if status == 200:
+        return
+    error = upstream_error(status, data)
+    if status >= 500 or status == 429:
+        # The server (not the request) failed: another server may serve it. A 503 is
+        # vLLM's dead engine: take the server out until it verifies again.
+        raise UpstreamFailed(error, eject=status == 503)
+    raise error
+
+
+def _transport_failure(up: Upstream, exc: Exception) -> UpstreamFailed:
+    """A connection that could not open or broke: the server is gone or going."""
+    return UpstreamFailed(
+        BackendUnavailable(f"vLLM server {up.url} failed: {type(exc).__name__}: {exc}"),
+        eject=True,
+    )

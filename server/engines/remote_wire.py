@@ -1,0 +1,178 @@
+"""The two wire protocols of vLLM's OpenAI server that carry token ids both ways.
+
+* ``generate``: ``POST /inference/v1/generate`` (vLLM 0.32, ``--enable-scale-out``):
+  ``{"token_ids", "sampling_params": {...SamplingParams, extra_args}}``; the answer
+  holds ``choices[i].token_ids`` (and per-token logprobs), the stream one ``data:``
+  frame per choice per step with the new ``token_ids``.
+* ``completions``: ``POST /v1/completions`` with a token-id ``prompt``,
+  ``return_token_ids`` and ``vllm_xargs`` (what a router exposing only the OpenAI routes
+  passes on).
+
+Pure functions: bodies out, ``Sample``/``SampleDelta`` in, and the mapping of an
+upstream's error answer onto the error tree. No I/O here (``upstream.py`` does it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
+from strategies.errors import BackendError, GatewayError, InvalidRequest, Overloaded
+
+Protocol = Literal["generate", "completions"]
+
+PATHS: Final[dict[Protocol, str]] = {
+    "generate": "/inference/v1/generate",
+    "completions": "/v1/completions",
+}
+_FINISH: Final[dict[str, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def body(
+    protocol: Protocol,
+    request: GenerateRequest,
+    *,
+    max_tokens: int,
+    upstream_model: str,
+    stream: bool,
+) -> dict[str, Any]:
+    """The JSON body of ``request`` for ``protocol`` (``max_tokens`` already resolved)."""
+    s = request.sampling
+    params: dict[str, Any] = {
+        "n": s.n,
+        "max_tokens": max_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "ignore_eos": s.ignore_eos,
+    }
+    if s.seed is not None:
+        params["seed"] = s.seed
+    if s.stop:
+        params["stop"] = list(s.stop)
+    if s.stop_token_ids:
+        params["stop_token_ids"] = list(s.stop_token_ids)
+    if s.logprobs:
+        params["logprobs"] = 0  # the sampled token's logprob only
+    extra = dict(s.extra_args)
+    if protocol == "generate":
+        if extra:
+            params["extra_args"] = extra
+        # Text is decoded in the gateway; the server detokenizes only for stop strings.
+        params["detokenize"] = bool(s.stop)
+        return {
+            "request_id": request.request_id,
+            "token_ids": list(request.prompt_token_ids),
+            "sampling_params": params,
+            "stream": stream,
+        }
+    out: dict[str, Any] = {
+        "model": upstream_model,
+        "prompt": list(request.prompt_token_ids),
+        "return_token_ids": True,
+        "stream": stream,
+        **params,
+    }
+    if extra:
+        out["vllm_xargs"] = extra
+    return out
+
+
+def finish(reason: object) -> FinishReason:
+    """Our finish reason for an upstream one; an unknown one is an upstream fault."""
+    if not isinstance(reason, str) or reason not in _FINISH:
+        raise BackendError(f"vLLM server finished a sample with {reason!r}")
+    return _FINISH[reason]
+
+
+def _logprob_sum(protocol: Protocol, choice: Mapping[str, Any]) -> float | None:
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, Mapping):
+        return None
+    if protocol == "generate":
+        content = logprobs.get("content") or []
+        return float(sum(float(c["logprob"]) for c in content))
+    values = logprobs.get("token_logprobs") or []
+    return float(sum(float(v) for v in values if v is not None))
+
+
+def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
+    ids = choice.get("token_ids")
+    if ids is None:
+        return ()
+    if not isinstance(ids, list):
+        raise BackendError("vLLM server answered without token ids (return_token_ids?)")
+    return tuple(int(t) for t in ids)
+
+
+def samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sample]:
+    """The finished samples of a non-streamed answer, ordered by index."""
+    error = answer.get("error")
+    if error is not None:
+        raise upstream_error(500, answer)
+    done: dict[int, Sample] = {}
+    for choice in answer.get("choices") or []:
+        index = int(choice["index"])
+        done[index] = Sample(
+            index=index,
+            token_ids=_token_ids(choice),
+            finish_reason=finish(choice.get("finish_reason")),
+            cumulative_logprob=_logprob_sum(protocol, choice),
+            stop_reason=choice.get("stop_reason"),
+        )
+    if sorted(done) != list(range(n)):
+        raise BackendError(f"vLLM server returned samples {sorted(done)} of {n}")
+    return [done[i] for i in range(n)]
+
+
+def deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
+    """The deltas in one streamed frame (a usage-only frame has none)."""
+    if frame.get("error") is not None:
+        raise upstream_error(500, frame)
+    out: list[SampleDelta] = []
+    for choice in frame.get("choices") or []:
+        reason = choice.get("finish_reason")
+        ids = _token_ids(choice)
+        if not ids and reason is None:
+            continue
+        out.append(
+            SampleDelta(
+                index=int(choice["index"]),
+                token_ids=ids,
+                finish_reason=finish(reason) if reason is not None else None,
+                cumulative_logprob=_logprob_sum(protocol, choice),
+                stop_reason=choice.get("stop_reason"),
+            )
+        )
+    return out
+
+
+def error_message(answer: object) -> str:
+    """The message of vLLM's error body (``{"error": {...}}`` or the flat older form)."""
+    if isinstance(answer, Mapping):
+        inner = answer.get("error", answer)
+        if isinstance(inner, Mapping):
+            message = inner.get("message") or inner.get("detail")
+            if message:
+                return str(message)
+        if isinstance(inner, str):
+            return inner
+        detail = answer.get("detail")
+        if detail:
+            return str(detail)
+    return str(answer)[:500]
+
+
+def upstream_error(status: int, answer: object) -> GatewayError:
+    """The gateway error for an upstream's error answer with HTTP ``status``.
+
+    A 4xx is the request's fault (the server validated it: sampling values, our
+    processors' arguments) and keeps vLLM's message; 429 is overload; the rest is an
+    upstream failure (the caller decides whether to retry it elsewhere).
+    """
+    message = error_message(answer)
+    if status == 429:
+        return Overloaded(f"vLLM server overloaded: {message}")
+    if 400 <= status < 500:
+        return InvalidRequest(message)
+    return BackendError(f"vLLM server error ({status}): {message}")

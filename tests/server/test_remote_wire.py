@@ -1,0 +1,160 @@
+"""The remote engine's pure parts: request bodies, answers and frames, upstream errors,
+and the balancer's choices (no server needed; the live ones are in tests/server/remote)."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.engines.balancer import BLOCK, PrefixIndex, block_hashes, choose
+from server.engines.remote import needed_processors
+from server.engines.remote_wire import body, deltas, samples, upstream_error
+from strategies import errors as tree
+from strategies.engine import GenerateRequest, SamplingConfig
+
+
+def _request(**sampling: object) -> GenerateRequest:
+    return GenerateRequest(
+        request_id="r1",
+        prompt_token_ids=(5, 6, 7),
+        sampling=SamplingConfig(**sampling),  # type: ignore[arg-type]
+    )
+
+
+def test_generate_body_carries_sampling_params_and_extra_args() -> None:
+    req = _request(
+        n=3,
+        temperature=0.7,
+        seed=9,
+        stop=("\n",),
+        logprobs=True,
+        extra_args={"thinkgate_thinking_budget": 8},
+    )
+    out = body("generate", req, max_tokens=40, upstream_model="m", stream=True)
+    assert out["token_ids"] == [5, 6, 7] and out["stream"] is True
+    assert out["request_id"] == "r1"
+    params = out["sampling_params"]
+    assert params["n"] == 3 and params["max_tokens"] == 40 and params["seed"] == 9
+    assert params["extra_args"] == {"thinkgate_thinking_budget": 8}
+    assert params["logprobs"] == 0 and params["stop"] == ["\n"] and params["detokenize"] is True
+
+
+def test_completions_body_uses_token_prompt_and_vllm_xargs() -> None:
+    req = _request(extra_args={"thinkgate_bg_budget": 5})
+    out = body("completions", req, max_tokens=10, upstream_model="served", stream=False)
+    assert out["model"] == "served" and out["prompt"] == [5, 6, 7]
+    assert out["return_token_ids"] is True and out["vllm_xargs"] == {"thinkgate_bg_budget": 5}
+    assert "seed" not in out and "extra_args" not in out and "logprobs" not in out
+
+
+def test_samples_from_both_protocols() -> None:
+    gen = {
+        "choices": [
+            {
+                "index": 1,
+                "token_ids": [4, 2],
+                "finish_reason": "stop",
+                "stop_reason": None,
+                "logprobs": {
+                    "content": [{"token_id": 4, "logprob": -0.5}, {"token_id": 2, "logprob": -1.0}]
+                },
+            },
+            {"index": 0, "token_ids": [9], "finish_reason": "length"},
+        ]
+    }
+    out = samples("generate", gen, 2)
+    assert [s.index for s in out] == [0, 1]
+    assert out[1].token_ids == (4, 2) and out[1].cumulative_logprob == pytest.approx(-1.5)
+    assert out[0].finish_reason == "length" and out[0].cumulative_logprob is None
+    comp = {
+        "choices": [
+            {
+                "index": 0,
+                "text": "x",
+                "token_ids": [3],
+                "finish_reason": "stop",
+                "logprobs": {"token_logprobs": [-0.25]},
+            }
+        ]
+    }
+    assert samples("completions", comp, 1)[0].cumulative_logprob == pytest.approx(-0.25)
+
+
+def test_missing_samples_or_odd_finish_are_upstream_faults() -> None:
+    with pytest.raises(tree.BackendError, match="samples"):
+        samples(
+            "generate", {"choices": [{"index": 0, "token_ids": [], "finish_reason": "stop"}]}, 2
+        )
+    with pytest.raises(tree.BackendError, match="finished a sample with 'weird'"):
+        samples(
+            "generate", {"choices": [{"index": 0, "token_ids": [1], "finish_reason": "weird"}]}, 1
+        )
+
+
+def test_stream_frames_become_deltas() -> None:
+    frame = {
+        "choices": [
+            {"index": 0, "token_ids": [7, 8], "finish_reason": None},
+            {"index": 1, "token_ids": [], "finish_reason": None},
+            {"index": 2, "token_ids": [], "finish_reason": "abort"},
+        ]
+    }
+    out = deltas("generate", frame)
+    assert [(d.index, d.token_ids, d.finish_reason) for d in out] == [
+        (0, (7, 8), None),
+        (2, (), "abort"),
+    ]
+    assert deltas("generate", {"choices": [], "usage": {"prompt_tokens": 3}}) == []
+    with pytest.raises(tree.BackendError, match="boom"):
+        deltas("generate", {"error": {"message": "boom"}})
+
+
+def test_upstream_errors_map_by_status() -> None:
+    bad = upstream_error(400, {"error": {"message": "n must be 1 when using greedy", "code": 400}})
+    assert type(bad) is tree.InvalidRequest and "greedy" in bad.message
+    assert type(upstream_error(429, {"detail": "busy"})) is tree.Overloaded
+    flat = upstream_error(500, {"message": "engine died", "type": "InternalServerError"})
+    assert type(flat) is tree.BackendError and "engine died" in flat.message
+
+
+def test_needed_processors_follow_the_arguments() -> None:
+    assert needed_processors({}) == frozenset()
+    assert needed_processors({"thinkgate_thinking_budget": 3}) == {"elastic"}
+    assert needed_processors({"thinkgate_bg_budget": 3}) == {"budget-guidance"}
+
+
+def test_block_hashes_chain_the_prefix() -> None:
+    a = block_hashes(list(range(40)))
+    b = block_hashes([*range(32), 99, 98])
+    assert len(a) == 40 // BLOCK and a[:2] == b[:2]
+    c = block_hashes([1, *range(1, 40)])
+    assert c[0] != a[0] and c[1] != a[1]  # a different first block changes every hash after it
+
+
+def test_affinity_sends_a_follow_up_where_its_prompt_is_cached() -> None:
+    index = PrefixIndex()
+    question = list(range(100, 164))  # 4 blocks
+    index.record(block_hashes(question), "A")
+    follow_up = block_hashes([*question, *range(500, 540)])
+    cached = {s: index.cached_tokens(follow_up, s) for s in ("A", "B")}
+    assert cached == {"A": 64, "B": 0}
+    assert choose(["A", "B"], {"A": 3, "B": 0}, cached) == "A"
+    # ...unless A is far busier than B.
+    assert choose(["A", "B"], {"A": 40, "B": 0}, cached) == "B"
+
+
+def test_without_affinity_least_outstanding_samples_wins() -> None:
+    assert choose(["A", "B", "C"], {"A": 2, "B": 0, "C": 1}, {}) == "B"
+    assert choose(["A", "B"], {}, {}) == "A"
+    with pytest.raises(ValueError):
+        choose([], {}, {})
+
+
+def test_a_restarted_server_forgets_its_cache() -> None:
+    index = PrefixIndex(capacity=3)
+    hashes = block_hashes(list(range(64)))
+    index.record(hashes, "A")
+    assert index.cached_tokens(hashes, "A") == 0  # the capacity dropped the first blocks
+    index.record(hashes[:2], "A")
+    assert index.cached_tokens(hashes, "A") == 32
+    index.forget("A")
+    assert index.cached_tokens(hashes, "A") == 0
