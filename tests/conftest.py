@@ -8,10 +8,17 @@ change when strategies are added; ``SERVER_FLAGS`` is for the rare flag the test
 needs beyond the defaults. Fixtures: ``live_server``, ``base_url``, ``served_model``,
 ``openai_client``, ``async_openai_client``, ``model_dir``, ``hf_tokenizer``.
 A failing test that used the server gets the server's log tail in its report.
+
+Scale-out: a module marked ``pytest.mark.engines("local", "remote")`` runs each of its
+live-server tests twice, once against the local server and once against a gateway with
+``--engine remote`` in front of two vLLM servers started by ``thinkgate replica``
+(``remote_stack``). Servers are started once, on first use, and stopped at the end of
+the session, whatever order the tests run in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -174,17 +181,183 @@ def stop_server(server: LiveServer) -> None:
     _stop(server.process)
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    global _SERVER
-    log_path = tmp_path_factory.mktemp("server") / "thinkgate.log"
-    server = start_server(log_path, SERVER_FLAGS)
-    _SERVER = server
+@dataclass
+class Replica:
+    """A vLLM server started by ``thinkgate replica`` (its own process group)."""
+
+    url: str
+    port: int
+    flags: tuple[str, ...]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        cmd = [sys.executable, "-m", "server.cli", "replica", "--host", "127.0.0.1"]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*cmd, "--port", str(self.port), *self.flags],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                pytest.fail(f"replica exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"replica not ready in {timeout_s} s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        """SIGKILL the whole replica (server and engine processes): a machine gone."""
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+
+    def metrics(self) -> dict[str, float]:
+        """vLLM's own /metrics samples (``vllm:num_requests_running{...}`` etc.)."""
+        out: dict[str, float] = {}
+        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key.split("{")[0]] = out.get(key.split("{")[0], 0.0) + float(value)
+        return out
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def start_replicas(log_dir: Path, count: int, *flags: str) -> list[Replica]:
+    """``count`` replicas on free ports, started together (their load overlaps)."""
+    replicas = [
+        Replica(f"http://127.0.0.1:{port}", port, flags, log_dir / f"replica{i}.log")
+        for i, port in enumerate(_free_port() for _ in range(count))
+    ]
     try:
-        yield server
-    finally:
+        for r in replicas:
+            r.start()
+        for r in replicas:
+            r.wait_ready()
+    except BaseException:
+        for r in replicas:
+            r.stop()
+        raise
+    return replicas
+
+
+@dataclass
+class RemoteStack:
+    """A gateway with ``--engine remote`` in front of replicas."""
+
+    gateway: LiveServer
+    replicas: list[Replica]
+
+    def stop(self) -> None:
+        stop_server(self.gateway)
+        for r in self.replicas:
+            r.stop()
+
+
+# Health checks often enough that an ejection or re-admission shows within a second.
+REMOTE_FLAGS: tuple[str, ...] = ("--engine", "remote", "--health-interval-s", "0.5")
+
+_CACHE: dict[str, LiveServer] = {}
+_STACK: RemoteStack | None = None
+_LOG_DIR: Path | None = None
+
+
+def _log_dir() -> Path:
+    global _LOG_DIR
+    if _LOG_DIR is None:
+        import tempfile
+
+        _LOG_DIR = Path(tempfile.mkdtemp(prefix="thinkgate-servers-"))
+    return _LOG_DIR
+
+
+def remote_stack_instance() -> RemoteStack:
+    """Two replicas and a remote gateway, started on first use, kept for the session."""
+    global _STACK
+    if _STACK is None:
+        replicas = start_replicas(_log_dir(), 2)
+        try:
+            urls = ",".join(r.url for r in replicas)
+            gateway = start_server(
+                _log_dir() / "gateway-remote.log", (*REMOTE_FLAGS, "--vllm-urls", urls)
+            )
+        except BaseException:
+            for r in replicas:
+                r.stop()
+            raise
+        _STACK = RemoteStack(gateway=gateway, replicas=replicas)
+    return _STACK
+
+
+def _server(kind: str) -> LiveServer:
+    if kind == "remote":
+        return remote_stack_instance().gateway
+    if kind not in _CACHE:
+        _CACHE[kind] = start_server(_log_dir() / "thinkgate.log", SERVER_FLAGS)
+    return _CACHE[kind]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    mark = metafunc.definition.get_closest_marker("engines")
+    if mark is not None and "live_server" in metafunc.fixturenames:
+        kinds = mark.args
+        if metafunc.definition.get_closest_marker("local_only") is not None:
+            kinds = tuple(k for k in kinds if k == "local")
+        metafunc.parametrize("engine_kind", kinds, scope="session")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _STACK
+    for server in _CACHE.values():
         stop_server(server)
-        _SERVER = None
+    _CACHE.clear()
+    if _STACK is not None:
+        _STACK.stop()
+        _STACK = None
+
+
+@pytest.fixture(scope="session")
+def engine_kind() -> str:
+    """Which engine the live server runs (parametrised by ``pytest.mark.engines``)."""
+    return "local"
+
+
+@pytest.fixture(scope="session")
+def live_server(engine_kind: str) -> LiveServer:
+    global _SERVER
+    server = _server(engine_kind)
+    _SERVER = server
+    return server
+
+
+@pytest.fixture(scope="session")
+def remote_stack() -> RemoteStack:
+    return remote_stack_instance()
 
 
 @pytest.fixture
@@ -252,6 +425,7 @@ def hf_tokenizer(model_dir: Path) -> Any:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if report.failed and _SERVER is not None and "live_server" in getattr(item, "fixturenames", ()):
-        report.sections.append(("thinkgate server log (tail)", _SERVER.log_tail()))
+    server = getattr(item, "funcargs", {}).get("live_server", _SERVER)
+    if report.failed and server is not None and "live_server" in getattr(item, "fixturenames", ()):
+        report.sections.append(("thinkgate server log (tail)", server.log_tail()))
     return report

@@ -265,9 +265,8 @@ class RemoteEngine:
             except UpstreamFailed as exc:
                 self._failed(up, exc)
                 if sent:
-                    raise BackendError(
-                        f"vLLM server {up.url} failed mid-stream: {exc.error.message}"
-                    ) from exc
+                    # Tokens already reached the client: a retry would contradict them.
+                    raise BackendError(f"mid-stream: {exc.error.message}") from exc
                 last = exc
         raise self._exhausted(request, last)
 

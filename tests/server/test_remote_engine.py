@@ -1,0 +1,248 @@
+"""The remote engine against real vLLM servers: two ``thinkgate replica`` processes on
+the testbed model, a gateway with ``--engine remote --vllm-urls A,B`` (``remote_stack``).
+
+Per-server state, spreading, a client disconnect reaching the replica, and a replica
+SIGKILLed under load (failover, ejection, re-admission). The API behaviour itself runs
+in the modules marked ``engines("local", "remote")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import RemoteStack, Replica
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+QUESTION = "Compute 3+8-5+7 mod 10."
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+
+
+def _ready(stack: RemoteStack) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{stack.gateway.base_url}/ready", timeout=10).json()
+    return answer
+
+
+def _server(stack: RemoteStack, replica: Replica) -> dict[str, Any]:
+    servers = _ready(stack).get("servers") or _ready_error(stack)
+    return next(s for s in servers if s["url"] == replica.url)
+
+
+def _ready_error(stack: RemoteStack) -> list[dict[str, Any]]:
+    servers: list[dict[str, Any]] = httpx.get(f"{stack.gateway.base_url}/ready", timeout=10).json()[
+        "servers"
+    ]
+    return servers
+
+
+def _wait(what: str, check: Any, timeout_s: float, step_s: float = 0.1) -> float:
+    """Seconds until ``check()`` is true; fails after ``timeout_s``."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"{what}: not within {timeout_s} s")
+        time.sleep(step_s)
+    return time.monotonic() - start
+
+
+def _chat(model: str, content: str = QUESTION, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def test_ready_and_metrics_list_every_server(remote_stack: RemoteStack) -> None:
+    ready = _ready(remote_stack)
+    assert ready["status"] == "ready"
+    servers = {s["url"]: s for s in ready["servers"]}
+    assert set(servers) == {r.url for r in remote_stack.replicas}
+    for s in servers.values():
+        assert s["state"] == "up" and s["protocol"] == "generate"
+        # thinkgate replica loads both processors (the testbed base ships a predictor).
+        assert s["processors"] == ["budget-guidance", "elastic"]
+    m = remote_stack.gateway.metrics()
+    for r in remote_stack.replicas:
+        assert m[f'thinkgate_upstream_up{{server="{r.url}"}}'] == 1.0
+        assert m[f'thinkgate_upstream_state{{server="{r.url}",state="up"}}'] == 1.0
+
+
+def test_calls_spread_over_both_servers(remote_stack: RemoteStack) -> None:
+    before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=remote_stack.gateway.base_url, timeout=120) as c:
+            bodies = [
+                _chat(
+                    remote_stack.gateway.model,
+                    f"Compute {i}+{(i * 7) % 10}-3 mod 10.",
+                    n=4,
+                    temperature=1.0,
+                    max_tokens=60,
+                )
+                for i in range(12)
+            ]
+            answers = await asyncio.gather(
+                *(c.post("/v1/chat/completions", json=b) for b in bodies)
+            )
+        return [a.status_code for a in answers]
+
+    assert asyncio.run(burst()) == [200] * 12
+    after = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    grew = {url: after[url] - before[url] for url in after}
+    assert sum(grew.values()) == 12
+    assert all(g >= 2 for g in grew.values()), grew  # least outstanding samples spreads them
+
+
+def test_a_follow_up_call_lands_where_its_prompt_is_cached(remote_stack: RemoteStack) -> None:
+    """Elastic two-pass: the answer pass (prompt + thinking) goes where the thinking ran."""
+    before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    answer = httpx.post(
+        f"{remote_stack.gateway.base_url}/v1/chat/completions",
+        json=_chat(
+            remote_stack.gateway.model,
+            "Compute 1+2+3+4+5+6+7 mod 10.",
+            elastic_mode="two-pass",
+            temperature=0.0,
+        ),
+        headers={"X-Strategy": "elastic", "X-Budget-Thinking": "24", "X-Budget-Solution": "8"},
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["thinkgate"]["mode"] == "two-pass"
+    after = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    grew = sorted(after[url] - before[url] for url in after)
+    assert grew == [0, 2], grew  # both calls on one server
+
+
+def _running(replica: Replica) -> float:
+    m = replica.metrics()
+    return m.get(RUNNING, 0.0) + m.get(WAITING, 0.0)
+
+
+def test_disconnect_aborts_the_request_on_the_replica(remote_stack: RemoteStack) -> None:
+    base = remote_stack.gateway.base_url
+    host, port = base.removeprefix("http://").split(":")
+    payload = orjson.dumps(
+        _chat(remote_stack.gateway.model, n=8, max_tokens=460, ignore_eos=True, temperature=1.0)
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head + payload)
+        _wait(
+            "the request running on a replica",
+            lambda: any(_running(r) > 0 for r in remote_stack.replicas),
+            60,
+            0.05,
+        )
+    # The socket is closed: the gateway cancels, closes its upstream call, vLLM aborts.
+    _wait("replicas idle again", lambda: all(_running(r) == 0 for r in remote_stack.replicas), 15)
+    assert all(s["outstanding_requests"] == 0 for s in _ready(remote_stack)["servers"])
+
+
+async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) -> str:
+    """'ok', or 'error <status>' for an enveloped 5xx (a stream's error frame counts)."""
+    if not stream:
+        answer = await client.post("/v1/chat/completions", json=body)
+        if answer.status_code == 200:
+            return "ok"
+        assert answer.status_code >= 500, answer.text
+        assert set(answer.json()["error"]) >= {"message", "type", "code"}
+        return f"error {answer.status_code}"
+    async with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        frames = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert frames[-1] in ("data: [DONE]",) or '"error"' in frames[-1], frames[-1]
+    errors = [f for f in frames if f.startswith('data: {"error"')]
+    return "error stream" if errors else "ok"
+
+
+def test_killing_a_replica_under_load_loses_nothing(remote_stack: RemoteStack) -> None:
+    """SIGKILL one of two replicas with 50 requests in flight over both: every request
+    ends (200, or a 5xx in the error envelope), new requests go to the survivor, and the
+    killed server is re-admitted when it comes back."""
+    gw = remote_stack.gateway
+    victim, survivor = remote_stack.replicas
+    timeout_s = 120.0
+
+    async def load() -> tuple[list[str], float]:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=timeout_s) as client:
+            bodies = [
+                _chat(
+                    gw.model,
+                    f"Compute {i % 10}+{(3 * i) % 10}+{(7 * i) % 10} mod 10.",
+                    max_tokens=300,
+                    ignore_eos=True,
+                    temperature=1.0,
+                )
+                for i in range(50)
+            ]
+            tasks = [
+                asyncio.create_task(_one(client, b, stream=i % 2 == 1))
+                for i, b in enumerate(bodies)
+            ]
+            # Kill once both replicas are generating for us.
+            deadline = time.monotonic() + 60
+            while not all(_running(r) > 0 for r in remote_stack.replicas):
+                assert time.monotonic() < deadline, "load never reached both replicas"
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await asyncio.to_thread(victim.kill)
+            outcomes = await asyncio.wait_for(asyncio.gather(*tasks), timeout_s + 30)
+            return list(outcomes), time.monotonic() - started
+
+    outcomes, _ = asyncio.run(load())
+    assert len(outcomes) == 50
+    assert outcomes.count("ok") >= 25, outcomes  # the survivor's share at least
+    killed_at = time.monotonic()
+
+    # Ejected within 2 s (a refused connection or the health check), and new requests
+    # are served by the survivor alone.
+    ejected_in = _wait("victim ejected", lambda: _server(remote_stack, victim)["state"] != "up", 2)
+    calls_before = _server(remote_stack, survivor)["requests"]
+    fresh = [
+        httpx.post(
+            f"{gw.base_url}/v1/chat/completions", json=_chat(gw.model, max_tokens=30), timeout=60
+        ).status_code
+        for _ in range(4)
+    ]
+    assert fresh == [200] * 4
+    assert _server(remote_stack, survivor)["requests"] - calls_before == 4
+    assert time.monotonic() - killed_at < 60
+    print(
+        f"outcomes: {sorted(set(outcomes))}, ok {outcomes.count('ok')}/50, "
+        f"ejected after {ejected_in:.2f} s"
+    )
+
+    # Back on the same port: verified and re-admitted by the health checks.
+    victim.start()
+    victim.wait_ready()
+    _wait("victim re-admitted", lambda: _server(remote_stack, victim)["state"] == "up", 20)
+    before = _server(remote_stack, victim)["requests"]
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=120) as c:
+            answers = await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/chat/completions",
+                        json=_chat(
+                            gw.model, f"Compute {i}+1 mod 10.", n=4, temperature=1.0, max_tokens=40
+                        ),
+                    )
+                    for i in range(8)
+                )
+            )
+        return [a.status_code for a in answers]
+
+    assert asyncio.run(burst()) == [200] * 8
+    assert _server(remote_stack, victim)["requests"] > before
