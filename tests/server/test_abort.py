@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
 UNFINISHED = "thinkgate_engine_unfinished_requests"

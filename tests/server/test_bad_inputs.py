@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 MSG = [{"role": "user", "content": "Compute 1+2 mod 10."}]
 M = "__model__"  # replaced by the served model name

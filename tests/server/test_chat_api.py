@@ -9,7 +9,7 @@ import pytest
 
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 QUESTION = make_questions("test", 1, seed=3)[0].prompt
 MESSAGES = [{"role": "user", "content": QUESTION}]

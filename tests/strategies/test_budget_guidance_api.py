@@ -24,6 +24,9 @@ HARD = make_questions("test", 6, seed=21, min_ops=8, max_ops=12)
 EASY = make_questions("test", 3, seed=22, min_ops=1, max_ops=3)
 BOXED = re.compile(r"\\boxed\{[^{}]+\}")
 
+# Live tests run against both engines (unit tests here take no server).
+pytestmark = pytest.mark.engines("local", "remote")
+
 
 def chat(client: Any, prompt: str, headers: dict[str, str], **kw: Any) -> Any:
     return client.chat.completions.with_raw_response.create(

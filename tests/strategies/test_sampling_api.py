@@ -22,11 +22,17 @@ import testbed
 from strategies.answers import equivalent
 from testbed.task import Question, make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 HARD = make_questions("test", 4, seed=21, min_ops=7, max_ops=10)
 HAS_REWARD = (testbed.model_path("reward") / "config.json").exists()
-needs_reward = pytest.mark.skipif(not HAS_REWARD, reason="testbed reward model not trained yet")
+_no_reward = pytest.mark.skipif(not HAS_REWARD, reason="testbed reward model not trained yet")
+# The remote gateway starts no vLLM engine of its own, so no in-process reward model.
+_local_reward = pytest.mark.local_only("the in-process reward model runs in the local gateway")
+
+
+def needs_reward(test: Any) -> Any:
+    return _local_reward(_no_reward(test))
 
 
 def ask(
@@ -278,6 +284,7 @@ def test_budgets_compose_per_sample(openai_client: Any, hf_tokenizer: Any) -> No
     assert sum(a is not None for a in tg["sample_answers"]) >= n // 2  # cut, yet they answer
 
 
+@needs_reward  # BoM's default scorer; the logprob fallback needs one-pass budgets (a 400)
 def test_budgets_compose_in_two_pass_mode(openai_client: Any, hf_tokenizer: Any) -> None:
     """Without the logits processor (forced here with ``elastic_mode``) the same
     per-sample contract holds through elastic's two-pass fallback: one thinking

@@ -11,7 +11,7 @@ from strategies.pets.labels import K0, PATTERNS
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 QUESTIONS = make_questions("test", 3, seed=5, min_ops=2, max_ops=6)
 
