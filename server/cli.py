@@ -76,7 +76,11 @@ def serve(argv: Sequence[str]) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    if not server.started:
+        # The lifespan failed (engine or servers refused): say so to the supervisor.
+        return 3
     return 0
 
 

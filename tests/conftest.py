@@ -251,8 +251,8 @@ class Replica:
 def start_replicas(log_dir: Path, count: int, *flags: str) -> list[Replica]:
     """``count`` replicas on free ports, started together (their load overlaps)."""
     replicas = [
-        Replica(f"http://127.0.0.1:{port}", port, flags, log_dir / f"replica{i}.log")
-        for i, port in enumerate(_free_port() for _ in range(count))
+        Replica(f"http://127.0.0.1:{port}", port, flags, log_dir / f"replica-{port}.log")
+        for port in (_free_port() for _ in range(count))
     ]
     try:
         for r in replicas:
@@ -358,6 +358,40 @@ def live_server(engine_kind: str) -> LiveServer:
 @pytest.fixture(scope="session")
 def remote_stack() -> RemoteStack:
     return remote_stack_instance()
+
+
+@pytest.fixture(scope="module")
+def start_replicas_for_module() -> Iterator[Callable[..., list[Replica]]]:
+    """``start(count, *flags)``: replicas of one module, stopped when the module ends."""
+    started: list[Replica] = []
+
+    def start(count: int, *flags: str) -> list[Replica]:
+        replicas = start_replicas(_log_dir(), count, *flags)
+        started.extend(replicas)
+        return replicas
+
+    try:
+        yield start
+    finally:
+        for r in started:
+            r.stop()
+
+
+@pytest.fixture(scope="module")
+def start_gateway_for_module() -> Iterator[Callable[..., LiveServer]]:
+    """``start(*flags)``: a gateway of one module (``thinkgate serve`` + flags)."""
+    started: list[LiveServer] = []
+
+    def start(*flags: str) -> LiveServer:
+        server = start_server(_log_dir() / f"gateway-module{len(started)}.log", flags)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            stop_server(server)
 
 
 @pytest.fixture

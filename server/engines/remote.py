@@ -129,8 +129,11 @@ class RemoteEngine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.start_timeout_s
         while True:
-            # A mismatch refuses start-up (ServerMismatch propagates), naming the URL.
-            await asyncio.gather(*(self._admit(u, at_start=True) for u in self.upstreams))
+            # In URL order, so the first server is the reference the others must match;
+            # a mismatch refuses start-up (ServerMismatch propagates), naming the URL.
+            for up in self.upstreams:
+                if up.state != "up":
+                    await self._admit(up, at_start=True)
             if any(u.state == "up" for u in self.upstreams):
                 break
             if loop.time() >= deadline:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 if TYPE_CHECKING:
-    from tests.conftest import RemoteStack, Replica
+    from conftest import RemoteStack, Replica
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

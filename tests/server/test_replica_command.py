@@ -1,0 +1,83 @@
+"""``thinkgate replica``: the vLLM command it runs (dry run; the live replicas are in
+test_remote_engine.py and test_remote_fallback.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import testbed
+from server.replica import build_command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _after(cmd: list[str], flag: str) -> list[str]:
+    i = cmd.index(flag)
+    out = []
+    for a in cmd[i + 1 :]:
+        if a.startswith("--"):
+            break
+        out.append(a)
+    return out
+
+
+def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper() -> None:
+    cmd = build_command(None, ["--port", "8101"], runner="v1", cpu=True)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert _after(cmd, "--model") == [str(testbed.model_path("base"))]
+    assert "--enable-scale-out" in cmd
+    assert _after(cmd, "--logits-processors") == [
+        "kernels.vllm_v1:ElasticLogitsProcessor",
+        "kernels.guidance_v1:BudgetGuidanceLogitsProcessor",
+    ]
+    assert json.loads(_after(cmd, "--hf-overrides")[0]) == {"architectures": ["BGQwen2ForCausalLM"]}
+    # CPU safety: no chunked prefill (a seeded chunked prefill kills the CPU engine).
+    assert "--no-enable-chunked-prefill" in cmd and _after(cmd, "--dtype") == ["float32"]
+    assert _after(cmd, "--served-model-name") == ["testbed-base"]
+    assert cmd[-2:] == ["--port", "8101"]
+
+
+def test_model_runner_v2_gets_the_v2_classes() -> None:
+    cmd = build_command(None, [], runner="v2", cpu=False)
+    assert _after(cmd, "--logits-processors") == [
+        "kernels.vllm_v2:ElasticLogitsProcessorV2",
+        "kernels.guidance_v2:BudgetGuidanceLogitsProcessorV2",
+    ]
+    assert "--no-enable-chunked-prefill" not in cmd and "--dtype" not in cmd
+
+
+def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
+    cmd = build_command(str(tmp_path), ["--max-model-len", "4096"], runner="v1", cpu=True)
+    assert _after(cmd, "--logits-processors") == ["kernels.vllm_v1:ElasticLogitsProcessor"]
+    assert "--hf-overrides" not in cmd and "--served-model-name" not in cmd
+    assert cmd.count("--max-model-len") == 1
+
+
+def test_user_flags_win_and_no_processors_means_none() -> None:
+    cmd = build_command(
+        None,
+        ["--max-model-len", "256", "--dtype", "bfloat16"],
+        processors=(),
+        runner="v1",
+        cpu=True,
+    )
+    assert "--logits-processors" not in cmd and "--hf-overrides" not in cmd
+    assert cmd.count("--max-model-len") == 1 and _after(cmd, "--max-model-len") == ["256"]
+    assert cmd.count("--dtype") == 1 and _after(cmd, "--dtype") == ["bfloat16"]
+
+
+def test_cli_prints_the_exact_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "replica", "--dry-run", "--port", "8123"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    line = done.stdout.strip().splitlines()[-1]
+    assert "vllm.entrypoints.openai.api_server" in line and line.endswith("--port 8123")
+    assert "--enable-scale-out" in line and "kernels.vllm_v1:ElasticLogitsProcessor" in line
