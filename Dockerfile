@@ -1,7 +1,13 @@
-# thinkgate on a GPU: the pinned vLLM release, our package on top.
+# thinkgate on a GPU: the pinned vLLM release, our package on top. One image, two roles
+# (scripts/docker-entrypoint.sh; docs/deployment.md):
 #   docker build -t thinkgate .
+#   gateway, engine in process:
 #   docker run --gpus all -p 8000:8000 -v ~/.cache/huggingface:/root/.cache/huggingface \
 #       thinkgate --model Qwen/Qwen3-8B --max-model-len 32768
+#   replica (vLLM's server + our processors), and a gateway in front of replicas:
+#   docker run --gpus all -p 8101:8000 thinkgate replica --model Qwen/Qwen3-8B
+#   docker run -p 8000:8000 thinkgate serve --engine remote --model Qwen/Qwen3-8B \
+#       --vllm-urls http://host-a:8101,http://host-b:8101
 # Without --model the image serves the testbed model (CPU-sized; a smoke test only).
 # The CPU image is Dockerfile.cpu.
 FROM vllm/vllm-openai:v0.32.0
@@ -13,6 +19,7 @@ COPY strategies ./strategies
 COPY kernels ./kernels
 COPY clients ./clients
 COPY testbed ./testbed
+COPY scripts/docker-entrypoint.sh ./scripts/docker-entrypoint.sh
 # vllm is already in the image: install thinkgate without re-resolving it.
 RUN pip install --no-cache-dir --no-deps -e . \
  && pip install --no-cache-dir fastapi uvicorn pydantic-settings orjson structlog scipy \
@@ -21,4 +28,4 @@ RUN pip install --no-cache-dir --no-deps -e . \
 ENV THINKGATE_HOST=0.0.0.0 THINKGATE_PORT=8000 THINKGATE_DTYPE=auto \
     THINKGATE_ENFORCE_EAGER=false
 EXPOSE 8000
-ENTRYPOINT ["thinkgate", "serve"]
+ENTRYPOINT ["/opt/thinkgate/scripts/docker-entrypoint.sh"]

@@ -21,6 +21,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "pets": ("benchmarks.pets", "PETS online/offline vs uniform self-consistency"),
     "kernels": ("benchmarks.kernels_elastic", "elastic mask op vs a per-row loop"),
     "reward-ranking": ("benchmarks.reward_within_question", "reward AUROC within one question"),
+    "remote": ("benchmarks.remote", "gateway hop cost, one vs two vLLM replicas"),
 }
 
 

@@ -1,0 +1,33 @@
+"""The image's entrypoint serves either role (no Docker engine here: the script itself
+runs, with a stand-in ``thinkgate`` on PATH that prints its arguments)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "docker-entrypoint.sh"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "serve"),
+        (["--model", "m"], "serve --model m"),
+        (["serve", "--engine", "remote"], "serve --engine remote"),
+        (["replica", "--model", "m"], "replica --host 0.0.0.0 --port 8000 --model m"),
+        (["bench", "remote"], "bench remote"),
+    ],
+)
+def test_entrypoint_dispatches_by_role(tmp_path: Path, args: list[str], expected: str) -> None:
+    fake = tmp_path / "thinkgate"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", str(SCRIPT), *args], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == expected
