@@ -260,8 +260,13 @@ class RemoteEngine:
             tried.add(up.url)
             sent = False
             try:
-                async with self._lease(up, request):
-                    async for delta in self._stream_on(up, request):
+                # aclosing: a consumer that stops early must close the upstream call now
+                # (vLLM aborts when the connection goes), not whenever the GC runs.
+                async with (
+                    self._lease(up, request),
+                    contextlib.aclosing(self._stream_on(up, request)) as deltas_,
+                ):
+                    async for delta in deltas_:
                         sent = True
                         yield delta
                 return

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 QUESTIONS = make_questions("test", 6, seed=9, min_ops=1, max_ops=8)
 JSONL = "\n".join(

@@ -121,6 +121,37 @@ def test_a_follow_up_call_lands_where_its_prompt_is_cached(remote_stack: RemoteS
     assert grew == [0, 2], grew  # both calls on one server
 
 
+def test_pets_offline_rounds_spread_over_the_servers(remote_stack: RemoteStack) -> None:
+    base = remote_stack.gateway.base_url
+    before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    jsonl = "\n".join(
+        orjson.dumps(
+            {
+                "custom_id": f"q{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"messages": [{"role": "user", "content": c}]},
+            }
+        ).decode()
+        for i, c in enumerate(f"Compute {i}+{i + 3}-2 mod 10." for i in range(6))
+    )
+    job = httpx.post(
+        f"{base}/v1/pets/batches",
+        params={"total_budget": 24, "cap": 6, "round_size": 6, "seed": 3},
+        content=jsonl,
+        timeout=30,
+    ).json()
+    _wait(
+        "batch done",
+        lambda: httpx.get(f"{base}/v1/pets/batches/{job['id']}").json()["status"] != "in_progress",
+        300,
+        0.5,
+    )
+    assert httpx.get(f"{base}/v1/pets/batches/{job['id']}").json()["status"] == "completed"
+    after = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    assert all(after[u] > before[u] for u in after), (before, after)
+
+
 def _running(replica: Replica) -> float:
     m = replica.metrics()
     return m.get(RUNNING, 0.0) + m.get(WAITING, 0.0)

@@ -1,0 +1,181 @@
+"""Failover rules of the remote engine, fast: servers scripted with ``httpx.MockTransport``
+(what each URL answers is decided per test). The same rules against real vLLM servers,
+killed for real, are in test_remote_engine.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import httpx
+import orjson
+import pytest
+
+from server.engines.remote import RemoteEngine
+from server.engines.upstream import ServerFacts
+from server.settings import RemoteEngineSettings
+from strategies import errors as tree
+from strategies.engine import GenerateRequest, SamplingConfig
+
+A, B = "http://a:1", "http://b:1"
+FACTS = ServerFacts(
+    model_id="m", max_model_len=64, protocol="generate", processors=frozenset({"elastic"})
+)
+
+
+class Tokens:
+    think_start_id: int | None = 3
+    think_end_id: int | None = 4
+    eos_token_ids: tuple[int, ...] = (2,)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return ""
+
+    def encode(self, text: str) -> list[int]:
+        return [5]
+
+    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        return [5]
+
+
+def engine(handler: Callable[[httpx.Request], httpx.Response]) -> RemoteEngine:
+    settings = RemoteEngineSettings(
+        urls=(A, B), protocol="auto", connect_timeout_s=1, start_timeout_s=1, health_interval_s=1
+    )
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    eng = RemoteEngine(settings, model_name="m", tokens=Tokens(), probe="p", client=client)
+    for up in eng.upstreams:
+        up.state, up.facts = "up", FACTS
+    eng._reference = FACTS
+    return eng
+
+
+def request(n: int = 1, **extra: int | float | str) -> GenerateRequest:
+    return GenerateRequest(
+        request_id="r",
+        prompt_token_ids=tuple(range(10, 30)),
+        sampling=SamplingConfig(n=n, max_tokens=4, extra_args=extra),
+    )
+
+
+def answer(r: httpx.Request | None = None) -> httpx.Response:
+    """A finished answer with as many samples as the request asked for."""
+    n = orjson.loads(r.content)["sampling_params"]["n"] if r is not None else 1
+    choices = [{"index": i, "token_ids": [7, 2], "finish_reason": "stop"} for i in range(n)]
+    return httpx.Response(200, json={"choices": choices})
+
+
+def host(r: httpx.Request) -> str:
+    return f"http://{r.url.host}:1"
+
+
+async def test_a_refused_connection_is_retried_on_the_other_server_and_ejects() -> None:
+    seen: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append(host(r))
+        if host(r) == A:
+            raise httpx.ConnectError("refused", request=r)
+        return answer(r)
+
+    eng = engine(handler)
+    out = await eng.generate(request(n=2))
+    assert [s.token_ids for s in out] == [(7, 2), (7, 2)]
+    assert seen == [A, B]  # A first (list order on a tie), then B
+    assert eng.upstreams[0].state == "down" and eng.upstreams[0].failures == 1
+    assert eng.upstreams[0].outstanding_samples == 0 == eng.upstreams[1].outstanding_samples
+    assert await eng.generate(request()) and seen[-1] == B  # A is out
+    await eng.aclose()
+
+
+async def test_a_500_is_retried_once_then_reported() -> None:
+    calls: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(host(r))
+        return httpx.Response(500, json={"error": {"message": "engine exploded"}})
+
+    eng = engine(handler)
+    with pytest.raises(tree.BackendError, match="engine exploded") as info:
+        await eng.generate(request())
+    assert type(info.value) is tree.BackendError and sorted(calls) == [A, B]
+    assert all(u.state == "up" for u in eng.upstreams)  # a 500 is the call's, not the server's
+    await eng.aclose()
+
+
+async def test_a_client_error_is_not_retried() -> None:
+    calls: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(host(r))
+        return httpx.Response(400, json={"error": {"message": "n must be 1 when greedy"}})
+
+    eng = engine(handler)
+    with pytest.raises(tree.InvalidRequest, match="greedy"):
+        await eng.generate(request())
+    assert len(calls) == 1
+    await eng.aclose()
+
+
+async def test_a_call_needing_a_processor_only_goes_where_it_is_loaded() -> None:
+    def handler(r: httpx.Request) -> httpx.Response:
+        return answer(r) if host(r) == B else httpx.Response(599)
+
+    eng = engine(handler)
+    eng.upstreams[0].facts = ServerFacts(
+        model_id="m", max_model_len=64, protocol="generate", processors=frozenset()
+    )
+    assert eng.processors == frozenset()  # what every admitted server has
+    for _ in range(3):
+        await eng.generate(request(thinkgate_thinking_budget=3))
+    assert (eng.upstreams[0].requests, eng.upstreams[1].requests) == (0, 3)
+    eng.upstreams[1].state = "down"
+    with pytest.raises(tree.BackendUnavailable, match="elastic processor"):
+        await eng.generate(request(thinkgate_thinking_budget=3))
+    await eng.aclose()
+
+
+def sse(*frames: object, done: bool = True) -> bytes:
+    out = b"".join(b"data: " + orjson.dumps(f) + b"\n\n" for f in frames)
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+async def test_a_stream_failing_before_its_first_token_moves_to_the_other_server() -> None:
+    def handler(r: httpx.Request) -> httpx.Response:
+        if host(r) == A:
+            return httpx.Response(503, json={"error": {"message": "engine dead"}})
+        frame = {"choices": [{"index": 0, "token_ids": [7, 2], "finish_reason": "stop"}]}
+        return httpx.Response(200, content=sse(frame))
+
+    eng = engine(handler)
+    deltas = [d async for d in eng.stream(request())]
+    assert [(d.token_ids, d.finish_reason) for d in deltas] == [((7, 2), "stop")]
+    assert eng.upstreams[0].state == "down"  # vLLM's 503 is a dead engine
+    await eng.aclose()
+
+
+async def test_a_stream_cut_after_tokens_went_out_is_an_error_not_a_retry() -> None:
+    calls: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(host(r))
+        frame = {"choices": [{"index": 0, "token_ids": [7], "finish_reason": None}]}
+        return httpx.Response(200, content=sse(frame, done=False))  # ends unfinished
+
+    eng = engine(handler)
+    got = []
+    with pytest.raises(tree.BackendError, match="mid-stream"):
+        async for d in eng.stream(request()):
+            got.append(d)
+    assert len(got) == 1 and len(calls) == 1
+    await eng.aclose()
+
+
+async def test_no_server_up_is_a_503_naming_their_states() -> None:
+    eng = engine(answer)
+    for up in eng.upstreams:
+        up.state = "down"
+    with pytest.raises(tree.BackendUnavailable, match="no vLLM server is up"):
+        await eng.health()
+    with pytest.raises(tree.BackendUnavailable):
+        await eng.generate(request())
+    await eng.aclose()
