@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--n", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--out", default="remote", help="results name under benchmarks/results")
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     trials: list[Trial] = []
@@ -209,14 +210,14 @@ def report(trials: list[Trial], args: argparse.Namespace) -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    (RESULTS / "remote.md").write_text(text)
-    (RESULTS / "remote.json").write_text(
+    (RESULTS / f"{args.out}.md").write_text(text)
+    (RESULTS / f"{args.out}.json").write_text(
         json.dumps({"rows": rows, "trials": [asdict(t) for t in trials]}, indent=1)
     )
-    plot(rows)
+    plot(rows, args.out)
 
 
-def plot(rows: list[dict[str, Any]]) -> None:
+def plot(rows: list[dict[str, Any]], name: str) -> None:
     try:
         import matplotlib
 
@@ -229,7 +230,7 @@ def plot(rows: list[dict[str, Any]]) -> None:
     ax.set_ylabel("completion tokens/s")
     ax.set_title("thinkgate scale-out (2-core CPU, testbed model)")
     fig.tight_layout()
-    fig.savefig(RESULTS / "remote.png", dpi=120)
+    fig.savefig(RESULTS / f"{name}.png", dpi=120)
     plt.close(fig)
 
 
