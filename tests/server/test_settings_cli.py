@@ -102,3 +102,17 @@ def test_serve_fails_fast_when_the_port_is_taken(capsys: pytest.CaptureFixture[s
         assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
     finally:
         sock.close()
+
+
+def test_engine_settings_are_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().engine == "local"
+    monkeypatch.setenv("THINKGATE_ENGINE", "remote")
+    monkeypatch.setenv("THINKGATE_VLLM_URLS", "http://a:8101/, http://b:8102")
+    s = Settings()
+    assert s.remote.urls == ("http://a:8101", "http://b:8102")  # trailing slash dropped
+    assert s.remote.protocol == "auto" and s.remote.health_interval_s == 2.0
+    assert s.local.logits_processors == ("elastic", "guidance")
+    assert s.local.batched_tokens == s.batched_tokens
+    monkeypatch.setenv("THINKGATE_VLLM_URLS", "")
+    with pytest.raises(ValueError, match="needs vllm_urls"):
+        Settings()
