@@ -64,7 +64,10 @@ def pinned(cores: str | None, cmd: list[str]) -> list[str]:
 @contextmanager
 def replica(cores: str, tag: str) -> Iterator[str]:
     port = free_port()
+    # The same number of sequences per engine as the local gateway's default
+    # (--max-num-seqs 64), so that local vs remote-1 compares like with like.
     cmd = [sys.executable, "-m", "server.cli", "replica", "--port", str(port)]
+    cmd += ["--max-num-seqs", "64"]
     log = RESULTS / "logs" / f"remote-replica-{tag}.log"
     with serve(pinned(cores, cmd), ready_path="/health", log=log, port=port) as url:
         yield url

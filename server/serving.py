@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -74,7 +75,9 @@ async def serve(request: Request, kind: Kind) -> Response:
         raise InvalidRequest(f"n is {body.n}; this server's cap is {settings.max_n}", param="n")
     prompt_ids = _prompt_ids(gw, body)
     sreq = StrategyRequest(
-        request_id=rid,
+        # Engine ids are ours and unique: the client's X-Request-Id is for logs and the
+        # response header only (two clients sending one id must not abort each other).
+        request_id=f"{rid[:64]}-{uuid.uuid4().hex[:16]}",
         prompt_token_ids=prompt_ids,
         thinking_open=thinking_open_after(prompt_ids, gw.engine.tokens),
         n=body.n,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
@@ -65,3 +67,52 @@ def test_disconnect_while_waiting_for_json_aborts(live_server: Any, served_model
     # The server is fine afterwards.
     ok = httpx.post(url, json=_long_body(served_model, n=1, max_tokens=5), timeout=60)
     assert ok.status_code == 200
+
+
+def test_a_reused_request_id_cannot_abort_another_clients_request(
+    live_server: Any, served_model: str
+) -> None:
+    """X-Request-Id is the client's label, not the engine's id: a second request with the
+    same id that disconnects must not abort the first."""
+    import threading
+
+    url = f"{live_server.base_url}/v1/chat/completions"
+    headers = {"X-Request-Id": "shared-id-123"}
+    first: dict[str, Any] = {}
+
+    def run_first() -> None:
+        body = _long_body(served_model, n=1, max_tokens=300)
+        first["reply"] = httpx.post(url, json=body, headers=headers, timeout=120)
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while live_server.metrics().get(INFLIGHT, 0) < 1:
+        assert time.monotonic() < deadline, "the first request never started"
+        time.sleep(0.02)
+    before = live_server.metrics().get(ABORTED, 0.0)
+    host, port = live_server.base_url.removeprefix("http://").split(":")
+    payload = orjson.dumps(_long_body(served_model))
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nX-Request-Id: shared-id-123\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head + payload)
+        # Leave once both requests are in the engine (the old bug aborted the first then).
+        while live_server.metrics().get(UNFINISHED, 0) < 2:
+            assert time.monotonic() < deadline + 30, "the second request never reached the engine"
+            time.sleep(0.02)
+    _settled_after(live_server, before)
+    thread.join(timeout=120)
+    reply = first["reply"]
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["X-Request-Id"] == "shared-id-123"
+    assert reply.json()["choices"][0]["finish_reason"] == "length"  # ran to max_tokens
+
+
+def _settled_after(live_server: Any, before: float) -> None:
+    deadline = time.monotonic() + 20
+    while live_server.metrics().get(ABORTED, 0.0) <= before:
+        assert time.monotonic() < deadline, "the second request was never aborted"
+        time.sleep(0.1)
