@@ -167,6 +167,7 @@ def test_hard_cap_and_solution_budget_compose_with_guidance(openai_client: Any) 
 def test_bad_options_are_400(
     openai_client: Any, headers: dict[str, str], body: dict[str, Any], param: str
 ) -> None:
+    body = dict(body)  # the parametrised dict is shared by every engine's run
     n = body.pop("n", None)
     with pytest.raises(openai.BadRequestError) as err:
         chat(openai_client, EASY[0].prompt, headers, extra_body=body, **({"n": n} if n else {}))
