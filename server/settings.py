@@ -79,30 +79,32 @@ class Settings(BaseSettings):
 
     # --- local engine (vLLM in process)
     dtype: str = "float32"
-    """Model dtype for vLLM (float32 on CPU; auto/bfloat16 on GPU)."""
+    """Local engine: model dtype for vLLM (float32 on CPU; auto/bfloat16 on GPU)."""
     max_model_len: int = Field(default=512, ge=16)
-    """Context length (prompt + completion) per sequence."""
+    """Local engine: context length (prompt + completion) per sequence (a remote engine
+    takes its servers' ``max_model_len``)."""
     max_num_seqs: int = Field(default=64, ge=1)
-    """Sequences vLLM decodes at once."""
+    """Local engine: sequences vLLM decodes at once."""
     max_num_batched_tokens: int | None = None
-    """None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
+    """Local engine; None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
     request with a chunked prefill crashes the CPU engine)."""
     enforce_eager: bool = True
-    """No CUDA graphs / compilation (what CPU needs; turn off on GPU for speed)."""
+    """Local engine: no CUDA graphs / compilation (what CPU needs; off on GPU for speed)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
-    """Share of GPU memory vLLM may take (GPU only)."""
+    """Local engine: share of GPU memory vLLM may take (GPU only)."""
     tensor_parallel_size: int = Field(default=1, ge=1)
-    """GPUs per engine (tensor parallelism)."""
+    """Local engine: GPUs per engine (tensor parallelism)."""
     seed: int = 0
-    """Engine seed (requests without a seed draw from it)."""
+    """Local engine: engine seed (requests without a seed draw from it)."""
     trust_remote_code: bool = False
     """Allow model code from the model repository."""
     logits_processors: StrList = ("elastic", "guidance")
-    """Our vLLM logits processors loaded into the engine: short names (``elastic``,
+    """Local engine: our vLLM logits processors loaded into it (remote servers load
+    theirs, ``thinkgate replica``): short names (``elastic``,
     ``guidance``: the class for the engine's model runner is picked at start) or
     ``module:Class`` strings. Empty: none (strategies fall back to several calls)."""
     vllm_reasoning_config: bool = False
-    """Give vLLM a ReasoningConfig with the think strings (enables its own
+    """Local engine: give vLLM a ReasoningConfig with the think strings (enables its own
     ``thinking_token_budget``, the benchmark baseline)."""
 
     # --- strategies and budgets
