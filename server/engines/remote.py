@@ -157,13 +157,19 @@ class RemoteEngine:
             )
             self._check_same(up.url, facts)
         except ServerMismatch as exc:
+            repeated = up.state == "mismatch" and up.last_error == str(exc)
             up.set_state("mismatch", str(exc))
             if at_start:
                 raise
-            log.error("remote.mismatch", server=up.url, error=str(exc))
+            if not repeated:  # once per cause, not every health interval
+                log.error("remote.mismatch", server=up.url, error=str(exc))
             return
         except httpx.HTTPError as exc:
             up.set_state("down", f"{type(exc).__name__}: {exc}")
+            return
+        except (KeyError, TypeError, ValueError) as exc:
+            # Answers that are not what a vLLM server sends (a proxy's error page...).
+            up.set_state("down", f"unexpected answer: {type(exc).__name__}: {exc}")
             return
         was = up.state
         up.facts = facts
@@ -184,10 +190,18 @@ class RemoteEngine:
             )
 
     async def _watch(self) -> None:
-        """Health checks: eject a server that stops answering, re-admit one that verifies."""
+        """Health checks: eject a server that stops answering, re-admit one that verifies.
+
+        Nothing a server answers may end this loop: a check that fails unexpectedly is
+        logged and the loop goes on (without it no server would ever come back)."""
         while True:
             await asyncio.sleep(self._settings.health_interval_s)
-            await asyncio.gather(*(self._check(u) for u in self.upstreams))
+            results = await asyncio.gather(
+                *(self._check(u) for u in self.upstreams), return_exceptions=True
+            )
+            for up, result in zip(self.upstreams, results, strict=True):
+                if isinstance(result, Exception):
+                    log.error("remote.check_failed", server=up.url, error=repr(result))
 
     async def _check(self, up: Upstream) -> None:
         if up.state != "up":

@@ -4,6 +4,7 @@ killed for real, are in test_remote_engine.py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 import httpx
@@ -59,7 +60,7 @@ def request(n: int = 1, **extra: int | float | str) -> GenerateRequest:
 
 def answer(r: httpx.Request | None = None) -> httpx.Response:
     """A finished answer with as many samples as the request asked for."""
-    n = orjson.loads(r.content)["sampling_params"]["n"] if r is not None else 1
+    n = orjson.loads(r.content)["sampling_params"].get("n", 1) if r is not None else 1
     choices = [{"index": i, "token_ids": [7, 2], "finish_reason": "stop"} for i in range(n)]
     return httpx.Response(200, json={"choices": choices})
 
@@ -178,4 +179,49 @@ async def test_no_server_up_is_a_503_naming_their_states() -> None:
         await eng.health()
     with pytest.raises(tree.BackendUnavailable):
         await eng.generate(request())
+    await eng.aclose()
+
+
+async def test_odd_answers_keep_a_server_out_and_health_checks_running() -> None:
+    """A server answering what no vLLM server sends (a proxy's page) stays down with the
+    reason; the watcher keeps going and admits it once it answers properly."""
+    proper = {"on": False}
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        path = r.url.path
+        if not proper["on"]:
+            return httpx.Response(200, json={"data": [{"no_id": 1}]})  # malformed /v1/models
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 64}]})
+        if path == "/tokenize":
+            return httpx.Response(200, json={"tokens": [5]})
+        if path == "/health":
+            return httpx.Response(200)
+        return answer(r)
+
+    eng = engine(handler)
+    eng.upstreams[0].state = "down"
+    eng._settings = RemoteEngineSettings(
+        urls=(A, B),
+        protocol="generate",
+        connect_timeout_s=1,
+        start_timeout_s=1,
+        health_interval_s=0.01,
+    )
+    await eng._admit(eng.upstreams[0])
+    assert eng.upstreams[0].state == "down"
+    assert "unexpected answer: KeyError" in (eng.upstreams[0].last_error or "")
+    watcher = asyncio.create_task(eng._watch())
+    proper["on"] = True
+
+    def state() -> str:
+        return eng.upstreams[0].state
+
+    for _ in range(200):
+        if state() == "up":
+            break
+        await asyncio.sleep(0.01)
+    assert state() == "up" and eng.upstreams[0].facts is not None
+    assert eng.upstreams[0].facts.processors == frozenset()  # probes were served: none loaded
+    watcher.cancel()
     await eng.aclose()
