@@ -107,6 +107,13 @@ def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
 
 def samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sample]:
     """The finished samples of a non-streamed answer, ordered by index."""
+    try:
+        return _samples(protocol, answer, n)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BackendError(f"unreadable answer from the vLLM server: {exc!r}") from exc
+
+
+def _samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sample]:
     error = answer.get("error")
     if error is not None:
         raise upstream_error(500, answer)
@@ -127,6 +134,13 @@ def samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sampl
 
 def deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
     """The deltas in one streamed frame (a usage-only frame has none)."""
+    try:
+        return _deltas(protocol, frame)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BackendError(f"unreadable frame from the vLLM server: {exc!r}") from exc
+
+
+def _deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
     if frame.get("error") is not None:
         raise upstream_error(500, frame)
     out: list[SampleDelta] = []

@@ -158,3 +158,10 @@ def test_a_restarted_server_forgets_its_cache() -> None:
     assert index.cached_tokens(hashes, "A") == 32
     index.forget("A")
     assert index.cached_tokens(hashes, "A") == 0
+
+
+def test_unreadable_answers_are_upstream_faults_not_crashes() -> None:
+    with pytest.raises(tree.BackendError, match="unreadable answer"):
+        samples("generate", {"choices": [{"token_ids": [1], "finish_reason": "stop"}]}, 1)
+    with pytest.raises(tree.BackendError, match="unreadable frame"):
+        deltas("generate", {"choices": [{"index": "x", "token_ids": [1]}]})
