@@ -113,7 +113,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
-    # Nobody reads this; 499 (nginx's "client closed request") keeps the logs honest.
+    # Nobody reads this; 499 (nginx's "client closed request") keeps the logs honest, and
+    # it is counted as streams that lose their client are: status 499.
+    gw = getattr(request.app.state, "gateway", None)
+    if gw is not None:
+        strategy = getattr(request.state, "strategy", "")
+        gw.metrics.requests.labels(request.url.path, strategy, "499").inc()
+    log.info("request.client_gone", request_id=request_id(request), path=request.url.path)
     return Response(status_code=499, headers=response_headers(request))
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 import structlog
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from server import budgets
@@ -150,11 +150,18 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # Gone before its body arrived: the client's doing, not a server error (was a 500).
+        gw = getattr(request.app.state, "gateway", None)
+        if gw is not None:
+            gw.metrics.aborted.labels("client_disconnect").inc()
+        raise ClientGone() from None
     return b"".join(chunks)
 
 

@@ -59,11 +59,24 @@ def test_disconnect_mid_stream_aborts(live_server: Any, served_model: str) -> No
     _settled(live_server, before)
 
 
+def _statuses(live_server: Any, status: str) -> float:
+    """``thinkgate_requests_total`` summed over routes and strategies for ``status``."""
+    metrics: dict[str, float] = live_server.metrics()
+    return sum(
+        v
+        for k, v in metrics.items()
+        if k.startswith("thinkgate_requests_total{") and f'status="{status}"' in k
+    )
+
+
 def test_disconnect_while_waiting_for_json_aborts(live_server: Any, served_model: str) -> None:
     before = live_server.metrics().get(ABORTED, 0.0)
+    gone_before = _statuses(live_server, "499")
     url = f"{live_server.base_url}/v1/chat/completions"
     live_server.post_and_leave("/v1/chat/completions", _long_body(served_model))
     _settled(live_server, before)
+    # Counted like a stream that loses its client: status 499 (it was left out before).
+    assert _statuses(live_server, "499") == gone_before + 1
     # The server is fine afterwards.
     ok = httpx.post(url, json=_long_body(served_model, n=1, max_tokens=5), timeout=60)
     assert ok.status_code == 200
@@ -120,3 +133,30 @@ def test_a_reused_request_id_cannot_abort_another_clients_request(
     while live_server.metrics().get(ABORTED, 0.0) <= before:
         assert time.monotonic() < deadline, "the second request was never aborted"
         time.sleep(0.1)
+
+
+def test_a_client_gone_before_its_body_arrived_is_a_499_not_a_500(
+    live_server: Any, served_model: str
+) -> None:
+    errors_before = _statuses(live_server, "500")
+    gone_before = _statuses(live_server, "499")
+    host, port = live_server.base_url.removeprefix("http://").split(":")
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 2000\r\n\r\n"
+    ).encode()
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head + b'{"model": ')  # 10 of the 2,000 bytes announced, then gone
+            time.sleep(0.2)
+    deadline = time.monotonic() + 20
+    while _statuses(live_server, "499") < gone_before + 3:
+        assert time.monotonic() < deadline, "the server never noticed the clients left"
+        time.sleep(0.1)
+    assert _statuses(live_server, "500") == errors_before
+    ok = httpx.post(
+        f"{live_server.base_url}/v1/chat/completions",
+        json=_long_body(served_model, n=1, max_tokens=5),
+        timeout=60,
+    )
+    assert ok.status_code == 200
