@@ -153,30 +153,55 @@ def test_pets_offline_rounds_spread_over_the_servers(remote_stack: RemoteStack) 
 
 
 def _running(replica: Replica) -> float:
-    m = replica.metrics()
+    m: dict[str, float] = replica.metrics()
     return m.get(RUNNING, 0.0) + m.get(WAITING, 0.0)
 
 
+def _generated(replica: Replica) -> float:
+    """vLLM's own count of tokens it generated (frontend aborts are not in its
+    finished-request counters, so the abort shows as tokens never generated)."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=10).text
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
 def test_disconnect_aborts_the_request_on_the_replica(remote_stack: RemoteStack) -> None:
+    """The client leaves mid-stream: the replica aborts and stops generating for it.
+
+    "In the engine" is known from the stream's first bytes, not from polling /metrics
+    (a short request can finish between two polls on a loaded box)."""
     base = remote_stack.gateway.base_url
     host, port = base.removeprefix("http://").split(":")
+    before = sum(_generated(r) for r in remote_stack.replicas)
     payload = orjson.dumps(
-        _chat(remote_stack.gateway.model, n=8, max_tokens=460, ignore_eos=True, temperature=1.0)
+        _chat(
+            remote_stack.gateway.model,
+            n=8,
+            max_tokens=460,
+            ignore_eos=True,
+            temperature=1.0,
+            stream=True,
+        )
     )
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
     ).encode()
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
         sock.sendall(head + payload)
-        _wait(
-            "the request running on a replica",
-            lambda: any(_running(r) > 0 for r in remote_stack.replicas),
-            60,
-            0.05,
-        )
+        seen = b""
+        while b"data: {" not in seen:  # tokens are flowing: the replica is generating
+            data = sock.recv(4096)
+            assert data, "the stream ended before its first tokens"
+            seen += data
     # The socket is closed: the gateway cancels, closes its upstream call, vLLM aborts.
     _wait("replicas idle again", lambda: all(_running(r) == 0 for r in remote_stack.replicas), 15)
+    generated = sum(_generated(r) for r in remote_stack.replicas) - before
+    # Run to the end it would have generated 8 x 460 tokens.
+    assert 0 < generated < 8 * 460 / 2, generated
     assert all(s["outstanding_requests"] == 0 for s in _ready(remote_stack)["servers"])
 
 
