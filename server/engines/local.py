@@ -116,13 +116,7 @@ class LocalEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         local = settings.local
-        tokens = TokenizerTokens.load(
-            settings.model_path,
-            think_start=settings.think_start,
-            think_end=settings.think_end,
-            reasoning=settings.reasoning,
-            trust_remote_code=settings.trust_remote_code,
-        )
+        tokens = TokenizerTokens.for_settings(settings)
         extra: dict[str, Any] = {}
         if local.vllm_reasoning_config:
             from vllm.config import ReasoningConfig

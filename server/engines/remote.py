@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -97,13 +97,7 @@ class RemoteEngine:
     async def start(cls, settings: Settings) -> RemoteEngine:
         """Verify the servers; raises if one serves something else, or none answers in
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
-        tokens = TokenizerTokens.load(
-            settings.model_path,
-            think_start=settings.think_start,
-            think_end=settings.think_end,
-            reasoning=settings.reasoning,
-            trust_remote_code=settings.trust_remote_code,
-        )
+        tokens = TokenizerTokens.for_settings(settings)
         remote = settings.remote
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
@@ -265,13 +259,8 @@ class RemoteEngine:
         return await self._with_failover(request, once)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
-        tried: set[str] = set()
         last: UpstreamFailed | None = None
-        for _ in range(2):
-            up = self._pick(request, tried)
-            if up is None:
-                break
-            tried.add(up.url)
+        for up in self._attempts(request):
             sent = False
             try:
                 # aclosing: a consumer that stops early must close the upstream call now
@@ -295,13 +284,8 @@ class RemoteEngine:
     async def _with_failover(
         self, request: GenerateRequest, call: Callable[[Upstream], Awaitable[T]]
     ) -> T:
-        tried: set[str] = set()
         last: UpstreamFailed | None = None
-        for _ in range(2):
-            up = self._pick(request, tried)
-            if up is None:
-                break
-            tried.add(up.url)
+        for up in self._attempts(request):
             try:
                 async with self._lease(up, request):
                     return await call(up)
@@ -309,6 +293,16 @@ class RemoteEngine:
                 self._failed(up, exc)
                 last = exc
         raise self._exhausted(request, last)
+
+    def _attempts(self, request: GenerateRequest) -> Iterator[Upstream]:
+        """The servers a call tries: the best one, then (failover) one other at most."""
+        tried: set[str] = set()
+        for _ in range(2):
+            up = self._pick(request, tried)
+            if up is None:
+                return
+            tried.add(up.url)
+            yield up
 
     def _failed(self, up: Upstream, exc: UpstreamFailed) -> None:
         up.failures += 1

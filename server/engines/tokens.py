@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    from server.settings import Settings
 
 
 class HFTokenizer(Protocol):
@@ -79,6 +82,17 @@ class TokenizerTokens:
             think_start=think_start,
             think_end=think_end,
             reasoning=reasoning,
+        )
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> TokenizerTokens:
+        """The tokenizer of the served model, as every engine of this gateway loads it."""
+        return cls.load(
+            settings.model_path,
+            think_start=settings.think_start,
+            think_end=settings.think_end,
+            reasoning=settings.reasoning,
+            trust_remote_code=settings.trust_remote_code,
         )
 
     def decode(self, token_ids: Sequence[int]) -> str:
