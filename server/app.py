@@ -8,6 +8,7 @@ in reverse order.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -18,6 +19,8 @@ from fastapi import FastAPI
 from server import errors
 from server.admission import Admission
 from server.engines.factory import open_engine
+from server.lifecycle import Lifecycle
+from server.loop_lag import LoopProbe
 from server.metrics import Metrics
 from server.resources import build_resources
 from server.routes import ROUTERS
@@ -51,23 +54,43 @@ def load_registry(settings: Settings) -> Registry:
 
 
 def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
+    """The app; ``app.state.lifecycle`` is how a server stops it (``server.cli``)."""
+    lifecycle = Lifecycle(
+        drain_timeout_s=settings.drain_timeout_s, retry_after_s=settings.retry_after_s
+    )
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = load_registry(settings)
         async with AsyncExitStack() as stack:
+            metrics = Metrics()
+            probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
+            probe.start()
+            stack.push_async_callback(probe.aclose)
             # An engine passed in belongs to the caller; otherwise settings pick one.
             active = (
                 engine
                 if engine is not None
-                else await stack.enter_async_context(open_engine(settings))
+                else await stack.enter_async_context(open_engine(settings, on_exit=lifecycle.fail))
             )
-            metrics = Metrics()
             unfinished = getattr(active, "num_unfinished", None)
             if callable(unfinished):
                 metrics.watch_engine(unfinished)
             servers = getattr(active, "servers", None)
             if callable(servers):
                 metrics.watch_servers(servers)
+            if hasattr(active, "restarts"):
+                metrics.watch_supervisor(
+                    lambda: int(getattr(active, "deaths", 0)),
+                    lambda: int(getattr(active, "restarts", 0)),
+                )
+            admission = Admission(
+                max_requests=settings.max_inflight_requests,
+                max_samples=settings.max_inflight_samples,
+                retry_after_s=settings.retry_after_s,
+                metrics=metrics,
+            )
+            lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
             async with build_resources(settings, active) as resources:
                 app.state.gateway = Gateway(
                     settings=settings,
@@ -75,12 +98,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     registry=registry,
                     resources=resources,
                     metrics=metrics,
-                    admission=Admission(
-                        max_requests=settings.max_inflight_requests,
-                        max_samples=settings.max_inflight_samples,
-                        retry_after_s=settings.retry_after_s,
-                        metrics=metrics,
-                    ),
+                    admission=admission,
+                    lifecycle=lifecycle,
                     started_at=int(time.time()),
                 )
                 log.info(
@@ -96,6 +115,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
 
     app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = None
+    app.state.lifecycle = lifecycle
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

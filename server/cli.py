@@ -65,9 +65,12 @@ def serve(argv: Sequence[str]) -> int:
 
     from server import logs
     from server.app import create_app
+    from server.draining import DrainingServer
+    from server.lifecycle import Lifecycle
 
     logs.configure(settings.log_level, json=settings.log_json)
     app = create_app(settings)
+    lifecycle: Lifecycle = app.state.lifecycle
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -76,12 +79,12 @@ def serve(argv: Sequence[str]) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, lifecycle)
     server.run(sockets=[sock])
     if not server.started:
         # The lifespan failed (engine or servers refused): say so to the supervisor.
         return 3
-    return 0
+    return lifecycle.exit_code  # 0, or 4 after an engine death under the exit policy
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

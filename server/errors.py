@@ -3,7 +3,7 @@
 ``GatewayError`` carries its own status and envelope; FastAPI's request validation
 errors become a 400 naming the field; unknown routes a 404; anything unexpected a 500.
 Every error response carries ``X-Request-Id`` and, when the budget was already
-resolved, ``X-Budget-Applied``; a 429 also carries ``Retry-After``.
+resolved, ``X-Budget-Applied``; a 429 (and a 503 when waiting helps) ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from strategies.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
-    Overloaded,
     PayloadTooLarge,
+    RequestTimeout,
 )
 
 log = structlog.get_logger("thinkgate.http")
@@ -57,8 +57,12 @@ def response_headers(request: Request) -> dict[str, str]:
 
 def error_response(request: Request, err: GatewayError) -> Response:
     headers = response_headers(request)
-    if isinstance(err, Overloaded):
-        headers["Retry-After"] = str(err.retry_after_s)
+    retry_after = getattr(err, "retry_after_s", None)  # Overloaded, a draining server
+    if isinstance(retry_after, int):
+        headers["Retry-After"] = str(retry_after)
+    if isinstance(err, RequestTimeout):
+        # The rest of the slow body may still arrive: never read it as the next request.
+        headers["Connection"] = "close"
     gw = getattr(request.app.state, "gateway", None)
     if gw is not None:
         strategy = getattr(request.state, "strategy", "")

@@ -3,7 +3,8 @@
 What is counted: requests by route/strategy/status, latency, tokens by phase
 (thinking/answer), samples drawn, budget cut-ins (choices whose ``info`` has a truthy
 ``budget_cut``, e.g. ``"thinking"``), aborted requests by reason, in-flight requests and
-samples, and the engine's unfinished requests at scrape time.
+samples, the engine's unfinished requests at scrape time, its deaths and restarts, and
+the event loop's lag.
 """
 
 from __future__ import annotations
@@ -61,8 +62,25 @@ class Metrics:
             registry=r,
         )
 
+        self.loop_lag = Histogram(
+            "thinkgate_event_loop_lag_seconds",
+            "How late the event loop woke a 50 ms sleep (server.loop_lag)",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.engine_deaths = Gauge(
+            "thinkgate_engine_deaths", "Times the local engine died", registry=r
+        )
+        self.engine_restarts = Gauge(
+            "thinkgate_engine_restarts", "Times a dead local engine was restarted", registry=r
+        )
+
     def watch_engine(self, unfinished: Callable[[], int]) -> None:
         self.engine_unfinished.set_function(lambda: float(unfinished()))
+
+    def watch_supervisor(self, deaths: Callable[[], int], restarts: Callable[[], int]) -> None:
+        self.engine_deaths.set_function(lambda: float(deaths()))
+        self.engine_restarts.set_function(lambda: float(restarts()))
 
     def watch_servers(self, servers: Callable[[], Sequence[dict[str, Any]]]) -> None:
         """Per-server gauges of a remote engine (``RemoteEngine.servers``), read at scrape."""

@@ -20,21 +20,30 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from server import budgets
-from server.aio import aclose_quietly, closing
+from server.aio import closing
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Envelope, Kind, response_body
 from server.state import Gateway, gateway
-from server.streaming import EventStreamResponse, StreamEncoder, sse_body
+from server.streaming import (
+    ABORTED,
+    FIRST_EVENT_WAIT_S,
+    EventStreamResponse,
+    StreamEncoder,
+    StreamRun,
+    sse_body,
+)
 from strategies.base import Final, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.engine import SamplingConfig
 from strategies.errors import (
     BackendError,
     BackendTimeout,
+    BackendUnavailable,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
 )
 from strategies.reasoning import thinking_open_after
 
@@ -87,6 +96,7 @@ async def serve(request: Request, kind: Kind) -> Response:
         options=body.options(),
     )
     strategy.validate(sreq, gw.engine)
+    gw.lifecycle.check_admission()  # draining: 503 with Retry-After
     await gw.engine.health()
     slot = gw.admission.acquire(max(body.n, budget.samples or 1))
     ctx = StrategyContext(engine=gw.engine, request=sreq, resources=gw.resources)
@@ -116,22 +126,32 @@ async def serve(request: Request, kind: Kind) -> Response:
         content = orjson.dumps(response_body(env, final))
         return Response(content, media_type="application/json", headers=headers)
 
-    # Streams: wait for the first event before answering 200, so that errors the engine
-    # raises at admission (bad sampling values) still get their real status code.
-    events = strategy.run(ctx)
+    # Streams: the strategy runs in its own task (``StreamRun``); the headers wait for its
+    # first event (so that errors the engine raises at once, like bad sampling values,
+    # keep their real status code), but not longer than FIRST_EVENT_WAIT_S: a strategy
+    # that draws many samples first opens with a progress comment, then keep-alives.
+    run = StreamRun(
+        strategy.run(ctx),
+        StreamEncoder(
+            env, include_usage=bool(body.stream_options and body.stream_options.include_usage)
+        ),
+        strategy=name,
+        aborting=gw.lifecycle.aborting,
+    )
+    wait_s = min(FIRST_EVENT_WAIT_S, settings.sse_keepalive_s)
     try:
-        first = await until_disconnect(request, _first(events, name), timeout, gw)
+        first = await until_disconnect(request, run.next(wait_s), timeout, gw)
+        if first is ABORTED:
+            raise _shutting_down()
+        if isinstance(first, Exception):
+            raise first
     except BaseException:
         slot.release()
-        await aclose_quietly(events)
+        await run.aclose()
         raise
-    encoder = StreamEncoder(
-        env, include_usage=bool(body.stream_options and body.stream_options.include_usage)
-    )
     stream = sse_body(
         first=first,
-        events=events,
-        encoder=encoder,
+        run=run,
         gw=gw,
         strategy=name,
         route=route,
@@ -140,25 +160,34 @@ async def serve(request: Request, kind: Kind) -> Response:
         on_end=slot.release,
     )
     headers["Cache-Control"] = "no-cache"
-    return EventStreamResponse(stream, events=events, on_end=slot.release, headers=headers)
+    return EventStreamResponse(stream, run=run, on_end=slot.release, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing more than ``limit`` bytes (413) before reading it all."""
+    """The raw body, refusing more than ``limit`` bytes (413) before reading it all, and
+    a body that takes longer than the server's ``body_read_timeout_s`` to arrive (408)."""
+    gw = getattr(request.app.state, "gateway", None)
+    timeout = gw.settings.body_read_timeout_s if gw is not None else None
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
+        # A client that announces a body and sends it slowly (or never) would otherwise
+        # hold its connection and this handler forever.
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout} s ({size} bytes came)"
+        ) from None
     except ClientDisconnect:
         # Gone before its body arrived: the client's doing, not a server error (was a 500).
-        gw = getattr(request.app.state, "gateway", None)
         if gw is not None:
             gw.metrics.aborted.labels("client_disconnect").inc()
         raise ClientGone() from None
@@ -168,10 +197,12 @@ async def read_body(request: Request, limit: int) -> bytes:
 async def until_disconnect(
     request: Request, aw: Awaitable[T], timeout: float | None, gw: Gateway
 ) -> T:
-    """Await ``aw`` in its own task; cancel it if the client goes away or time runs out."""
+    """Await ``aw`` in its own task; cancel it if the client goes away, time runs out, or
+    the server's drain time is up (a 503)."""
     task: asyncio.Future[T] = asyncio.ensure_future(aw)
     watcher: asyncio.Future[None] = asyncio.ensure_future(_disconnected(request))
-    waiting: set[asyncio.Future[Any]] = {task, watcher}
+    aborting = gw.lifecycle.aborting
+    waiting: set[asyncio.Future[Any]] = {task, watcher, aborting}
     try:
         done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -184,8 +215,17 @@ async def until_disconnect(
     if watcher in done:
         gw.metrics.aborted.labels("client_disconnect").inc()
         raise ClientGone()
+    if aborting in done:
+        gw.metrics.aborted.labels("shutdown").inc()
+        raise _shutting_down()
     gw.metrics.aborted.labels("timeout").inc()
     raise BackendTimeout(f"the request ran past the server's request_timeout_s ({timeout} s)")
+
+
+def _shutting_down() -> BackendUnavailable:
+    return BackendUnavailable(
+        "the server shut down before this request finished; retry", code="shutting_down"
+    )
 
 
 async def _disconnected(request: Request) -> None:
@@ -197,13 +237,6 @@ async def _disconnected(request: Request) -> None:
         # http.request (seen after a streamed response on the same server): without a
         # pause this loop would hold the event loop for the whole request.
         await asyncio.sleep(0.05)
-
-
-async def _first(events: AsyncIterator[StrategyEvent], strategy: str) -> StrategyEvent:
-    try:
-        return await anext(events)
-    except StopAsyncIteration:
-        raise BackendError(f"strategy {strategy!r} ended without a result") from None
 
 
 async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:
@@ -235,6 +268,10 @@ def _prompt_ids(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) ->
             # Ids past the vocabulary are refused by the engine (a 400 naming them).
             if any(t < 0 for t in ids):
                 raise InvalidRequest("prompt holds a negative token id", param=param)
+    if not ids:  # text the tokenizer drops entirely; vLLM would refuse it unnamed
+        raise InvalidRequest("the prompt tokenises to no tokens", param=param)
+    if not ids:  # text the tokenizer drops entirely; vLLM would refuse it unnamed
+        raise InvalidRequest("the prompt tokenises to no tokens", param=param)
     limit = gw.engine.max_model_len
     if len(ids) >= limit:
         raise InvalidRequest(

@@ -6,7 +6,9 @@ List settings accept JSON (``'["a:B"]'``) or a comma-separated string (``a:B,c:D
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -41,6 +43,13 @@ class Settings(BaseSettings):
     """Bearer keys accepted on /v1/*; empty: no authentication."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     """Larger request bodies are a 413."""
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
+    """A request body not fully received this long after the handler starts reading it is
+    a 408 (``code: request_timeout``) and the connection is closed."""
+    header_read_timeout_s: float = Field(default=10.0, gt=0)
+    """Time a client has to send a request's head (request line and headers), from the
+    connection's opening or from the first byte of a later request on a kept-alive
+    connection; then the connection is closed (after a 408 if part of a head came)."""
     log_level: str = "info"
     """debug, info, warning or error."""
     log_json: bool = True
@@ -168,6 +177,16 @@ class Settings(BaseSettings):
     """Best-of-Majority frequency threshold (a fraction of the samples); a request may
     override it with the body field ``alpha``."""
 
+    # --- state: PETS batch jobs
+    state_dir: str | None = None
+    """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``
+    there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
+    ``~/.local/state/thinkgate``."""
+    batch_lease_s: float = Field(default=30.0, gt=0)
+    """PETS batch jobs: the lease a gateway holds on a job it runs (renewed every third of
+    it). A killed gateway's jobs are resumed once it expires; a graceful stop hands them
+    on at once."""
+
     # --- admission control
     max_inflight_requests: int = Field(default=256, ge=1)
     """Requests served at once; more are a 429 with Retry-After."""
@@ -177,6 +196,22 @@ class Settings(BaseSettings):
     """Retry-After (seconds) of a 429."""
     request_timeout_s: float | None = Field(default=600.0, gt=0)
     """A request running longer is aborted with 504."""
+
+    # --- lifecycle: shutdown, engine death, long streams
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM: new requests get a 503 with Retry-After while those in flight finish for
+    up to this long; the rest are then aborted (a 503, or an error frame in a stream) and
+    the process exits 0. A second SIGTERM/SIGINT stops at once."""
+    on_engine_death: Literal["exit", "restart"] = "exit"
+    """Local engine: when vLLM's engine dies, ``exit`` (answer what is in flight with a
+    503, then exit with status 4 so a supervisor restarts the process) or ``restart`` (a
+    new engine in this process; 503s until it serves)."""
+    sse_keepalive_s: float = Field(default=15.0, gt=0)
+    """A stream that has sent nothing for this long sends an SSE comment (``: keep-alive``)
+    so that proxies do not cut it while samples are drawn."""
+    loop_stall_ms: float = Field(default=0.0, ge=0)
+    """Log the stack of any event-loop stall longer than this (a watchdog thread); 0: off.
+    The loop's lag is always in ``/metrics`` (``thinkgate_event_loop_lag_seconds``)."""
 
     @field_validator("api_keys", "logits_processors", "strategies", "vllm_urls", mode="before")
     @classmethod
@@ -244,6 +279,15 @@ class Settings(BaseSettings):
         if self.served_model_name:
             return self.served_model_name
         return self.model if self.model is not None else "testbed-base"
+
+    @property
+    def state_path(self) -> Path:
+        """``state_dir``, or the XDG default (resolved here: nothing else reads the
+        environment)."""
+        if self.state_dir:
+            return Path(self.state_dir).expanduser()
+        base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+        return Path(base) / "thinkgate"
 
     @property
     def batched_tokens(self) -> int:

@@ -14,6 +14,7 @@ import orjson
 
 DONE: Final = b"data: [DONE]\n\n"
 PROGRESS: Final = b"thinkgate.progress"
+KEEPALIVE: Final = b": keep-alive\n\n"  # a comment: SSE clients skip it
 
 
 def data(obj: object) -> bytes:

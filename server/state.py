@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 
 from server.admission import Admission
+from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.settings import Settings
 from strategies.base import Resources
@@ -23,6 +24,7 @@ class Gateway:
     resources: Resources
     metrics: Metrics
     admission: Admission
+    lifecycle: Lifecycle
     started_at: int  # unix time, for /v1/models
 
 

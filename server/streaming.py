@@ -1,4 +1,4 @@
-"""Strategy events -> SSE bytes.
+"""Strategy events -> SSE bytes, and the task that produces them.
 
 Live strategies: a role chunk per choice, then its reasoning deltas, then its content
 deltas. Multi-sample strategies: each ``Progress`` as a comment line, then ``Final``'s
@@ -6,47 +6,168 @@ choices replayed as normal chunks (reasoning, then content). In both, the chunks
 ``finish_reason`` come once ``Final`` is known; the last one carries ``thinkgate``.
 Then a usage chunk (``stream_options.include_usage``) and ``[DONE]``. A failure after
 the first byte is one ``data: {"error": ...}`` frame, then the stream closes.
+
+``StreamRun`` runs the strategy in its own task and queues encoded frames; the response
+body (``sse_body``) sends what is queued, and when nothing comes for
+``sse_keepalive_s`` it sends ``: keep-alive`` so that proxies do not cut a stream whose
+samples are still being drawn. The headers go as soon as the first event is there, or
+after ``FIRST_EVENT_WAIT_S`` with an initial ``: thinkgate.progress {"status":
+"admitted"}``; errors found before that keep their real status code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Final as FinalType
 
 import structlog
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from server import render, sse
-from server.aio import aclose_quietly, closing
+from server.aio import closing
 from server.render import Body, Envelope
 from server.state import Gateway
 from strategies.base import ChoiceDelta, Final, Progress, StrategyEvent
-from strategies.errors import BackendError, GatewayError
+from strategies.errors import BackendError, BackendUnavailable, GatewayError
 
 log = structlog.get_logger("thinkgate.http")
+
+FIRST_EVENT_WAIT_S: FinalType = 1.0  # headers wait this long at most for the first event
 
 # Detached clean-ups (strong references until they finish).
 _CLEANUPS: set[asyncio.Task[None]] = set()
 
 
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The last frames of a stream and the result they came from."""
+
+    frames: bytes
+    final: Final
+
+
+class Signal:
+    """A marker ``StreamRun.next`` returns instead of frames."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+KEEPALIVE: FinalType = Signal("KEEPALIVE")  # nothing came in time: send a keep-alive
+ABORTED: FinalType = Signal("ABORTED")  # the server stopped waiting (drain time is up)
+
+Item = bytes | Done | Exception | Signal
+
+
+class StreamRun:
+    """A strategy's events, encoded by a producer task into a queue of SSE frames.
+
+    The producer owns the events (closing them aborts their engine requests); ``aclose``
+    cancels it. ``aborting`` (the lifecycle's) ends every wait with ``ABORTED``.
+    """
+
+    def __init__(
+        self,
+        events: AsyncIterator[StrategyEvent],
+        encoder: StreamEncoder,
+        *,
+        strategy: str,
+        aborting: asyncio.Future[None],
+    ) -> None:
+        self._events = events
+        self._encoder = encoder
+        self._strategy = strategy
+        self._items: collections.deque[Item] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._aborting = aborting
+        self._aborted = aborting.done()
+        aborting.add_done_callback(self._on_abort)
+        self._task = asyncio.get_running_loop().create_task(self._produce())
+
+    async def _produce(self) -> None:
+        try:
+            async with closing(self._events):
+                async for event in self._events:
+                    frames = b"".join(self._encoder.encode(event))
+                    if isinstance(event, Final):
+                        self._put(Done(frames, event))
+                        return
+                    self._put(frames)
+            self._put(BackendError(f"strategy {self._strategy!r} ended without a result"))
+        except Exception as exc:
+            self._put(exc)
+
+    def _put(self, item: Item) -> None:
+        self._items.append(item)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _on_abort(self, _: asyncio.Future[None]) -> None:
+        self._aborted = True
+        self._wake()
+
+    async def next(self, wait_s: float) -> Item:
+        """The next item: frames (several queued ones joined), ``Done``, an error,
+        ``KEEPALIVE`` after ``wait_s`` of nothing, or ``ABORTED``."""
+        if not self._items and not self._aborted:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(wait_s, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        if self._aborted:
+            return ABORTED
+        if not self._items:
+            return KEEPALIVE
+        item = self._items.popleft()
+        # Frames that queued up while the client was being written to go in one send.
+        while isinstance(item, bytes) and self._items and isinstance(self._items[0], bytes):
+            item += self._items.popleft()  # type: ignore[operator]
+        return item
+
+    async def aclose(self) -> None:
+        """Stop the strategy (aborting its engine requests) and wait until it has."""
+        self._aborting.remove_done_callback(self._on_abort)
+        if not self._task.done():
+            self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class EventStreamResponse(StreamingResponse):
     """An SSE response that cleans up however it ends, even when its body never started
-    (the client left between the first event and the first byte): ``on_end`` runs and
-    the strategy's events are closed, which aborts their engine requests. The close runs
-    in its own task, so a cancel scope that keeps cancelling this one cannot stop it."""
+    (the client left between admission and the first byte): ``on_end`` runs and the
+    strategy is stopped, which aborts its engine requests. The stop runs in its own task,
+    so a cancel scope that keeps cancelling this one cannot stop it."""
 
     def __init__(
         self,
         body: AsyncIterator[bytes],
         *,
-        events: AsyncIterator[StrategyEvent],
+        run: StreamRun,
         on_end: Callable[[], None],
         headers: Mapping[str, str],
     ) -> None:
         super().__init__(body, media_type="text/event-stream", headers=headers)
-        self._events = events
+        self._run = run
         self._on_end = on_end
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -54,7 +175,7 @@ class EventStreamResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_end()
-            task = asyncio.get_running_loop().create_task(aclose_quietly(self._events))
+            task = asyncio.get_running_loop().create_task(self._run.aclose())
             _CLEANUPS.add(task)
             task.add_done_callback(_CLEANUPS.discard)
 
@@ -109,9 +230,8 @@ class StreamEncoder:
 
 async def sse_body(
     *,
-    first: StrategyEvent,
-    events: AsyncIterator[StrategyEvent],
-    encoder: StreamEncoder,
+    first: Item,
+    run: StreamRun,
     gw: Gateway,
     strategy: str,
     route: str,
@@ -119,22 +239,36 @@ async def sse_body(
     started: float,
     on_end: Callable[[], None],
 ) -> AsyncIterator[bytes]:
-    """The body of a streamed response; ``on_end`` runs however it ends."""
+    """The body of a streamed response; ``on_end`` runs however it ends.
+
+    ``first`` is what ``run`` gave before the headers went: frames, or ``KEEPALIVE``
+    when the first event was not there in time (the body then opens with a progress
+    comment)."""
     status = "200"
     timeout = gw.settings.request_timeout_s
+    keepalive_s = gw.settings.sse_keepalive_s
     try:
-        async with closing(events), asyncio.timeout(timeout):
-            event = first
+        async with asyncio.timeout(timeout):
+            item = first
+            if item is KEEPALIVE:
+                item = sse.comment(sse.PROGRESS, {"status": "admitted", "strategy": strategy})
             while True:
-                for frame in encoder.encode(event):
-                    yield frame
-                if isinstance(event, Final):
-                    gw.metrics.record_final(strategy, event)
+                if isinstance(item, bytes):
+                    yield item
+                elif isinstance(item, Done):
+                    yield item.frames
+                    gw.metrics.record_final(strategy, item.final)
                     break
-                try:
-                    event = await anext(events)
-                except StopAsyncIteration:
-                    raise BackendError(f"strategy {strategy!r} ended without a result") from None
+                elif item is KEEPALIVE:
+                    yield sse.KEEPALIVE
+                elif item is ABORTED:
+                    raise BackendUnavailable(
+                        "the server shut down before this request finished; retry",
+                        code="shutting_down",
+                    )
+                elif isinstance(item, Exception):
+                    raise item
+                item = await run.next(keepalive_s)
         yield sse.DONE
     except asyncio.CancelledError:
         status = "499"
@@ -143,7 +277,7 @@ async def sse_body(
     except Exception as exc:
         err = _as_gateway_error(exc)
         status = str(err.status)
-        gw.metrics.aborted.labels("error").inc()
+        gw.metrics.aborted.labels("shutdown" if err.code == "shutting_down" else "error").inc()
         log.error("stream.error", request_id=request_id, status=err.status, message=err.message)
         yield sse.data(err.envelope())
     finally:

@@ -10,10 +10,11 @@ handler. Code raises these and never returns error values.
     │   └── UnknownStrategy           400 (code unknown_strategy)
     ├── Unauthorized                  401 authentication_error
     ├── NotFound                      404 invalid_request_error (e.g. unknown model)
+    ├── RequestTimeout                408 invalid_request_error (the body came too slowly)
     ├── PayloadTooLarge               413 invalid_request_error
     ├── Overloaded                    429 rate_limit_error (Retry-After)
     └── BackendError                  500 server_error (the engine failed)
-        ├── BackendUnavailable        503 service_unavailable
+        ├── BackendUnavailable        503 service_unavailable (Retry-After when set)
         └── BackendTimeout            504 timeout
 """
 
@@ -72,6 +73,14 @@ class NotFound(GatewayError):
     default_code = "not_found"
 
 
+class RequestTimeout(GatewayError):
+    """The client sent its request too slowly; the connection is closed after the answer."""
+
+    status = 408
+    type = "invalid_request_error"
+    default_code = "request_timeout"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
@@ -98,6 +107,18 @@ class BackendUnavailable(BackendError):
     status = 503
     type = "service_unavailable"
     default_code = "engine_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        # Set when waiting helps (the server drains, the engine restarts): Retry-After.
+        self.retry_after_s = retry_after_s
 
 
 class BackendTimeout(BackendError):

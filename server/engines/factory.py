@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import structlog
@@ -14,11 +14,15 @@ log = structlog.get_logger("thinkgate.engine")
 
 
 @asynccontextmanager
-async def open_engine(settings: Settings) -> AsyncIterator[Engine]:
+async def open_engine(
+    settings: Settings, *, on_exit: Callable[[], None] | None = None
+) -> AsyncIterator[Engine]:
     """Start the configured engine, yield it, close it (also when start-up fails later).
 
-    ``local``: vLLM's ``AsyncLLM`` in this process (the default). ``remote``: the vLLM
-    OpenAI servers at ``settings.vllm_urls``; nothing of vLLM is imported here then.
+    ``local``: vLLM's ``AsyncLLM`` in this process (the default), supervised by the
+    ``on_engine_death`` policy (``on_exit`` is how the ``exit`` policy stops the process).
+    ``remote``: the vLLM OpenAI servers at ``settings.vllm_urls`` (their failures are the
+    remote engine's failover); nothing of vLLM is imported here then.
     """
     engine: Engine
     if settings.engine == "remote":
@@ -27,8 +31,16 @@ async def open_engine(settings: Settings) -> AsyncIterator[Engine]:
         engine = await RemoteEngine.start(settings)
     else:
         from server.engines.local import LocalEngine
+        from server.engines.supervised import SupervisedEngine
 
-        engine = LocalEngine.start(settings)
+        supervised = SupervisedEngine(
+            LocalEngine.start(settings),
+            policy=settings.on_engine_death,
+            start=lambda: LocalEngine.start(settings),
+            on_exit=on_exit or (lambda: None),
+        )
+        supervised.watch()
+        engine = supervised
     log.info("engine.started", kind=settings.engine, model=engine.model_name)
     try:
         yield engine

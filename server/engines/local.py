@@ -195,6 +195,11 @@ class LocalEngine:
                     stop_reason=c.stop_reason,
                 )
 
+    @property
+    def dead(self) -> bool:
+        """The engine core is gone (killed, crashed): this engine never serves again."""
+        return bool(self._llm.errored)
+
     async def health(self) -> None:
         if self._llm.errored:
             raise BackendUnavailable("the engine is dead; the server must be restarted")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -110,32 +111,45 @@ async def _events_then_failure() -> AsyncIterator[StrategyEvent]:
     raise BackendUnavailable("engine died")
 
 
-async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> None:
+def _gateway(**settings: Any) -> Any:
     from server.admission import Admission
+    from server.lifecycle import Lifecycle
     from server.metrics import Metrics
     from server.settings import Settings
     from server.state import Gateway
-    from server.streaming import sse_body
     from strategies.base import Resources
     from strategies.registry import Registry
 
     metrics = Metrics()
-    gw = Gateway(
-        settings=Settings(),
+    return Gateway(
+        settings=Settings(**settings),
         engine=cast(Any, None),  # never called: the events below stand in for a strategy
         registry=Registry(),
         resources=Resources(),
         metrics=metrics,
         admission=Admission(max_requests=1, max_samples=1, retry_after_s=1, metrics=metrics),
+        lifecycle=Lifecycle(drain_timeout_s=0, retry_after_s=1),
         started_at=0,
     )
-    ended: list[bool] = []
-    events = _events_then_failure()
-    first = await anext(events)
+
+
+def _split(blob: bytes) -> list[bytes]:
+    return [part + b"\n\n" for part in blob.split(b"\n\n") if part]
+
+
+async def _body(gw: Any, events: AsyncIterator[StrategyEvent], ended: list[bool]) -> list[bytes]:
+    from server.streaming import StreamRun, sse_body
+
+    run = StreamRun(
+        events,
+        StreamEncoder(_env(), include_usage=False),
+        strategy="plain",
+        aborting=gw.lifecycle.aborting,
+    )
+    first = await run.next(gw.settings.sse_keepalive_s)
     body = sse_body(
         first=first,
-        events=events,
-        encoder=StreamEncoder(_env(), include_usage=False),
+        run=run,
         gw=gw,
         strategy="plain",
         route="/v1/chat/completions",
@@ -143,7 +157,15 @@ async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> N
         started=0.0,
         on_end=lambda: ended.append(True),
     )
-    frames = _frames([frame async for frame in body])
+    out = [frame for blob in [b async for b in body] for frame in _split(blob)]
+    await run.aclose()
+    return out
+
+
+async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> None:
+    gw = _gateway()
+    ended: list[bool] = []
+    frames = _frames(await _body(gw, _events_then_failure(), ended))
     assert frames[-1] == {
         "error": {
             "message": "engine died",
@@ -154,4 +176,74 @@ async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> N
     }
     assert len(frames) == 3  # role, reasoning, error: no [DONE]
     assert ended == [True]
-    assert b'thinkgate_aborted_requests_total{reason="error"} 1.0' in metrics.render()
+    assert b'thinkgate_aborted_requests_total{reason="error"} 1.0' in gw.metrics.render()
+
+
+async def _slow_samples(gap_s: float) -> AsyncIterator[StrategyEvent]:
+    await asyncio.sleep(gap_s)
+    yield Progress(data={"samples_done": 1, "samples": 2})
+    await asyncio.sleep(gap_s)
+    yield Final(
+        choices=(Choice(index=0, reasoning="r", content="c", finish_reason="stop"),),
+        usage=USAGE,
+        samples=2,
+    )
+
+
+async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
+    gw = _gateway(sse_keepalive_s=0.05)
+    frames = await _body(gw, _slow_samples(0.18), [])
+    # Opened with the admitted comment (nothing came within the wait), then keep-alives
+    # through each quiet gap, the progress, the answer and [DONE].
+    assert frames[0].startswith(b': thinkgate.progress {"status":"admitted"')
+    assert frames.count(b": keep-alive\n\n") >= 4
+    assert frames[-1] == b"data: [DONE]\n\n"
+    assert any(f.startswith(b': thinkgate.progress {"samples_done"') for f in frames)
+
+
+async def test_a_busy_stream_sends_no_keep_alive() -> None:
+    gw = _gateway(sse_keepalive_s=5.0)
+    frames = await _body(gw, _slow_samples(0.01), [])
+    assert b": keep-alive\n\n" not in frames
+
+
+async def test_drain_time_up_ends_a_stream_with_an_error_frame_and_stops_the_strategy() -> None:
+    gw = _gateway(sse_keepalive_s=0.05)
+    closed: list[bool] = []
+
+    async def forever() -> AsyncIterator[StrategyEvent]:
+        try:
+            yield ChoiceDelta(index=0, reasoning="a")
+            await asyncio.sleep(3600)
+            yield ChoiceDelta(index=0, reasoning="never")
+        finally:
+            closed.append(True)
+
+    asyncio.get_running_loop().call_later(0.2, gw.lifecycle.aborting.set_result, None)
+    sent = await _body(gw, forever(), [])
+    frames = _frames([f for f in sent if f != b": keep-alive\n\n"])
+    assert frames[-1]["error"]["code"] == "shutting_down"  # type: ignore[index]
+    assert closed == [True]  # the strategy was closed: its engine requests aborted
+    assert b'thinkgate_aborted_requests_total{reason="shutdown"} 1.0' in gw.metrics.render()
+
+
+async def test_frames_queued_while_the_client_was_written_to_go_in_one_send() -> None:
+    from server.streaming import StreamRun
+
+    async def burst() -> AsyncIterator[StrategyEvent]:
+        for i in range(5):
+            yield ChoiceDelta(index=0, content=str(i))
+        await asyncio.sleep(3600)
+        yield ChoiceDelta(index=0, content="never")
+
+    run = StreamRun(
+        burst(),
+        StreamEncoder(_env(), include_usage=False),
+        strategy="plain",
+        aborting=asyncio.get_running_loop().create_future(),
+    )
+    await asyncio.sleep(0.01)  # the producer queues all five
+    blob = await run.next(1.0)
+    assert isinstance(blob, bytes)
+    assert len(_split(blob)) == 6  # role + five deltas, one send
+    await run.aclose()

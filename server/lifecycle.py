@@ -1,0 +1,120 @@
+"""How the process stops: draining on SIGTERM, and exiting when the engine dies.
+
+``server.cli`` binds ``stop`` (ask uvicorn to exit); the lifespan binds the event loop.
+SIGTERM starts ``drain``: admission refuses new work with a 503 and Retry-After, ``/ready``
+says 503 (load balancers stop sending), requests in flight run on for up to
+``drain_timeout_s``; what is left is then aborted (``aborting`` wakes every waiter: JSON
+requests answer 503, streams send an error frame) and the process exits 0. An engine that
+dies under the ``exit`` policy calls ``fail``: exit status 4 once in-flight requests have
+had their 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Final, Literal
+
+import structlog
+
+from strategies.errors import BackendUnavailable
+
+log = structlog.get_logger("thinkgate.lifecycle")
+
+State = Literal["serving", "draining", "engine_dead"]
+ENGINE_DEAD_EXIT: Final = 4  # the exit status a supervisor sees after an engine death
+_SETTLE_S: Final = 5.0  # after aborting, time for the aborted requests to answer
+
+
+class Lifecycle:
+    def __init__(self, *, drain_timeout_s: float, retry_after_s: int) -> None:
+        self.drain_timeout_s = drain_timeout_s
+        self.retry_after_s = retry_after_s
+        self.state: State = "serving"
+        self.exit_code = 0
+        self._stop: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._aborting: asyncio.Future[None] | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._inflight: Callable[[], int] = lambda: 0
+
+    # --- wiring (cli, lifespan)
+
+    def bind_stop(self, stop: Callable[[], None]) -> None:
+        """How to make the HTTP server exit (uvicorn's ``should_exit``)."""
+        self._stop = stop
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop, inflight: Callable[[], int]) -> None:
+        self._loop = loop
+        self._inflight = inflight
+        self._aborting = loop.create_future()
+
+    # --- what requests ask
+
+    @property
+    def aborting(self) -> asyncio.Future[None]:
+        """Done once the drain time is up: whoever still waits must answer and leave."""
+        if self._aborting is None:
+            self._aborting = asyncio.get_running_loop().create_future()
+        return self._aborting
+
+    def check_admission(self) -> None:
+        """Raise the 503 a request gets while the server drains or its engine is dead."""
+        if self.state == "draining":
+            raise BackendUnavailable(
+                "the server is shutting down; retry (another replica will answer)",
+                code="shutting_down",
+                retry_after_s=self.retry_after_s,
+            )
+
+    # --- what signals and the engine ask
+
+    def request_drain(self) -> bool:
+        """Start draining (thread- and signal-safe). False if already draining: the caller
+        should then stop at once."""
+        if self.state == "draining" or self._loop is None or self._loop.is_closed():
+            return False
+        self.state = "draining"
+        self._loop.call_soon_threadsafe(self._start_drain)
+        return True
+
+    def fail(self, code: int = ENGINE_DEAD_EXIT) -> None:
+        """The engine died under the ``exit`` policy: exit with ``code`` soon."""
+        self.state = "engine_dead"
+        self.exit_code = code
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # A moment for the in-flight requests' 503s to leave before uvicorn stops.
+            loop.call_later(0.5, self._request_stop)
+        else:
+            self._request_stop()
+
+    def _request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.get_running_loop().create_task(self._drain_then_stop())
+
+    async def _drain_then_stop(self) -> None:
+        started = time.monotonic()
+        log.info("server.draining", inflight=self._inflight(), timeout_s=self.drain_timeout_s)
+        deadline = started + self.drain_timeout_s
+        while self._inflight() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = self._inflight()
+        if left:
+            log.warning("server.drain_timeout", aborting=left)
+            if not self.aborting.done():
+                self.aborting.set_result(None)
+            settle = time.monotonic() + _SETTLE_S
+            while self._inflight() > 0 and time.monotonic() < settle:
+                await asyncio.sleep(0.05)
+        log.info(
+            "server.drained",
+            seconds=round(time.monotonic() - started, 3),
+            aborted=left,
+            still_open=self._inflight(),
+        )
+        self._request_stop()

@@ -1,0 +1,235 @@
+"""How a server stops, end to end: engine death under both policies, and SIGTERM drain.
+
+These need their own ``thinkgate serve`` (the shared one must stay alive): one whose
+EngineCore process is killed (exit policy), and one that restarts its engine and is then
+sent SIGTERM, both under real load.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@dataclass
+class Outcome:
+    """How one request ended, seen from the client."""
+
+    status: int = 0
+    done: bool = False  # a JSON 200, or a stream that reached [DONE]
+    error_code: str | None = None  # the error envelope's code (body or stream frame)
+    message: str | None = None
+    first_byte_s: float | None = None
+    ended_s: float | None = None
+    frames: list[bytes] = field(default_factory=list)
+
+
+def _ask(base_url: str, body: dict[str, Any], out: Outcome, started: float) -> None:
+    url = f"{base_url}/v1/chat/completions"
+    try:
+        with httpx.stream("POST", url, json=body, timeout=120) as r:
+            out.status = r.status_code
+            if not body.get("stream") or r.status_code != 200:  # errors are JSON bodies
+                payload = orjson.loads(r.read())
+                out.done = r.status_code == 200
+                out.error_code = payload.get("error", {}).get("code")
+                out.message = payload.get("error", {}).get("message")
+                return
+            for line in r.iter_lines():
+                if out.first_byte_s is None:
+                    out.first_byte_s = time.monotonic() - started
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    out.done = True
+                elif data.startswith('{"error"'):
+                    out.error_code = orjson.loads(data)["error"]["code"]
+    except httpx.HTTPError as exc:  # the server went away: recorded, judged by the test
+        out.error_code = f"transport: {type(exc).__name__}"
+    finally:
+        out.ended_s = time.monotonic() - started
+
+
+def _in_flight(
+    base_url: str, bodies: list[dict[str, Any]]
+) -> tuple[list[Outcome], Callable[[float], None]]:
+    started = time.monotonic()
+    outcomes = [Outcome() for _ in bodies]
+    threads = [
+        threading.Thread(target=_ask, args=(base_url, b, o, started), daemon=True)
+        for b, o in zip(bodies, outcomes, strict=True)
+    ]
+    for t in threads:
+        t.start()
+
+    def join(timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        assert not any(t.is_alive() for t in threads), "a request hung"
+
+    return outcomes, join
+
+
+def _body(model: str, *, stream: bool, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Compute 3+4*2 mod 10."}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,  # every request runs its full length: the load is known
+        "stream": stream,
+        **extra,
+    }
+
+
+def _wait_inflight(
+    base_url: str, count: int, outcomes: list[Outcome], timeout_s: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    seen = 0.0
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{base_url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("thinkgate_inflight_requests "):
+                seen = max(seen, float(line.split()[1]))
+        if seen >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} requests never were in flight (most {seen}): {outcomes}")
+
+
+def _engine_cores(pid: int) -> list[psutil.Process]:
+    return [
+        p
+        for p in psutil.Process(pid).children(recursive=True)
+        if "EngineCore" in " ".join([p.name(), *p.cmdline()])
+    ]
+
+
+def _kill_engine(pid: int) -> None:
+    cores = _engine_cores(pid)
+    assert cores, "no EngineCore process found"
+    for p in cores:
+        p.send_signal(signal.SIGKILL)
+
+
+def _load(model: str) -> list[dict[str, Any]]:
+    long = 400  # many samples of hundreds of tokens: still running when the engine dies
+    return [
+        _body(model, stream=False, max_tokens=long, n=8),
+        _body(model, stream=True, max_tokens=long, n=8),
+        _body(model, stream=True, max_tokens=long, strategy="self-consistency", samples=16),
+        _body(model, stream=False, max_tokens=long, strategy="self-consistency", samples=16),
+    ]
+
+
+def test_engine_death_exit_policy_answers_in_flight_then_exits_4(
+    spawn_server: Callable[..., Any],
+) -> None:
+    server = spawn_server()  # the default policy: exit
+    outcomes, join = _in_flight(server.base_url, _load(server.model))
+    _wait_inflight(server.base_url, 4, outcomes)
+    killed = time.monotonic()
+    _kill_engine(server.process.pid)
+    join(30)
+    for o in outcomes:
+        assert not o.done, o
+        # A 503 before any byte, or an error frame in a stream that had started.
+        assert o.status == 503 or (o.status == 200 and o.error_code), o
+        assert o.error_code == "engine_unavailable", o
+    assert server.process.wait(timeout=30) == 4
+    assert time.monotonic() - killed < 30
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if _orphan(p, server.base_url)]
+    assert not leftovers
+
+
+def _orphan(p: psutil.Process, base_url: str) -> bool:
+    port = base_url.rsplit(":", 1)[1]
+    cmd = " ".join(p.info.get("cmdline") or [])
+    return "server.cli serve" in cmd and f"--port {port}" in cmd
+
+
+@pytest.fixture(scope="module")
+def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
+    """One server for the restart test, then the drain test (which ends it)."""
+    return start_gateway_for_module("--on-engine-death", "restart", "--drain-timeout-s", "3")
+
+
+def test_engine_death_restart_policy_serves_again(restartable: Any) -> None:
+    server = restartable
+    url = server.base_url
+    outcomes, join = _in_flight(url, _load(server.model)[:2])
+    _wait_inflight(url, 2, outcomes)
+    old = {p.pid for p in _engine_cores(server.process.pid)}
+    killed = time.monotonic()
+    _kill_engine(server.process.pid)
+    join(30)
+    assert all(o.error_code == "engine_unavailable" for o in outcomes), outcomes
+    # Not ready while the new engine starts; alive (the process is worth keeping).
+    r = httpx.get(f"{url}/ready", timeout=5)
+    assert r.status_code == 503
+    assert httpx.get(f"{url}/health", timeout=5).json()["status"] in ("restarting", "ok")
+    deadline = time.monotonic() + 300
+    while httpx.get(f"{url}/ready", timeout=5).status_code != 200:
+        assert server.process.poll() is None, "the server exited"
+        assert time.monotonic() < deadline, "never ready again"
+        time.sleep(0.5)
+    back_s = time.monotonic() - killed
+    answer = httpx.post(
+        f"{url}/v1/chat/completions", json=_body(server.model, stream=False, max_tokens=8)
+    )
+    assert answer.status_code == 200, answer.text
+    new = {p.pid for p in _engine_cores(server.process.pid)}
+    assert new and not new & old
+    metrics = httpx.get(f"{url}/metrics").text
+    assert "thinkgate_engine_restarts 1.0" in metrics
+    assert "thinkgate_engine_deaths 1.0" in metrics
+    print(f"back to ready {back_s:.1f} s after the kill")
+
+
+def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> None:
+    server = restartable  # after the restart test: the drain also works on a new engine
+    url, model = server.base_url, server.model
+    # Far longer than the 3 s drain: 96 samples of 440 tokens queue behind 64 sequences.
+    endless = [
+        _body(model, stream=s, max_tokens=440, strategy="self-consistency", samples=16)
+        for s in (False, True, True, False, True, True)
+    ]
+    short = [_body(model, stream=s, max_tokens=24) for s in (False, True)]
+    outcomes, join = _in_flight(url, short + endless)
+    _wait_inflight(url, 6, outcomes)
+    group = psutil.Process(server.process.pid).children(recursive=True)  # engine et al.
+    signalled = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    refused = httpx.post(
+        f"{url}/v1/chat/completions", json=_body(model, stream=True, max_tokens=4), timeout=10
+    )
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["Retry-After"] == "1"
+    assert refused.json()["error"]["code"] == "shutting_down"
+    assert httpx.get(f"{url}/ready", timeout=5).status_code == 503
+    assert httpx.get(f"{url}/health", timeout=5).json() == {"status": "draining"}
+    join(60)
+    assert all(o.done and o.status == 200 for o in outcomes[:2]), outcomes[:2]
+    for o in outcomes[2:]:
+        # Each completed within the drain, or was aborted when it was up: a 503 before
+        # its first byte or an error frame after; nothing else, nothing hung.
+        assert o.done or o.error_code == "shutting_down", o
+        assert o.status in (200, 503), o
+    assert any(o.error_code == "shutting_down" for o in outcomes[2:]), outcomes
+    assert server.process.wait(timeout=30) == 0
+    assert time.monotonic() - signalled < 3 + 15
+    assert not [p for p in group if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
