@@ -3,12 +3,19 @@
 ``pets_resources`` is a ``server.resources`` builder. The table comes from the
 ``pets_table`` setting (``--pets-table FILE``; default: the testbed table shipped in
 ``strategies/pets/tables/``; ``none``: no table, the ``pets`` strategy then uses its
-adaptive fallback). A table that exists but does not parse fails start-up loudly. The
-batch job store lives in memory; shutdown cancels running jobs.
+adaptive fallback). A table that exists but does not parse fails start-up loudly.
+
+Batch jobs live in ``pets-batches.sqlite3`` under ``--state-dir`` (default
+``$XDG_STATE_HOME/thinkgate`` or ``~/.local/state/thinkgate``) and survive restarts:
+start-up claims and resumes the unfinished jobs of the served model; shutdown stops
+the runners and hands their jobs on (``strategies.pets.batch_jobs``). A ``--state-dir``
+that cannot be opened fails start-up; when the *default* one cannot (a read-only home),
+the demo keeps working with jobs kept in memory only, and the log says so.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -17,9 +24,10 @@ import structlog
 
 from server.settings import Settings
 from strategies.engine import Engine
-from strategies.pets.batch import RESOURCE_KEY as JOBS_KEY
-from strategies.pets.batch import BatchJobs
+from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
+from strategies.pets.batch_jobs import BatchJobs
 from strategies.pets.online import TABLE_KEY
+from strategies.pets.sqlite_store import FILE_NAME, SqliteBatchStore
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 
 log = structlog.get_logger("thinkgate.pets")
@@ -54,7 +62,25 @@ async def pets_resources(
         raise RuntimeError(f"pets_table {path} does not exist")
     else:
         log.warning("pets.table.missing", path=str(path), fallback="adaptive")
-    jobs = BatchJobs(engine)
-    stack.push_async_callback(jobs.aclose)
+    store = open_store(settings)
+    stack.push_async_callback(store.aclose)
+    jobs = BatchJobs(engine, store, lease_s=settings.batch_lease_s)
+    stack.push_async_callback(jobs.aclose)  # runs first: runners stop, leases released
+    await jobs.start()
     items[JOBS_KEY] = jobs
     return items
+
+
+def open_store(settings: Settings) -> SqliteBatchStore:
+    """The batch store under the state dir (see the module docs for the fallback)."""
+    path = settings.state_path / FILE_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = SqliteBatchStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        if settings.state_dir is not None:
+            raise RuntimeError(f"cannot open the PETS batch store {path}: {exc}") from exc
+        log.warning("pets.batches.in_memory", path=str(path), error=str(exc))
+        return SqliteBatchStore(":memory:")
+    log.info("pets.batches.store", path=str(path))
+    return store

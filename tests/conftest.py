@@ -145,6 +145,12 @@ def start_server(log_path: Path, flags: tuple[str, ...] = ()) -> LiveServer:
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONUNBUFFERED"] = "1"  # vLLM logs to stdout: keep the log tail current
+    if "--state-dir" not in flags:
+        # A fresh state dir per server: never the user's batch jobs, nor another run's
+        # (a gateway resumes the unfinished jobs it finds there).
+        state_dir = log_path.with_suffix(".state")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        env["THINKGATE_STATE_DIR"] = str(state_dir)
     cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -2,8 +2,10 @@
 
 ``POST /v1/pets/batches?total_budget=N`` (or ``average_budget=B``; also ``cap``,
 ``round_size``, ``seed``, ``draws``) with a JSONL body of ``{custom_id, body: {messages}}``
-lines; ``GET /{id}`` polls, ``GET /{id}/events`` streams snapshots (SSE), ``GET
-/{id}/output`` returns JSONL once completed, ``POST /{id}/cancel`` stops it.
+lines; ``GET /v1/pets/batches`` lists jobs (newest first; ``limit``, ``after``), ``GET
+/{id}`` polls, ``GET /{id}/events`` streams snapshots (SSE), ``GET /{id}/output`` returns
+JSONL once completed, ``POST /{id}/cancel`` stops it. Jobs are in the gateway's batch
+store (``strategies.pets.batch_jobs``), so they outlive the process.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from server.serving import read_body
 from server.state import gateway
 from strategies.engine import SamplingConfig
 from strategies.errors import BackendUnavailable, InvalidRequest
-from strategies.pets.batch import RESOURCE_KEY, BatchJobs, options_from, parse_lines
+from strategies.pets.batch_input import options_from, parse_lines
+from strategies.pets.batch_jobs import RESOURCE_KEY, BatchJobs
 
 router = APIRouter(prefix="/v1/pets/batches")
 
@@ -48,34 +51,42 @@ async def create(request: Request) -> Response:
         raw.decode("utf-8", "replace"), gw.engine.tokens, defaults=defaults, max_questions=100_000
     )
     options = options_from(request.query_params, len(questions), max_cap=gw.settings.max_samples)
-    return _json(jobs.submit(questions, options).snapshot())
+    return _json(await jobs.submit(questions, options))
+
+
+@router.get("")
+async def list_jobs(request: Request) -> Response:
+    jobs, params = _jobs(request), request.query_params
+    raw = params.get("limit", "20")
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise InvalidRequest("limit must be an integer in [1, 100]", param="limit")
+    return _json(await jobs.list_jobs(after=params.get("after"), limit=int(raw)))
 
 
 @router.get("/{batch_id}")
 async def retrieve(request: Request, batch_id: str) -> Response:
-    return _json(_jobs(request).get(batch_id).snapshot())
+    return _json(await _jobs(request).snapshot(batch_id))
 
 
 @router.post("/{batch_id}/cancel")
 async def cancel(request: Request, batch_id: str) -> Response:
-    return _json((await _jobs(request).cancel(batch_id)).snapshot())
+    return _json(await _jobs(request).cancel(batch_id))
 
 
 @router.get("/{batch_id}/output")
 async def output(request: Request, batch_id: str) -> Response:
-    job = _jobs(request).get(batch_id)
-    if job.status != "completed":
-        raise InvalidRequest(f"batch {batch_id} is {job.status}; output exists once completed")
-    body = b"".join(orjson.dumps(line) + b"\n" for line in job.output_lines())
+    lines = await _jobs(request).output(batch_id)
+    body = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     return Response(body, media_type="application/jsonl")
 
 
 @router.get("/{batch_id}/events")
 async def events(request: Request, batch_id: str) -> StreamingResponse:
-    job = _jobs(request).get(batch_id)
+    jobs = _jobs(request)
+    await jobs.snapshot(batch_id)  # an unknown id is a 404, not an empty stream
 
     async def frames() -> AsyncIterator[bytes]:
-        async for snapshot in job.watch():
+        async for snapshot in jobs.watch(batch_id):
             yield sse.data(snapshot)
         yield sse.DONE
 

@@ -1,4 +1,4 @@
-"""Offline PETS against an engine: batch jobs with one total sample budget.
+"""Offline PETS against an engine: one batch job, run with one total sample budget.
 
 A job holds many questions (``custom_id`` + prompt) and a total budget. It runs the
 OKG allocator of :mod:`strategies.pets.okg`: a warm-up (one engine request per
@@ -7,128 +7,46 @@ question, ``n = warm_up``), then rounds in which the ``round_size`` questions of
 most ``max_in_flight``), so vLLM batches them. Each answer updates its question's
 posterior; the final answer is the majority of the question's samples.
 
-Jobs live in memory only (:class:`BatchJobs`): they are lost on restart, and
-``BatchJobs.aclose`` cancels the running ones (aborting their engine requests) at
-shutdown. Output lines follow OpenAI's batch output format (``custom_id`` +
-``response.body`` holding a ``chat.completion`` with a ``thinkgate`` object).
+The job lives in a :class:`~strategies.pets.store.BatchStore`; a :class:`BatchJob` is
+its runner in one gateway. Every engine request's samples are stored (one transaction)
+before they are counted, so a gateway killed mid-batch loses only the draws in flight,
+which were never counted. **Resume is replay**: a new runner re-observes the stored
+samples in order (labels are a pure function of the token ids), which rebuilds the
+allocator and the tallies, then draws on (warm-up first, for questions that miss it)
+until the budget is spent. Output lines are computed once, at completion, and stored
+with the ``completed`` status in the same transaction. A runner holds the job's lease
+and renews it every ``lease_s / 3``; when a renewal or a write finds the lease gone
+(cancelled, or taken over after it expired), it stops without writing anything more.
+Output lines follow OpenAI's batch output format (``custom_id`` + ``response.body``
+holding a ``chat.completion`` with a ``thinkgate`` object).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Literal
 
 from strategies.answers import equivalent, extract_answer, normalize
 from strategies.base import JSON
-from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample, SamplingConfig
-from strategies.errors import BackendError, InvalidBudget, InvalidRequest, NotFound
+from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
+from strategies.errors import BackendError, BackendUnavailable
+from strategies.pets.batch_input import BatchQuestion
 from strategies.pets.labels import Label
-from strategies.pets.okg import OkgAllocator, OkgConfig
-from strategies.reasoning import split_ids, thinking_open_after
+from strategies.pets.okg import OkgAllocator
+from strategies.pets.store import BatchStore, JobRecord, Status, StoredSample
+from strategies.reasoning import split_ids
 
-Status = Literal["in_progress", "completed", "failed", "cancelled"]
-TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
-RESOURCE_KEY: Final = "pets_batches"  # Resources item: BatchJobs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchQuestion:
-    custom_id: str
-    prompt_token_ids: tuple[int, ...]
-    thinking_open: bool
-    sampling: SamplingConfig  # n is set per engine request
+# How a run ended in this process: ``done`` (the store has the outcome), ``lost`` (the
+# lease went to someone else, or the job was cancelled elsewhere), ``paused`` (the engine
+# is unavailable: the lease is released for a later claim).
+Outcome = Literal["done", "lost", "paused"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchOptions:
-    """One job's allocation knobs (query parameters of the endpoint)."""
-
-    total_budget: int
-    cap: int = 64
-    round_size: int = 16
-    warm_up: int = 1
-    max_options: int = 16
-    draws: int = 500
-    seed: int = 0
-    max_in_flight: int = 64
-
-    def okg(self) -> OkgConfig:
-        return OkgConfig(
-            total_budget=self.total_budget,
-            cap=self.cap,
-            max_options=self.max_options,
-            draws=self.draws,
-            warm_up=self.warm_up,
-            batch=self.round_size,
-            seed=self.seed,
-        )
-
-
-def parse_lines(
-    text: str, tokens: ModelTokens, *, defaults: SamplingConfig, max_questions: int
-) -> list[BatchQuestion]:
-    """Questions of a JSONL body: ``{"custom_id": ..., "body": {"messages": [...], ...}}``.
-
-    ``body`` may set ``temperature``, ``top_p``, ``max_tokens`` (or
-    ``max_completion_tokens``) and ``seed``; other body fields are ignored. Raises
-    ``InvalidRequest`` naming the line.
-    """
-    out: list[BatchQuestion] = []
-    seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-            custom_id = str(doc["custom_id"])
-            body = doc["body"]
-            messages = [dict(m) for m in body["messages"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidRequest(
-                f"line {n}: expected {{custom_id, body: {{messages}}}} ({exc})", param="input"
-            ) from exc
-        if custom_id in seen:
-            raise InvalidRequest(f"line {n}: duplicate custom_id {custom_id!r}", param="input")
-        seen.add(custom_id)
-        try:
-            ids = tuple(tokens.render_chat(messages))
-        except Exception as exc:  # the chat template refused these messages
-            raise InvalidRequest(f"line {n}: bad messages ({exc})", param="input") from exc
-        sampling = defaults
-        try:
-            if "temperature" in body:
-                sampling = replace(sampling, temperature=float(body["temperature"]))
-            if "top_p" in body:
-                sampling = replace(sampling, top_p=float(body["top_p"]))
-        except (TypeError, ValueError) as exc:
-            raise InvalidRequest(f"line {n}: bad sampling field ({exc})", param="input") from exc
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        if limit is not None:
-            if not isinstance(limit, int) or limit < 1:
-                raise InvalidRequest(f"line {n}: max_tokens must be >= 1", param="input")
-            cap = defaults.max_tokens
-            sampling = replace(sampling, max_tokens=min(limit, cap) if cap else limit)
-        if "seed" in body:
-            sampling = replace(sampling, seed=int(body["seed"]))
-        out.append(
-            BatchQuestion(
-                custom_id=custom_id,
-                prompt_token_ids=ids,
-                thinking_open=thinking_open_after(ids, tokens),
-                sampling=sampling,
-            )
-        )
-        if len(out) > max_questions:
-            raise InvalidRequest(f"more than {max_questions} questions", param="input")
-    if not out:
-        raise InvalidRequest("the batch has no questions", param="input")
-    return out
+class LeaseLost(Exception):
+    """This runner no longer holds its job: stop, write nothing more."""
 
 
 @dataclass(slots=True)
@@ -150,63 +68,138 @@ class _Tally:
 
 
 class BatchJob:
-    """One job: its questions, allocation state, counters and result."""
+    """The runner of one stored job in this gateway: allocation state, tallies, lease."""
 
     def __init__(
         self,
-        job_id: str,
+        record: JobRecord,
         questions: Sequence[BatchQuestion],
-        options: BatchOptions,
         *,
-        model: str,
         tokens: ModelTokens,
+        store: BatchStore,
+        owner: str,
+        lease_s: float,
     ) -> None:
-        self.id = job_id
+        if len(questions) != record.n_questions:
+            raise ValueError(f"job {record.id}: {len(questions)} of {record.n_questions} questions")
+        self.record = record
+        self.id = record.id
         self.questions = tuple(questions)
-        self.options = options
-        self.model = model
+        self.options = record.options
         self._tokens = tokens
-        self.status: Status = "in_progress"
-        self.error: str | None = None
-        self.created_at = int(time.time())
-        self.completed_at: int | None = None
+        self._store = store
+        self._owner = owner
+        self._lease_s = lease_s
+        self.status: Status = record.status
+        self.error: str | None = record.error
+        self.completed_at: int | None = record.completed_at
         self.rounds = 0
-        self.alloc = OkgAllocator(len(self.questions), options.okg())
+        self.outcome: Outcome | None = None
+        self.alloc = OkgAllocator(len(self.questions), self.options.okg())
         self._tally = [_Tally(reps=[], kept={}) for _ in self.questions]
-        self._changed = asyncio.Condition()
-        self._version = 0
-        self.task: asyncio.Task[None] | None = None
+        self.changed = asyncio.Event()  # set (and replaced) after every round and at the end
+
+    # --- resuming
+
+    def replay(self, stored: Sequence[StoredSample]) -> None:
+        """Re-observe samples stored by earlier runs, in their stored order (before
+        ``run``; may be called slice by slice)."""
+        for s in stored:
+            self.alloc.replay(s.question, self._observe(s.question, s.sample))
+            self.rounds = max(self.rounds, s.round + 1)
 
     # --- running
 
     async def run(self, engine: Engine) -> None:
-        """Draw until the budget is spent or every question is at its cap."""
-        gate = asyncio.Semaphore(self.options.max_in_flight)
+        """Draw until the budget is spent or every question is at its cap; sets
+        ``outcome``. Cancelling it (a user's cancel, shutdown) writes nothing: the caller
+        says what the store should hold. Raises only what the store raises."""
         try:
-            warm = self.alloc.warmup_round()
-            await self._round(engine, gate, warm)
-            while chosen := self.alloc.next_round():
-                await self._round(engine, gate, [(q, 1) for q in chosen])
-            self._finish("completed")
-        except asyncio.CancelledError:
-            self._finish("cancelled")
-            raise
+            self.outcome = await self._run(engine)
+        finally:
+            self._tick()
+
+    async def _run(self, engine: Engine) -> Outcome:
+        try:
+            async with asyncio.TaskGroup() as group:
+                keeper = group.create_task(self._keep_lease())
+                await self._allocate(engine)
+                keeper.cancel()
+            self.completed_at = int(time.time())
+            await self._end("completed", output=self.output_lines())
+            return "done"
         except Exception as exc:  # the job fails; the server keeps serving
-            while isinstance(exc, ExceptionGroup) and exc.exceptions:  # a round's TaskGroup
-                exc = exc.exceptions[0]
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._finish("failed")
+            cause = exc
+        while isinstance(cause, ExceptionGroup) and cause.exceptions:  # rounds' TaskGroups
+            cause = cause.exceptions[0]
+        if isinstance(cause, LeaseLost):
+            return "lost"
+        if isinstance(cause, BackendUnavailable):
+            # Not the job's fault (engine restarting, servers down): give it back; a
+            # claim picks it up again once the engine serves.
+            await self._store.release(self.id, self._owner)
+            return "paused"
+        self.completed_at = int(time.time())
+        try:
+            await self._end("failed", error=f"{type(cause).__name__}: {cause}")
+        except LeaseLost:
+            return "lost"
+        return "done"
+
+    async def _allocate(self, engine: Engine) -> None:
+        gate = asyncio.Semaphore(self.options.max_in_flight)
+        if warm := self.alloc.warmup_round():
+            await self._round(engine, gate, warm)
+        while chosen := self.alloc.next_round():
+            await self._round(engine, gate, [(q, 1) for q in chosen])
+
+    async def _end(
+        self, status: Status, *, error: str | None = None, output: Sequence[dict[str, JSON]] = ()
+    ) -> None:
+        assert self.completed_at is not None
+        done = await self._store.finish(
+            self.id,
+            self._owner,
+            status=status,
+            completed_at=self.completed_at,
+            error=error,
+            output=output,
+        )
+        if not done:
+            raise LeaseLost(self.id)
+        self.status, self.error = status, error
+
+    async def _keep_lease(self) -> None:
+        """Renew every ``lease_s / 3``. A renewal refused means the job is someone
+        else's (or cancelled): stop. Renewals that fail (the database is busy) are
+        retried, but never past the lease itself: a runner that could not renew in
+        ``lease_s`` must assume another gateway has claimed the job."""
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                held = await self._store.renew(self.id, self._owner, lease_s=self._lease_s)
+            except Exception:
+                if time.monotonic() - renewed > self._lease_s:
+                    raise LeaseLost(self.id) from None
+                continue
+            if not held:
+                raise LeaseLost(self.id)
+            renewed = time.monotonic()
 
     async def _round(
         self, engine: Engine, gate: asyncio.Semaphore, plan: Sequence[tuple[int, int]]
     ) -> None:
+        round_ = self.rounds
         async with asyncio.TaskGroup() as group:
             for q, n in plan:
-                group.create_task(self._draw(engine, gate, q, n))
-        self.rounds += 1
-        await self._notify()
+                group.create_task(self._draw(engine, gate, q, n, round_))
+        self.rounds = round_ + 1
+        self._tick()
 
-    async def _draw(self, engine: Engine, gate: asyncio.Semaphore, q: int, n: int) -> None:
+    async def _draw(
+        self, engine: Engine, gate: asyncio.Semaphore, q: int, n: int, round_: int
+    ) -> None:
         question = self.questions[q]
         drawn = int(self.alloc.used[q])
         sampling = replace(question.sampling, n=n)
@@ -217,22 +210,29 @@ class BatchJob:
             prompt_token_ids=question.prompt_token_ids,
             sampling=sampling,
         )
-        async with gate:
-            try:
+        try:
+            async with gate:
                 samples = await engine.generate(request)
-            except BaseException:
-                for _ in range(n):
-                    self.alloc.cancel(q)
-                raise
-        if len(samples) != n:
-            raise BackendError(f"engine returned {len(samples)} of {n} samples")
-        self._tally[q].prompt_tokens += len(question.prompt_token_ids)
+            if len(samples) != n:
+                raise BackendError(f"engine returned {len(samples)} of {n} samples")
+            stored = [StoredSample(question=q, round=round_, sample=s) for s in samples]
+            # Stored before counted: what a snapshot reports survives a kill.
+            if not await self._store.add_samples(self.id, self._owner, stored):
+                raise LeaseLost(self.id)
+        except BaseException:
+            for _ in range(n):
+                self.alloc.cancel(q)
+            raise
         for sample in samples:
-            self.alloc.observe(q, self._label(q, sample))
+            self.alloc.observe(q, self._observe(q, sample))
 
-    def _label(self, q: int, sample: Sample) -> Label:
+    def _observe(self, q: int, sample: Sample) -> Label:
+        """Tally one sample of question ``q`` and return its label (deterministic in the
+        order samples are observed: replay relies on it)."""
         tally = self._tally[q]
         question = self.questions[q]
+        if sample.index == 0:  # the engine request bills its prompt once
+            tally.prompt_tokens += len(question.prompt_token_ids)
         split = split_ids(sample.token_ids, self._tokens, thinking_open=question.thinking_open)
         tally.completion_tokens += len(sample.token_ids)
         tally.reasoning_tokens += split.reasoning_tokens
@@ -252,60 +252,26 @@ class BatchJob:
             )
         return label
 
-    def _finish(self, status: Status) -> None:
-        self.status = status
-        self.completed_at = int(time.time())
-        self._version += 1
-        # Wake watchers without awaiting (this may run inside a cancellation).
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._version += 1
-            self._changed.notify_all()
-
-    async def watch(self) -> AsyncIterator[dict[str, JSON]]:
-        """Snapshots: now, then after every round, until the job ends."""
-        seen = -1
-        while True:
-            async with self._changed:
-                if self._version == seen:
-                    await self._changed.wait()
-                seen = self._version
-            snap = self.snapshot()
-            yield snap
-            if self.status in TERMINAL:
-                return
+    def _tick(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     # --- reporting
 
+    def view(self) -> JobRecord:
+        """The stored record with this runner's live counters."""
+        return replace(
+            self.record,
+            status=self.status,
+            completed_at=self.completed_at,
+            error=self.error,
+            samples_drawn=int(self.alloc.used.sum()),
+            questions_sampled=int((self.alloc.used > 0).sum()),
+            rounds=self.rounds,
+        )
+
     def snapshot(self) -> dict[str, JSON]:
-        """The batch object (OpenAI batch fields where they fit, plus ``pets``)."""
-        done = len(self.questions) if self.status == "completed" else 0
-        return {
-            "id": self.id,
-            "object": "batch",
-            "endpoint": "/v1/pets/batches",
-            "model": self.model,
-            "status": self.status,
-            "created_at": self.created_at,
-            "completed_at": self.completed_at,
-            "errors": None if self.error is None else {"data": [{"message": self.error}]},
-            "request_counts": {
-                "total": len(self.questions),
-                "completed": done,
-                "failed": len(self.questions) if self.status == "failed" else 0,
-            },
-            "pets": {
-                "total_budget": self.options.total_budget,
-                "cap": self.options.cap,
-                "round_size": self.options.round_size,
-                "samples_drawn": int(self.alloc.used.sum()),
-                "samples_in_flight": int(self.alloc.pending.sum()),
-                "rounds": self.rounds,
-                "questions_sampled": int((self.alloc.used > 0).sum()),
-            },
-        }
+        return snapshot(self.view(), in_flight=int(self.alloc.pending.sum()))
 
     def output_lines(self) -> list[dict[str, JSON]]:
         """One OpenAI batch output line per question, in input order."""
@@ -327,8 +293,8 @@ class BatchJob:
             body: dict[str, JSON] = {
                 "id": f"chatcmpl-{self.id}-{q}",
                 "object": "chat.completion",
-                "created": self.completed_at or self.created_at,
-                "model": self.model,
+                "created": self.completed_at or self.record.created_at,
+                "model": self.record.model,
                 "choices": [
                     {
                         "index": 0,
@@ -361,80 +327,31 @@ class BatchJob:
         return lines
 
 
-def options_from(params: Mapping[str, str], n_questions: int, *, max_cap: int) -> BatchOptions:
-    """Options from query parameters: ``total_budget`` or ``average_budget`` (one of
-    them), ``cap``, ``round_size``, ``seed``, ``draws``. Raises ``InvalidBudget``."""
-
-    def number(name: str, kind: type[int] | type[float]) -> int | float | None:
-        raw = params.get(name)
-        if raw is None:
-            return None
-        try:
-            return kind(raw)
-        except ValueError:
-            raise InvalidBudget(f"{name} must be a number, got {raw!r}", param=name) from None
-
-    total, average = number("total_budget", int), number("average_budget", float)
-    if (total is None) == (average is None):
-        raise InvalidBudget("set exactly one of total_budget and average_budget", param="budget")
-    budget = int(total) if total is not None else int(round(float(average or 0) * n_questions))
-    cap = int(number("cap", int) or min(64, max_cap))
-    round_size = int(number("round_size", int) or 16)
-    if budget < 1:
-        raise InvalidBudget("the total budget must be >= 1 sample", param="total_budget")
-    if not 1 <= cap <= max_cap:
-        raise InvalidBudget(f"cap must be in [1, {max_cap}]", param="cap")
-    if round_size < 1:
-        raise InvalidBudget("round_size must be >= 1", param="round_size")
-    draws = int(number("draws", int) or 500)
-    if not 1 <= draws <= 10_000:
-        raise InvalidBudget("draws must be in [1, 10000]", param="draws")
-    return BatchOptions(
-        total_budget=budget,
-        cap=cap,
-        round_size=round_size,
-        draws=draws,
-        seed=int(number("seed", int) or 0),
-    )
-
-
-class BatchJobs:
-    """The in-memory job store of one server (lost on restart; see module docs)."""
-
-    def __init__(self, engine: Engine, *, max_jobs: int = 64) -> None:
-        self._engine = engine
-        self._jobs: dict[str, BatchJob] = {}
-        self._max_jobs = max_jobs
-        self._ids = itertools.count()
-
-    def submit(self, questions: Sequence[BatchQuestion], options: BatchOptions) -> BatchJob:
-        running = sum(1 for j in self._jobs.values() if j.status not in TERMINAL)
-        if running >= self._max_jobs:
-            raise InvalidRequest(f"{running} batch jobs are running; the limit is {self._max_jobs}")
-        job_id = f"pbatch_{uuid.uuid4().hex[:16]}"
-        job = BatchJob(
-            job_id, questions, options, model=self._engine.model_name, tokens=self._engine.tokens
-        )
-        self._jobs[job_id] = job
-        job.task = asyncio.get_running_loop().create_task(job.run(self._engine), name=job_id)
-        return job
-
-    def get(self, job_id: str) -> BatchJob:
-        try:
-            return self._jobs[job_id]
-        except KeyError:
-            raise NotFound(f"no batch {job_id!r}", param="batch_id") from None
-
-    async def cancel(self, job_id: str) -> BatchJob:
-        job = self.get(job_id)
-        if job.task is not None and not job.task.done():
-            job.task.cancel()
-            await asyncio.gather(job.task, return_exceptions=True)
-        return job
-
-    async def aclose(self) -> None:
-        """Cancel every running job (shutdown); their engine requests are aborted."""
-        tasks = [j.task for j in self._jobs.values() if j.task is not None and not j.task.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def snapshot(record: JobRecord, *, in_flight: int = 0) -> dict[str, JSON]:
+    """The batch object (OpenAI batch fields where they fit, plus ``pets``)."""
+    total = record.n_questions
+    return {
+        "id": record.id,
+        "object": "batch",
+        "endpoint": "/v1/pets/batches",
+        "model": record.model,
+        "status": record.status,
+        "created_at": record.created_at,
+        "completed_at": record.completed_at,
+        "errors": None if record.error is None else {"data": [{"message": record.error}]},
+        "request_counts": {
+            "total": total,
+            "completed": total if record.status == "completed" else 0,
+            "failed": total if record.status == "failed" else 0,
+        },
+        "pets": {
+            "total_budget": record.options.total_budget,
+            "cap": record.options.cap,
+            "round_size": record.options.round_size,
+            "samples_drawn": record.samples_drawn,
+            "samples_in_flight": in_flight,
+            "rounds": record.rounds,
+            "questions_sampled": record.questions_sampled,
+            "resumed": record.resumed,
+        },
+    }

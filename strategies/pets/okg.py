@@ -103,18 +103,18 @@ class OkgAllocator:
         return (self.used + self.pending) < self.limit
 
     def warmup_round(self) -> list[tuple[int, int]]:
-        """``(question, samples)`` of the warm-up, once; afterwards empty.
+        """``(question, samples)`` the warm-up still needs; empty once it has them all.
 
-        Each question gets ``min(warm_up, its limit)``; if the budget cannot cover
-        everyone, the lowest indices go first.
+        Each question gets up to ``min(warm_up, its limit)``, counting what it already
+        has (observed, replayed or in flight: a resumed batch only draws the missing
+        ones); if the budget cannot cover everyone, the lowest indices go first.
         """
-        if self._warmed:
-            return []
         self._warmed = True
         plan: list[tuple[int, int]] = []
-        left = self.config.total_budget
+        left = self.remaining
         for q in range(self.n_questions):
-            n = int(min(self.config.warm_up, self.limit[q], left))
+            have = int(self.used[q] + self.pending[q])
+            n = int(min(self.config.warm_up - have, self.limit[q] - have, left))
             if n > 0:
                 plan.append((q, n))
                 self.pending[q] += n
@@ -164,6 +164,12 @@ class OkgAllocator:
         self.alpha[q, bucket] += self.config.c
         self._votes[q].append(label)
         self._gain[q] = np.nan
+
+    def replay(self, q: int, label: Label) -> None:
+        """Record an answer of ``q`` drawn before a restart (not handed out by a round of
+        this allocator): it counts exactly as if :meth:`observe` had seen it."""
+        self.pending[q] += 1
+        self.observe(q, label)
 
     def cancel(self, q: int) -> None:
         """Give back one in-flight sample of ``q`` that will never be observed."""

@@ -9,7 +9,7 @@ import pytest
 
 from strategies.engine import SamplingConfig
 from strategies.errors import InvalidBudget, InvalidRequest
-from strategies.pets.batch import options_from, parse_lines
+from strategies.pets.batch_input import options_from, parse_lines
 from testbed.tokenizer import CharCodec, chat_prompt
 
 
