@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from server.settings import Effort
 from strategies.errors import InvalidRequest
@@ -19,6 +27,27 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 Stop = str | Annotated[list[str], Field(max_length=16)]
+
+# The body ``budget`` as server/budgets.py checks it (validation there names the field and
+# its source); pydantic only sees a JSON object, so the published schema is spelled out.
+_COUNT: dict[str, JsonValue] = {"type": "integer", "minimum": 1}
+_TOKENS: dict[str, JsonValue] = {"type": "integer", "minimum": 0}
+BUDGET_SCHEMA: dict[str, JsonValue] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {
+                "thinking": {**_TOKENS, "description": "thinking tokens per sample"},
+                "solution": {**_TOKENS, "description": "answer tokens per sample"},
+                "samples": {**_COUNT, "description": "trajectories drawn"},
+                "k": {**_COUNT, "description": "answers returned (pass@k), <= samples"},
+            },
+            "additionalProperties": False,
+        },
+        {"type": "null"},
+    ],
+    "description": "Budget per field; an X-Budget-* header wins over its field here.",
+}
 
 # Set to anything but their neutral value, these are refused (we cannot honour them).
 UNSUPPORTED: dict[str, object] = {
@@ -45,7 +74,14 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # What ``_content_present`` checks, in the published schema (/openapi.json).
+        json_schema_extra={
+            "if": {"properties": {"role": {"const": "assistant"}}},
+            "else": {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+        },
+    )
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -85,13 +121,13 @@ class _Common(BaseModel):
     max_tokens: PositiveInt | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] | None = None  # vLLM's range (int64)
     stop: Stop | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     # thinkgate: strategy and budget (headers take precedence; see server/budgets.py)
     strategy: str | None = None
-    budget: dict[str, JsonValue] | None = None
+    budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
     reasoning_effort: Effort | None = None
     user: str | None = None
     ignore_eos: bool = False  # vLLM extension: sample up to max_tokens regardless of EOS
@@ -116,6 +152,22 @@ class _Common(BaseModel):
 
 
 M = TypeVar("M", bound=_Common)
+
+
+class ErrorDetail(BaseModel):
+    """The inside of every error answer (``strategies.errors.GatewayError.envelope``)."""
+
+    message: str
+    type: str
+    param: str | None = Field(description="the offending field or header, when one is")
+    code: str | None
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error answer's body: the OpenAI error envelope (documentation only: errors
+    are built by ``GatewayError.envelope``)."""
+
+    error: ErrorDetail
 
 
 class ChatCompletionRequest(_Common):

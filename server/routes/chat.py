@@ -6,11 +6,18 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import openapi
+from server.protocol import ChatCompletionRequest
 from server.serving import serve
 
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    # The body is read raw by ``serve``; the schema is documentation only.
+    openapi_extra=openapi.generation_request(ChatCompletionRequest),
+    responses=openapi.generation_responses("chat.completion"),
+)
 async def chat_completions(request: Request) -> Response:
     return await serve(request, "chat")

@@ -6,11 +6,18 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import openapi
+from server.protocol import CompletionRequest
 from server.serving import serve
 
 router = APIRouter()
 
 
-@router.post("/v1/completions")
+@router.post(
+    "/v1/completions",
+    # The body is read raw by ``serve``; the schema is documentation only.
+    openapi_extra=openapi.generation_request(CompletionRequest),
+    responses=openapi.generation_responses("text_completion"),
+)
 async def completions(request: Request) -> Response:
     return await serve(request, "completion")

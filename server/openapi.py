@@ -1,0 +1,278 @@
+"""What ``/openapi.json`` says about the routes that read their request themselves.
+
+The chat and completions routes parse their raw body (``server.serving``: fast, and its
+400s name the field the OpenAI way), and the batch routes read JSONL and query strings,
+so FastAPI can infer none of their inputs. This module spells them out for the route
+decorators (``openapi_extra=``, ``responses=``); nothing here runs per request.
+
+- Request bodies: the JSON schema of the pydantic models in ``server.protocol``, inlined
+  (their nested models need no components, so no reference can dangle).
+- Headers: ``X-Strategy``, the ``X-Budget-*`` headers and ``X-Request-Id``.
+- Errors: every error status with the ``ErrorEnvelope`` component, which the chat and
+  completions routes register through FastAPI's ``responses=`` models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from server.budgets import HEADERS, STRATEGY_HEADER
+from server.protocol import ErrorEnvelope
+
+Schema = dict[str, Any]
+
+ERROR_REF: Final = "#/components/schemas/ErrorEnvelope"
+
+ERRORS: Final[dict[int, str]] = {
+    400: "Malformed JSON, a wrong shape or value, a bad budget (`code: invalid_budget`) "
+    "or strategy (`code: unknown_strategy`); `param` names the field or header.",
+    401: "`--api-keys` is set and no valid `Authorization: Bearer <key>` came.",
+    404: "Unknown `model` (or route, or batch).",
+    408: "The request came too slowly (`--body-read-timeout-s`); the connection is closed.",
+    413: "The body is over `--max-body-bytes`.",
+    429: "Over `--max-inflight-requests` or `--max-inflight-samples`; see `Retry-After`.",
+    500: "The engine failed.",
+    503: "The engine is starting, restarting or dead, or the server is draining "
+    "(`Retry-After` when waiting helps).",
+    504: "The request ran past `--request-timeout-s`.",
+}
+
+_HEADER_DOCS: Final[dict[str, tuple[str, Schema]]] = {
+    "thinking": ("Thinking tokens per sample.", {"type": "integer", "minimum": 0}),
+    "solution": ("Answer tokens per sample.", {"type": "integer", "minimum": 0}),
+    "samples": ("Trajectories drawn.", {"type": "integer", "minimum": 1}),
+    "k": ("Answers returned (pass@k), at most the samples.", {"type": "integer", "minimum": 1}),
+}
+
+REQUEST_HEADERS: Final[list[Schema]] = [
+    {
+        "name": STRATEGY_HEADER,
+        "in": "header",
+        "required": False,
+        "description": "Strategy to run (wins over the body's `strategy`); "
+        "`GET /v1/models` lists them.",
+        "schema": {"type": "string", "minLength": 1},
+    },
+    *(
+        {
+            "name": HEADERS[field],
+            "in": "header",
+            "required": False,
+            "description": f"{doc} Wins over the body's `budget.{field}`.",
+            "schema": schema,
+        }
+        for field, (doc, schema) in _HEADER_DOCS.items()
+    ),
+    {
+        "name": "X-Request-Id",
+        "in": "header",
+        "required": False,
+        "description": "Your id for this request (logs, and the response's `X-Request-Id`); "
+        "printable ASCII, at most 128 characters, else the server makes one.",
+        "schema": {"type": "string"},
+    },
+]
+
+RESPONSE_HEADERS: Final[dict[str, Schema]] = {
+    "X-Request-Id": {"description": "The request's id.", "schema": {"type": "string"}},
+    "X-Budget-Applied": {
+        "description": "The budget as applied (`thinking=64;solution=16`, or `none`), once "
+        "resolved.",
+        "schema": {"type": "string"},
+    },
+}
+_RETRY_AFTER: Final[Schema] = {
+    "description": "Seconds to wait before retrying.",
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def inline_schema(model: type[BaseModel]) -> Schema:
+    """``model``'s JSON schema with every ``$ref`` to its own ``$defs`` replaced by the
+    definition (the models of ``server.protocol`` are not recursive)."""
+    schema = model.model_json_schema()
+    defs: dict[str, Schema] = schema.pop("$defs", {})
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref.removeprefix("#/$defs/")
+                if name in seen:
+                    raise ValueError(f"{model.__name__}: {name} is recursive; cannot inline")
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return {**resolve(defs[name], (*seen, name)), **resolve(rest, seen)}
+            return {k: resolve(v, seen) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v, seen) for v in node]
+        return node
+
+    resolved: Schema = resolve(schema, ())
+    return resolved
+
+
+def error_answer(status: int, *, model: bool) -> Schema:
+    """The OpenAPI response for an error ``status``: the envelope and its headers.
+
+    ``model=True`` is for FastAPI's ``responses=`` (it registers ``ErrorEnvelope`` as a
+    component and points at it); ``False`` points at that component directly (for
+    ``openapi_extra=``)."""
+    headers = dict(RESPONSE_HEADERS)
+    if status in (429, 503):
+        headers["Retry-After"] = _RETRY_AFTER
+    answer: Schema = {"description": ERRORS[status], "headers": headers}
+    if model:
+        answer["model"] = ErrorEnvelope
+    else:
+        answer["content"] = {"application/json": {"schema": {"$ref": ERROR_REF}}}
+    return answer
+
+
+def generation_request(model: type[BaseModel]) -> Schema:
+    """``openapi_extra`` of ``POST /v1/chat/completions`` and ``/v1/completions``."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": "A JSON object. Fields not listed are passed to the strategy as "
+            "options; OpenAI features thinkgate does not implement (`tools`, `logprobs`, "
+            "...) are a 400 unless neutral.",
+            "content": {"application/json": {"schema": inline_schema(model)}},
+        },
+        "parameters": REQUEST_HEADERS,
+    }
+
+
+def generation_responses(object_name: str) -> dict[int | str, Schema]:
+    """``responses`` of ``POST /v1/chat/completions`` and ``/v1/completions``."""
+    ok: Schema = {
+        "description": f"A `{object_name}` object, or with `stream: true` server-sent "
+        "events (`data: {chunk}` frames, `: thinkgate.progress` comments, `data: [DONE]`).",
+        "headers": RESPONSE_HEADERS,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["id", "object", "created", "model", "choices", "usage"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "object": {"const": object_name},
+                        "created": {"type": "integer"},
+                        "model": {"type": "string"},
+                        "choices": {"type": "array", "items": {"type": "object"}},
+                        "usage": {"type": "object"},
+                        "thinkgate": {
+                            "type": "object",
+                            "description": "strategy, samples drawn, budget applied, and "
+                            "what the strategy reports",
+                        },
+                    },
+                }
+            },
+            "text/event-stream": {"schema": {"type": "string"}},
+        },
+    }
+    statuses = (400, 401, 404, 408, 413, 429, 500, 503, 504)
+    return {200: ok, **{s: error_answer(s, model=True) for s in statuses}}
+
+
+# --- PETS batches (server/routes/batches.py)
+
+_BATCH: Final[Schema] = {
+    "type": "object",
+    "description": "The batch object (OpenAI batch fields where they fit, plus `pets`).",
+    "required": ["id", "object", "status"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "batch"},
+        "status": {"type": "string"},
+    },
+}
+
+
+def _query(name: str, doc: str, schema: Schema) -> Schema:
+    return {"name": name, "in": "query", "required": False, "description": doc, "schema": schema}
+
+
+def _batch_answers(ok: Schema, *errors: int) -> Schema:
+    # ``batch_id`` is a path parameter FastAPI documents itself (lists here would append).
+    return {"200": ok, **{str(s): error_answer(s, model=False) for s in errors}}
+
+
+BATCH_CREATE: Final[Schema] = {
+    "requestBody": {
+        "required": True,
+        "description": 'JSONL: one `{"custom_id": ..., "body": {"messages": [...]}}` per line '
+        "(`body` may also set `temperature`, `top_p`, `max_tokens`, `seed`).",
+        "content": {"application/jsonl": {"schema": {"type": "string"}}},
+    },
+    "parameters": [
+        _query(
+            "total_budget",
+            "Samples over the whole batch (or `average_budget`; exactly one).",
+            {"type": "integer", "minimum": 1},
+        ),
+        _query(
+            "average_budget",
+            "Samples per question on average (or `total_budget`; exactly one).",
+            {"type": "number", "exclusiveMinimum": 0},
+        ),
+        _query(
+            "cap",
+            "Most samples for one question (at most `--max-samples`).",
+            {"type": "integer", "minimum": 1},
+        ),
+        _query(
+            "round_size", "Questions drawn per engine round.", {"type": "integer", "minimum": 1}
+        ),
+        _query("seed", "Seed of the allocation.", {"type": "integer"}),
+        _query(
+            "draws",
+            "Monte Carlo draws of the allocator.",
+            {"type": "integer", "minimum": 1, "maximum": 10_000},
+        ),
+    ],
+    "responses": _batch_answers(
+        {"description": "The new job.", "content": {"application/json": {"schema": _BATCH}}},
+        400,
+        401,
+        408,
+        413,
+        503,
+    ),
+}
+
+BATCH_JOB: Final[Schema] = {
+    "responses": _batch_answers(
+        {"description": "The job.", "content": {"application/json": {"schema": _BATCH}}},
+        401,
+        404,
+        503,
+    ),
+}
+
+BATCH_OUTPUT: Final[Schema] = {
+    "responses": _batch_answers(
+        {
+            "description": "JSONL, one OpenAI batch output line per question, in input order.",
+            "content": {"application/jsonl": {"schema": {"type": "string"}}},
+        },
+        400,
+        401,
+        404,
+        503,
+    ),
+}
+
+BATCH_EVENTS: Final[Schema] = {
+    "responses": _batch_answers(
+        {
+            "description": "Server-sent events: a job snapshot per change, then `[DONE]`.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        401,
+        404,
+        503,
+    ),
+}

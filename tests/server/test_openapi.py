@@ -1,0 +1,113 @@
+"""``/openapi.json`` describes what the routes that read their request raw accept: the
+modelled bodies, the strategy and budget headers, and the error answers; every
+reference in it resolves and the document is valid OpenAPI. No engine runs here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import pytest
+
+from server.app import create_app
+from server.budgets import HEADERS, STRATEGY_HEADER
+from server.settings import Settings
+
+GENERATION = ("/v1/chat/completions", "/v1/completions")
+ERROR_STATUSES = ("400", "401", "404", "408", "413", "429", "503")
+
+
+@pytest.fixture(scope="module")
+async def doc() -> dict[str, Any]:
+    app = create_app(Settings())  # no lifespan: the schema needs no engine
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def _refs(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _resolve(doc: dict[str, Any], ref: str) -> object:
+    assert ref.startswith("#/"), ref
+    node: object = doc
+    for part in ref[2:].split("/"):
+        assert isinstance(node, dict) and part in node, f"{ref} does not resolve"
+        node = node[part]
+    return node
+
+
+def test_every_reference_resolves_and_the_document_is_valid(doc: dict[str, Any]) -> None:
+    import schemathesis
+
+    refs = set(_refs(doc))
+    assert "#/components/schemas/ErrorEnvelope" in refs
+    for ref in refs:
+        _resolve(doc, ref)
+    schemathesis.openapi.from_dict(doc).validate()  # raises on an invalid document
+
+
+@pytest.mark.parametrize("path", GENERATION)
+def test_generation_bodies_are_modelled(doc: dict[str, Any], path: str) -> None:
+    body = doc["paths"][path]["post"]["requestBody"]
+    assert body["required"] is True
+    schema = body["content"]["application/json"]["schema"]
+    first = "messages" if "chat" in path else "prompt"
+    assert schema["required"] == ["model", first]
+    props = schema["properties"]
+    for name in ("model", "n", "max_tokens", "temperature", "stream", "strategy", "budget"):
+        assert name in props, name
+    budget = props["budget"]["anyOf"][0]
+    assert set(budget["properties"]) == set(HEADERS)
+    assert budget["additionalProperties"] is False
+    # The published schema and the server agree on the obvious cases.
+    good: dict[str, Any] = {"model": "m", first: [{"role": "user", "content": "hi"}]}
+    if first == "prompt":
+        good[first] = "hi"
+    validator = jsonschema_rs.validator_for(schema)
+    assert validator.is_valid(good)
+    assert validator.is_valid({**good, "budget": {"thinking": 8, "samples": 2}})
+    assert not validator.is_valid({**good, "n": 0})
+    assert not validator.is_valid({**good, "budget": {"thinking": -1}})
+    assert not validator.is_valid({"model": "m"})
+
+
+@pytest.mark.parametrize("path", GENERATION)
+def test_budget_and_strategy_headers_are_listed(doc: dict[str, Any], path: str) -> None:
+    params = {p["name"]: p for p in doc["paths"][path]["post"]["parameters"]}
+    for name in (STRATEGY_HEADER, *HEADERS.values(), "X-Request-Id"):
+        assert params[name]["in"] == "header" and params[name]["required"] is False
+    assert params["X-Budget-Thinking"]["schema"] == {"type": "integer", "minimum": 0}
+    assert params["X-Budget-Samples"]["schema"] == {"type": "integer", "minimum": 1}
+
+
+@pytest.mark.parametrize("path", GENERATION)
+def test_error_answers_use_the_envelope(doc: dict[str, Any], path: str) -> None:
+    responses = doc["paths"][path]["post"]["responses"]
+    assert set(responses["200"]["content"]) == {"application/json", "text/event-stream"}
+    for status in ERROR_STATUSES:
+        answer = responses[status]
+        assert answer["description"]
+        schema = answer["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}
+        assert "X-Request-Id" in answer["headers"]
+    assert "Retry-After" in responses["429"]["headers"]
+    envelope = _resolve(doc, "#/components/schemas/ErrorEnvelope")
+    assert isinstance(envelope, dict)
+    detail = _resolve(doc, envelope["properties"]["error"]["$ref"])
+    assert isinstance(detail, dict)
+    assert set(detail["properties"]) == {"message", "type", "param", "code"}
