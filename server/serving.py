@@ -270,8 +270,6 @@ def _prompt_ids(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) ->
                 raise InvalidRequest("prompt holds a negative token id", param=param)
     if not ids:  # text the tokenizer drops entirely; vLLM would refuse it unnamed
         raise InvalidRequest("the prompt tokenises to no tokens", param=param)
-    if not ids:  # text the tokenizer drops entirely; vLLM would refuse it unnamed
-        raise InvalidRequest("the prompt tokenises to no tokens", param=param)
     limit = gw.engine.max_model_len
     if len(ids) >= limit:
         raise InvalidRequest(

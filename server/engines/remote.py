@@ -413,7 +413,10 @@ class RemoteEngine:
                         break
                     frame = _loads(data.encode())
                     if frame.get("error") is not None:
-                        raise UpstreamFailed(upstream_error(500, frame), eject=False)
+                        failure = upstream_error(500, frame)
+                        if isinstance(failure, InvalidRequest):
+                            raise failure  # the request's fault: no server would take it
+                        raise UpstreamFailed(failure, eject=False)
                     for delta in deltas(protocol, frame):
                         if delta.finish_reason is not None:
                             finished.add(delta.index)
@@ -442,6 +445,8 @@ def _raise_for_status(up: Upstream, status: int, data: dict[str, Any]) -> None:
     if status == 200:
         return
     error = upstream_error(status, data)
+    if isinstance(error, InvalidRequest):
+        raise error  # the request's fault (whatever the status): no other server would take it
     if status >= 500 or status == 429:
         # The server (not the request) failed: another server may serve it. A 503 is
         # vLLM's dead engine: take the server out until it verifies again.

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from server.engines.vllm_errors import param_for
 from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
 from strategies.errors import BackendError, GatewayError, InvalidRequest, Overloaded
 
@@ -177,16 +178,29 @@ def error_message(answer: object) -> str:
     return str(answer)[:500]
 
 
+def error_param(answer: object) -> str | None:
+    """The ``param`` of vLLM's error body, when it names one."""
+    inner = answer.get("error") if isinstance(answer, Mapping) else None
+    param = inner.get("param") if isinstance(inner, Mapping) else None
+    return param if isinstance(param, str) and param else None
+
+
 def upstream_error(status: int, answer: object) -> GatewayError:
     """The gateway error for an upstream's error answer with HTTP ``status``.
 
     A 4xx is the request's fault (the server validated it: sampling values, our
-    processors' arguments) and keeps vLLM's message; 429 is overload; the rest is an
-    upstream failure (the caller decides whether to retry it elsewhere).
+    processors' arguments) and keeps vLLM's message, as is any answer whose message is
+    one of vLLM's validation messages (``vllm_errors.PARAMS``, which also names the
+    field); 429 is overload; the rest is an upstream failure (the caller decides whether
+    to retry it elsewhere).
     """
     message = error_message(answer)
     if status == 429:
         return Overloaded(f"vLLM server overloaded: {message}")
     if 400 <= status < 500:
-        return InvalidRequest(message)
+        return InvalidRequest(message, param=error_param(answer) or param_for(message))
+    if (param := param_for(message)) is not None:
+        # vLLM's generate route answers 500 for the checks its engine makes while it runs
+        # the request (a token id outside the vocabulary): still the request's fault.
+        return InvalidRequest(message, param=param)
     return BackendError(f"vLLM server error ({status}): {message}")

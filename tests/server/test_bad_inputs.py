@@ -149,14 +149,24 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "messages",
     ),
-    # Only vLLM knows this one (greedy sampling cannot draw n > 1): mapped to a 400.
-    ("greedy with n", {"model": M, "messages": MSG, "n": 2, "temperature": 0}, {}, 400, None),
+    ("seed past int64", {"model": M, "messages": MSG, "seed": 2**64}, {}, 400, "seed"),
+    # Only vLLM checks these: its message is mapped to a 400 naming the field.
+    ("greedy with n", {"model": M, "messages": MSG, "n": 2, "temperature": 0}, {}, 400, "n"),
     (
         "greedy with n, streamed",
         {"model": M, "messages": MSG, "n": 2, "temperature": 0, "stream": True},
         {},
         400,
-        None,
+        "n",
+    ),
+    ("empty stop", {"model": M, "messages": MSG, "stop": ""}, {}, 400, "stop"),
+    ("empty stop in a list", {"model": M, "messages": MSG, "stop": ["x", ""]}, {}, 400, "stop"),
+    (
+        "empty stop, streamed",
+        {"model": M, "messages": MSG, "stop": "", "stream": True},
+        {},
+        400,
+        "stop",
     ),
 ]
 
@@ -214,7 +224,13 @@ def test_chat_bad_input(
         ({"model": M, "prompt": [1, "a"]}, "prompt"),
         ({"model": M, "prompt": "x" * 600}, "prompt"),
         ({"model": M, "prompt": "hi", "echo": True}, "echo"),
-        ({"model": M, "prompt": [999_999]}, None),  # vLLM: token id outside the vocabulary
+        ({"model": M, "prompt": [999_999]}, "prompt"),  # vLLM: token id outside the vocabulary
+        # Just past the testbed's vocabulary: a remote vLLM server answered 500 (the fuzz).
+        ({"model": M, "prompt": [1378]}, "prompt"),
+        ({"model": M, "prompt": [1, 99_999]}, "prompt"),
+        ({"model": M, "prompt": [1378], "stream": True}, "prompt"),
+        ({"model": M, "prompt": "\u00e9"}, "prompt"),  # text the tokenizer drops: no tokens
+        ({"model": M, "prompt": "hi", "stop": ""}, "stop"),  # vLLM's check, named
     ],
 )
 def test_completions_bad_input(

@@ -30,6 +30,7 @@ EXPECTED_STATUS = {
     "UnknownStrategy": 400,
     "Unauthorized": 401,
     "NotFound": 404,
+    "RequestTimeout": 408,
     "PayloadTooLarge": 413,
     "Overloaded": 429,
     "BackendError": 500,
@@ -79,6 +80,8 @@ async def test_every_gateway_error_maps_to_envelope_and_status(
     assert response.headers["X-Budget-Applied"] == "thinking=8"
     if cls is tree.Overloaded:
         assert response.headers["Retry-After"] == "1"
+    # A client too slow to send its request loses the connection with the answer.
+    assert (response.headers.get("Connection") == "close") is (cls is tree.RequestTimeout)
 
 
 async def test_unknown_route_and_crash_use_the_envelope() -> None:
@@ -130,6 +133,18 @@ def test_vllm_errors_are_mapped_by_the_vllm_engines() -> None:
     stray = convert(ValueError("n must be 1 for greedy"))
     assert type(stray) is tree.BackendError and "unexpected" in stray.message
     assert isinstance(convert(EngineDeadError()), tree.BackendUnavailable)
+    # Most of vLLM's checks name no parameter: the message says which field it is.
+    for message, param in (
+        ("stop cannot contain an empty string.", "stop"),
+        ("n must be 1 when using greedy sampling, got 2.", "n"),
+        ("The decoder prompt cannot be empty", "prompt"),
+        ("Token id 999999 is out of vocabulary", "prompt"),
+        ("top_k must be 0 (disable), or at least 1, got -3.", "top_k"),
+        ("something vLLM has not said before", None),
+    ):
+        named = convert(VLLMValidationError(message))
+        assert isinstance(named, tree.InvalidRequest) and named.param == param, message
+    assert convert(VLLMValidationError("top_p must be", parameter="top_p")).param == "top_p"
     assert isinstance(convert(TimeoutError()), tree.BackendTimeout)
     generic = convert(EngineGenerateError())
     assert type(generic) is tree.BackendError and generic.status == 500

@@ -111,6 +111,13 @@ def test_stream_frames_become_deltas() -> None:
 def test_upstream_errors_map_by_status() -> None:
     bad = upstream_error(400, {"error": {"message": "n must be 1 when using greedy", "code": 400}})
     assert type(bad) is tree.InvalidRequest and "greedy" in bad.message
+    assert bad.param == "n"  # vLLM named no param: its message says which field it is
+    named = upstream_error(400, {"error": {"message": "too hot", "param": "temperature"}})
+    assert named.param == "temperature"
+    assert upstream_error(400, {"error": {"message": "no idea", "param": None}}).param is None
+    # vLLM's generate route answers 500 for checks its engine makes (found by the fuzz).
+    vocab = upstream_error(500, {"error": {"message": "Token id 1378 is out of vocabulary"}})
+    assert type(vocab) is tree.InvalidRequest and vocab.param == "prompt"
     assert type(upstream_error(429, {"detail": "busy"})) is tree.Overloaded
     flat = upstream_error(500, {"message": "engine died", "type": "InternalServerError"})
     assert type(flat) is tree.BackendError and "engine died" in flat.message
