@@ -66,6 +66,7 @@ def serve(argv: Sequence[str]) -> int:
     from server import logs
     from server.app import create_app
     from server.draining import DrainingServer
+    from server.http_timeouts import header_timeout_protocol
     from server.lifecycle import Lifecycle
 
     logs.configure(settings.log_level, json=settings.log_json)
@@ -78,6 +79,8 @@ def serve(argv: Sequence[str]) -> int:
         log_level=settings.log_level,
         access_log=False,
         timeout_graceful_shutdown=10,
+        # uvicorn bounds nothing of a request head: a silent client would hold a slot.
+        http=header_timeout_protocol(settings.header_read_timeout_s),
     )
     server = DrainingServer(config, lifecycle)
     server.run(sockets=[sock])

@@ -174,11 +174,6 @@ def test_live_server_answers_a_stalled_body_with_408(base_url: str, served_model
 
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="server/cli.py does not pass http=header_timeout_protocol(...) to uvicorn yet; "
-    "remove this marker with that line",
-)
 def test_live_server_closes_a_stalled_head(base_url: str) -> None:
     limit = Settings().header_read_timeout_s
     with socket.create_connection(_live(base_url)) as sock:
