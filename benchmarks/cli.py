@@ -22,6 +22,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "kernels": ("benchmarks.kernels_elastic", "elastic mask op vs a per-row loop"),
     "reward-ranking": ("benchmarks.reward_within_question", "reward AUROC within one question"),
     "remote": ("benchmarks.remote", "gateway hop cost, one vs two vLLM replicas"),
+    "reliability": ("benchmarks.reliability", "overload, faults, drain, restarts, fuzz, soak"),
 }
 
 

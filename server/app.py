@@ -64,9 +64,6 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         registry = load_registry(settings)
         async with AsyncExitStack() as stack:
             metrics = Metrics()
-            probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
-            probe.start()
-            stack.push_async_callback(probe.aclose)
             # An engine passed in belongs to the caller; otherwise settings pick one.
             active = (
                 engine
@@ -91,6 +88,10 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 metrics=metrics,
             )
             lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
+            # After the engine start (which holds the loop for its whole load, by design).
+            probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
+            probe.start()
+            stack.push_async_callback(probe.aclose)
             async with build_resources(settings, active) as resources:
                 app.state.gateway = Gateway(
                     settings=settings,

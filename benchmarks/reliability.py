@@ -1,0 +1,682 @@
+"""``thinkgate bench reliability``: overload, faults, restarts and hostile input, measured.
+
+Sections (``--only a,b``; default: all but ``soak``), each against its own
+``thinkgate serve`` on the testbed model, driven over real HTTP:
+
+- ``fuzz``: schemathesis against the server's own ``/openapi.json`` (``--fuzz-cases``):
+  no 5xx, and the engine still serves afterwards.
+- ``overload``: 10x the admission cap in concurrent streaming and JSON clients: only
+  200s and 429s (with Retry-After); admitted p99 latency as a ratio to the same requests
+  unloaded (one at a time) and at the cap without excess traffic; gauges back to 0.
+- ``storm``: three storms of 200 clients that leave mid-stream (plain n=8,
+  self-consistency 16, PETS): seconds until in-flight and engine gauges are 0, and the
+  gateway's memory after each storm.
+- ``death``: the engine killed under load, policy ``exit`` (time until every in-flight
+  request has its answer; exit status) and ``restart`` (time back to ready).
+- ``drain``: SIGTERM under load: every admitted request completes or ends with an error
+  frame; exit status and time.
+- ``pets``: kill -9 the gateway mid-batch, restart on the same state dir: the job
+  completes with every question answered once.
+- ``soak`` (``--soak-minutes``): mixed traffic; memory and open files over time.
+
+Figures go to ``benchmarks/results/reliability.json`` (merged by section, so sections
+can be rerun alone) and ``reliability.md`` (+ ``reliability-soak.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+
+from benchmarks.servers import ROOT, free_port, machine
+
+RESULTS = ROOT / "benchmarks" / "results"
+JSON_PATH = RESULTS / "reliability.json"
+MD_PATH = RESULTS / "reliability.md"
+SECTIONS = ("fuzz", "overload", "storm", "death", "drain", "pets", "soak")
+MODEL = "testbed-base"
+QUESTION = "Compute 3+4*2 mod 10."
+
+
+# --- servers
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def rss_mb(self) -> float:
+        """Resident memory of the gateway process (its engine processes excluded)."""
+        return float(psutil.Process(self.proc.pid).memory_info().rss) / 2**20
+
+    def open_files(self) -> int:
+        return int(psutil.Process(self.proc.pid).num_fds())
+
+    def engine_cores(self) -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.Process(self.proc.pid).children(recursive=True)
+            if "EngineCore" in " ".join([p.name(), *p.cmdline()])
+        ]
+
+
+def start(tag: str, *flags: str, timeout_s: float = 900.0, port: int | None = None) -> Server:
+    port = port or free_port()
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log = RESULTS / "logs" / f"reliability-{tag}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+    cmd += ["--log-level", "warning", *flags]
+    if "--state-dir" not in flags:  # never the user's own PETS jobs
+        cmd += ["--state-dir", tempfile.mkdtemp(prefix="thinkgate-bench-state-")]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = Server(f"http://127.0.0.1:{port}", proc, log)
+    wait_ready(server, timeout_s)
+    return server
+
+
+def wait_ready(server: Server, timeout_s: float) -> float:
+    started = time.monotonic()
+    while True:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"server exited ({server.proc.returncode}); see {server.log}")
+        try:
+            if httpx.get(f"{server.url}/ready", timeout=2).status_code == 200:
+                return time.monotonic() - started
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"server not ready after {timeout_s} s; see {server.log}")
+        time.sleep(0.2)
+
+
+def stop(server: Server) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
+        if server.proc.poll() is not None:
+            return
+        try:
+            os.killpg(server.proc.pid, sig)
+            server.proc.wait(timeout=wait_s)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+@contextmanager
+def running(tag: str, *flags: str) -> Iterator[Server]:
+    server = start(tag, *flags)
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
+# --- clients
+
+
+@dataclass
+class Outcome:
+    status: int = 0
+    done: bool = False  # a JSON 200, or a stream that reached [DONE]
+    error_code: str | None = None
+    retry_after: str | None = None
+    latency_s: float = 0.0
+    ended_at: float = 0.0  # time.monotonic()
+
+
+def body(*, stream: bool, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": stream,
+        **extra,
+    }
+
+
+async def ask(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> Outcome:
+    out = Outcome()
+    t0 = time.perf_counter()
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+            out.status = r.status_code
+            out.retry_after = r.headers.get("retry-after")
+            if not payload.get("stream") or r.status_code != 200:
+                data = orjson.loads(await r.aread())
+                out.done = r.status_code == 200
+                out.error_code = (data.get("error") or {}).get("code")
+            else:
+                async for line in r.aiter_lines():
+                    if line == "data: [DONE]":
+                        out.done = True
+                    elif line.startswith('data: {"error"'):
+                        out.error_code = orjson.loads(line[6:])["error"]["code"]
+    except httpx.HTTPError as exc:
+        out.error_code = f"transport:{type(exc).__name__}"
+    out.latency_s = time.perf_counter() - t0
+    out.ended_at = time.monotonic()
+    return out
+
+
+async def ask_and_leave(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> bool:
+    """Open a stream, read its first bytes, leave. True if it had started."""
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+            if r.status_code != 200:
+                return False
+            async for _ in r.aiter_bytes():
+                return True
+    except httpx.HTTPError:
+        return False
+    return False
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def settle(server: Server, timeout_s: float = 60.0) -> float:
+    """Seconds until no request, sample or engine request is left in flight."""
+    started = time.monotonic()
+    keys = (
+        "thinkgate_inflight_requests",
+        "thinkgate_inflight_samples",
+        "thinkgate_engine_unfinished_requests",
+    )
+    while time.monotonic() - started < timeout_s:
+        m = server.metrics()
+        if all(m.get(k, 0.0) == 0.0 for k in keys):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return float("inf")
+
+
+def loop_lag_p99_s(server: Server) -> float:
+    """The p99 of the gateway's event-loop lag so far (upper bucket bound, from /metrics)."""
+    m = server.metrics()
+    prefix = "thinkgate_event_loop_lag_seconds_bucket{le="
+    buckets = sorted(
+        (float(k[len(prefix) + 1 : -2]), v) for k, v in m.items() if k.startswith(prefix)
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    for bound, count in buckets:
+        if count >= 0.99 * total:
+            return bound
+    return float("nan")
+
+
+def client(limit: int = 1000) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=600, limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    )
+
+
+# --- sections
+
+
+def section_fuzz(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.fuzz import run_fuzz
+
+    with running("fuzz") as server:
+        result = dict(run_fuzz(server.url, args.fuzz_cases))
+        after = httpx.post(
+            f"{server.url}/v1/chat/completions", json=body(stream=False, max_tokens=8), timeout=60
+        )
+        result["serves_after"] = after.status_code == 200
+        result["settle_s"] = settle(server)
+    return result
+
+
+def section_overload(args: argparse.Namespace) -> dict[str, Any]:
+    cap = 8
+    with running("overload", "--max-inflight-requests", str(cap)) as server:
+
+        async def go() -> dict[str, Any]:
+            async with client() as c:
+                one = [body(stream=i % 2 == 0, max_tokens=64) for i in range(20)]
+                alone = [await ask(c, server.url, b) for b in one]
+                gate = asyncio.Semaphore(cap)
+
+                async def at_cap(b: dict[str, Any]) -> Outcome:
+                    async with gate:
+                        return await ask(c, server.url, b)
+
+                capped = await asyncio.gather(*(at_cap(b) for b in one * 2))
+                stop_at = time.monotonic() + args.overload_s
+                outcomes: list[Outcome] = []
+
+                async def hammer(i: int) -> None:
+                    while time.monotonic() < stop_at:
+                        outcomes.append(
+                            await ask(c, server.url, body(stream=i % 2 == 0, max_tokens=64))
+                        )
+
+                await asyncio.gather(*(hammer(i) for i in range(10 * cap)))
+                return {"alone": alone, "capped": capped, "overload": outcomes}
+
+        got = asyncio.run(go())
+        settle_s = settle(server)
+        lag = loop_lag_p99_s(server)
+    over: list[Outcome] = got["overload"]
+    ok = [o.latency_s for o in over if o.status == 200]
+    p99 = pct(ok, 0.99)
+    statuses = Counter(o.status for o in over)
+    return {
+        "cap": cap,
+        "clients": 10 * cap,
+        "seconds": args.overload_s,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "429_without_retry_after": sum(1 for o in over if o.status == 429 and not o.retry_after),
+        "incomplete_200": sum(1 for o in over if o.status == 200 and not o.done),
+        "p50_alone_s": pct([o.latency_s for o in got["alone"]], 0.5),
+        "p99_alone_s": pct([o.latency_s for o in got["alone"]], 0.99),
+        "p99_at_cap_s": pct([o.latency_s for o in got["capped"]], 0.99),
+        "p50_admitted_s": pct(ok, 0.5),
+        "p99_admitted_s": p99,
+        "p99_vs_alone": p99 / pct([o.latency_s for o in got["alone"]], 0.99),
+        "p99_vs_at_cap": p99 / pct([o.latency_s for o in got["capped"]], 0.99),
+        "settle_s": settle_s,
+        "loop_lag_p99_le_s": lag,
+    }
+
+
+def section_storm(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = [
+        body(stream=True, max_tokens=300, n=8),
+        body(stream=True, max_tokens=300, strategy="self-consistency", samples=16),
+        body(stream=True, max_tokens=300, strategy="pets"),
+    ]
+    storms: list[dict[str, Any]] = []
+    with running("storm", "--max-inflight-requests", "1024", "--max-inflight-samples", "8192") as s:
+        rss0 = s.rss_mb()
+        for _ in range(3):
+
+            async def storm() -> int:
+                async with client() as c:
+                    gate = asyncio.Semaphore(50)
+
+                    async def one(i: int) -> bool:
+                        async with gate:
+                            return await ask_and_leave(c, s.url, kinds[i % 3])
+
+                    return sum(await asyncio.gather(*(one(i) for i in range(200))))
+
+            started = asyncio.run(storm())
+            storms.append({"left_mid_stream": started, "settle_s": settle(s), "rss_mb": s.rss_mb()})
+        m = s.metrics()
+        lag = loop_lag_p99_s(s)
+    return {
+        "clients_per_storm": 200,
+        "rss_before_mb": rss0,
+        "storms": storms,
+        "aborted_client_disconnect": m.get(
+            'thinkgate_aborted_requests_total{reason="client_disconnect"}', 0.0
+        ),
+        "loop_lag_p99_le_s": lag,
+    }
+
+
+def _load_and(server: Server, action: Callable[[], None], count: int = 8) -> list[Outcome]:
+    """Requests of hundreds of tokens in flight; ``action`` once they are; outcomes."""
+
+    async def go() -> list[Outcome]:
+        async with client() as c:
+            payloads = [
+                body(
+                    stream=i % 2 == 0,
+                    max_tokens=400,
+                    **({"n": 8} if i % 4 < 2 else {"strategy": "self-consistency", "samples": 16}),
+                )
+                for i in range(count)
+            ]
+            tasks = [asyncio.create_task(ask(c, server.url, p)) for p in payloads]
+            while server.metrics().get("thinkgate_inflight_requests", 0) < count:
+                await asyncio.sleep(0.05)
+            action()
+            return list(await asyncio.gather(*tasks))
+
+    return asyncio.run(go())
+
+
+def section_death(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    server = start("death-exit")
+    try:
+        killed: list[float] = []
+
+        def kill() -> None:
+            killed.append(time.monotonic())
+            for p in server.engine_cores():
+                p.send_signal(signal.SIGKILL)
+
+        outcomes = _load_and(server, kill)
+        code = server.proc.wait(timeout=60)
+        out["exit"] = {
+            "in_flight": len(outcomes),
+            "answered_503": sum(1 for o in outcomes if o.error_code == "engine_unavailable"),
+            "hung_or_other": sum(1 for o in outcomes if o.error_code != "engine_unavailable"),
+            "last_answer_after_kill_s": max(o.ended_at for o in outcomes) - killed[0],
+            "exit_status": code,
+            "exit_after_kill_s": time.monotonic() - killed[0],
+        }
+    finally:
+        stop(server)
+    server = start("death-restart", "--on-engine-death", "restart")
+    try:
+        killed = []
+        outcomes = _load_and(server, kill)
+        not_ready = httpx.get(f"{server.url}/ready", timeout=5).status_code
+        wait_ready(server, 600)
+        back_s = time.monotonic() - killed[0]
+        after = httpx.post(
+            f"{server.url}/v1/chat/completions", json=body(stream=False, max_tokens=8), timeout=60
+        )
+        out["restart"] = {
+            "in_flight": len(outcomes),
+            "answered_503": sum(1 for o in outcomes if o.error_code == "engine_unavailable"),
+            "last_answer_after_kill_s": max(o.ended_at for o in outcomes) - killed[0],
+            "ready_while_restarting": not_ready,
+            "ready_again_after_kill_s": back_s,
+            "serves_after": after.status_code == 200,
+        }
+    finally:
+        stop(server)
+    return out
+
+
+def section_drain(args: argparse.Namespace) -> dict[str, Any]:
+    drain_s = 10.0
+    server = start("drain", "--drain-timeout-s", str(drain_s))
+    signalled: list[float] = []
+
+    def term() -> None:
+        signalled.append(time.monotonic())
+        server.proc.send_signal(signal.SIGTERM)
+
+    try:
+        outcomes = _load_and(server, term, count=16)
+        code = server.proc.wait(timeout=120)
+        exited = time.monotonic() - signalled[0]
+    finally:
+        stop(server)
+    kinds = Counter(
+        "completed" if o.done else (o.error_code or f"status {o.status}") for o in outcomes
+    )
+    return {
+        "in_flight": len(outcomes),
+        "drain_timeout_s": drain_s,
+        "ends": dict(kinds),
+        "other": sum(v for k, v in kinds.items() if k not in ("completed", "shutting_down")),
+        "exit_status": code,
+        "exit_after_sigterm_s": exited,
+    }
+
+
+def section_pets(args: argparse.Namespace) -> dict[str, Any]:
+    state = Path(tempfile.mkdtemp(prefix="thinkgate-state-"))
+    flags = ("--state-dir", str(state), "--batch-lease-s", "5")
+    port = free_port()
+    lines = [
+        orjson.dumps(
+            {
+                "custom_id": f"q{i}",
+                "body": {
+                    "messages": [
+                        {"role": "user", "content": f"Compute {i % 10}+{(3 * i) % 10}*2 mod 10."}
+                    ],
+                    "max_tokens": 200,
+                },
+            }
+        ).decode()
+        for i in range(60)
+    ]
+    server = start("pets-1", *flags, port=port)
+    try:
+        job = httpx.post(
+            f"{server.url}/v1/pets/batches",
+            params={"average_budget": 4},
+            content="\n".join(lines),
+            timeout=60,
+        ).json()
+        while True:
+            snap = httpx.get(f"{server.url}/v1/pets/batches/{job['id']}", timeout=10).json()
+            if snap["pets"]["samples_drawn"] >= 60:
+                break
+            time.sleep(0.1)
+        drawn_before = snap["pets"]["samples_drawn"]
+        os.killpg(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+    finally:
+        stop(server)
+    killed = time.monotonic()
+    server = start("pets-2", *flags, port=port)
+    try:
+        while True:
+            snap = httpx.get(f"{server.url}/v1/pets/batches/{job['id']}", timeout=10).json()
+            if snap["status"] in ("completed", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        done_s = time.monotonic() - killed
+        output = httpx.get(f"{server.url}/v1/pets/batches/{job['id']}/output", timeout=60)
+        ids = [orjson.loads(line)["custom_id"] for line in output.text.splitlines() if line]
+    finally:
+        stop(server)
+    return {
+        "questions": len(lines),
+        "total_budget": snap["pets"]["total_budget"],
+        "drawn_before_kill": drawn_before,
+        "status_after_restart": snap["status"],
+        "samples_drawn": snap["pets"]["samples_drawn"],
+        "answered": len(ids),
+        "answered_once": len(set(ids)) == len(ids) == len(lines),
+        "completed_after_kill_s": done_s,
+    }
+
+
+def section_soak(args: argparse.Namespace) -> dict[str, Any]:
+    minutes = args.soak_minutes
+    samples: list[dict[str, float]] = []
+    with running("soak") as server:
+
+        async def go() -> Counter[str]:
+            counts: Counter[str] = Counter()
+            stop_at = time.monotonic() + minutes * 60
+            rng = random.Random(0)
+            mixes: list[dict[str, Any]] = [
+                body(stream=True, max_tokens=64),
+                body(stream=False, max_tokens=64, n=4),
+                body(stream=True, max_tokens=96, strategy="self-consistency", samples=8),
+                body(stream=False, max_tokens=64, strategy="best-of-n", samples=4),
+                body(stream=False, max_tokens=48, strategy="elastic", budget={"thinking": 16}),
+                {**body(stream=False, max_tokens=8), "temperature": -1},  # a 400
+            ]
+            async with client() as c:
+
+                async def worker() -> None:
+                    while time.monotonic() < stop_at:
+                        payload = rng.choice(mixes)
+                        if rng.random() < 0.1:
+                            await ask_and_leave(c, server.url, {**payload, "stream": True})
+                            counts["left"] += 1
+                            continue
+                        o = await ask(c, server.url, payload)
+                        counts[str(o.status)] += 1
+
+                async def sampler() -> None:
+                    t0 = time.monotonic()
+                    while time.monotonic() < stop_at:
+                        samples.append(
+                            {
+                                "t_min": (time.monotonic() - t0) / 60,
+                                "rss_mb": server.rss_mb(),
+                                "fds": float(server.open_files()),
+                            }
+                        )
+                        await asyncio.sleep(15)
+
+                await asyncio.gather(sampler(), *(worker() for _ in range(6)))
+            return counts
+
+        counts = asyncio.run(go())
+        settle_s = settle(server)
+        lag = loop_lag_p99_s(server)
+    warm = [s for s in samples if s["t_min"] >= min(5.0, minutes / 3)]
+    return {
+        "minutes": minutes,
+        "requests": dict(counts),
+        "server_errors": sum(v for k, v in counts.items() if k.startswith("5")),
+        "rss_mb_first": samples[0]["rss_mb"] if samples else None,
+        "rss_mb_warm_min": min((s["rss_mb"] for s in warm), default=None),
+        "rss_mb_max": max((s["rss_mb"] for s in samples), default=None),
+        "rss_mb_last": samples[-1]["rss_mb"] if samples else None,
+        "fds_first": samples[0]["fds"] if samples else None,
+        "fds_max": max((s["fds"] for s in samples), default=None),
+        "fds_last": samples[-1]["fds"] if samples else None,
+        "settle_s": settle_s,
+        "loop_lag_p99_le_s": lag,
+        "series": samples,
+    }
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "fuzz": section_fuzz,
+    "overload": section_overload,
+    "storm": section_storm,
+    "death": section_death,
+    "drain": section_drain,
+    "pets": section_pets,
+    "soak": section_soak,
+}
+
+
+# --- report
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = ["# Reliability, measured", ""]
+    lines.append(
+        "Made by `thinkgate bench reliability` (sections rerun alone with `--only`); each "
+        "section's machine and command are listed with it. Testbed `base` model, vLLM 0.32 "
+        "CPU, the gateway's default settings unless a flag is shown."
+    )
+    for name in SECTIONS:
+        if name not in results:
+            continue
+        r = dict(results[name])
+        meta = r.pop("_meta", {})
+        r.pop("series", None)
+        lines += ["", f"## {name}", "", f"`{meta.get('command', '')}` on {meta.get('machine', '')}"]
+        lines += ["", "| figure | value |", "|---|---|"]
+        for key, value in _flatten(r):
+            lines.append(f"| {key} | {_fmt(value)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, name + ".")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for i, item in enumerate(value, 1):
+                yield from _flatten(item, f"{name}[{i}].")
+        else:
+            yield name, value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def plot_soak(series: list[dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    t = [s["t_min"] for s in series]
+    ax.plot(t, [s["rss_mb"] for s in series], label="gateway RSS (MiB)")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("MiB")
+    ax2 = ax.twinx()
+    ax2.plot(t, [s["fds"] for s in series], color="tab:orange", label="open files")
+    ax2.set_ylabel("open files")
+    fig.legend(loc="lower right")
+    ax.set_title("Soak: memory and open files under mixed traffic")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="thinkgate bench reliability", description=__doc__)
+    parser.add_argument("--only", default=",".join(s for s in SECTIONS if s != "soak"))
+    parser.add_argument("--fuzz-cases", type=int, default=10_000)
+    parser.add_argument("--overload-s", type=float, default=30.0)
+    parser.add_argument("--soak-minutes", type=float, default=30.0)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(wanted) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; have {SECTIONS}")
+    results: dict[str, Any] = orjson.loads(JSON_PATH.read_bytes()) if JSON_PATH.exists() else {}
+    command = "thinkgate bench reliability " + " ".join(sys.argv[1:] if argv is None else argv)
+    for name in wanted:
+        print(f"[reliability] {name} ...", flush=True)
+        t0 = time.monotonic()
+        result = RUNNERS[name](args)
+        result["_meta"] = {
+            "command": command.strip(),
+            "machine": machine(),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
+        results[name] = result
+        JSON_PATH.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+        MD_PATH.write_text(report(results))
+        if name == "soak" and result.get("series"):
+            plot_soak(result["series"], RESULTS / "reliability-soak.png")
+        shown = {k: v for k, v in result.items() if k != "series"}
+        print(f"[reliability] {name}: {orjson.dumps(shown).decode()}", flush=True)
+    print(MD_PATH.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
