@@ -243,6 +243,36 @@ BATCH_CREATE: Final[Schema] = {
     ),
 }
 
+BATCH_LIST: Final[Schema] = {
+    "parameters": [
+        _query("limit", "Jobs per page.", {"type": "integer", "minimum": 1, "maximum": 100}),
+        _query("after", "The last id of the page before.", {"type": "string"}),
+    ],
+    "responses": _batch_answers(
+        {
+            "description": "OpenAI's list object of jobs, newest first.",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["object", "data", "has_more"],
+                        "properties": {
+                            "object": {"const": "list"},
+                            "data": {"type": "array", "items": _BATCH},
+                            "first_id": {"type": ["string", "null"]},
+                            "last_id": {"type": ["string", "null"]},
+                            "has_more": {"type": "boolean"},
+                        },
+                    }
+                }
+            },
+        },
+        400,
+        401,
+        503,
+    ),
+}
+
 BATCH_JOB: Final[Schema] = {
     "responses": _batch_answers(
         {"description": "The job.", "content": {"application/json": {"schema": _BATCH}}},

@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from server import sse
+from server import openapi, sse
 from server.auth import authorize
 from server.serving import read_body
 from server.state import gateway
@@ -42,7 +42,7 @@ def _json(obj: object) -> Response:
     return Response(orjson.dumps(obj), media_type="application/json")
 
 
-@router.post("")
+@router.post("", openapi_extra=openapi.BATCH_CREATE)
 async def create(request: Request) -> Response:
     jobs, gw = _jobs(request), gateway(request)
     raw = await read_body(request, gw.settings.max_body_bytes)
@@ -54,7 +54,7 @@ async def create(request: Request) -> Response:
     return _json(await jobs.submit(questions, options))
 
 
-@router.get("")
+@router.get("", openapi_extra=openapi.BATCH_LIST)
 async def list_jobs(request: Request) -> Response:
     jobs, params = _jobs(request), request.query_params
     raw = params.get("limit", "20")
@@ -63,24 +63,24 @@ async def list_jobs(request: Request) -> Response:
     return _json(await jobs.list_jobs(after=params.get("after"), limit=int(raw)))
 
 
-@router.get("/{batch_id}")
+@router.get("/{batch_id}", openapi_extra=openapi.BATCH_JOB)
 async def retrieve(request: Request, batch_id: str) -> Response:
     return _json(await _jobs(request).snapshot(batch_id))
 
 
-@router.post("/{batch_id}/cancel")
+@router.post("/{batch_id}/cancel", openapi_extra=openapi.BATCH_JOB)
 async def cancel(request: Request, batch_id: str) -> Response:
     return _json(await _jobs(request).cancel(batch_id))
 
 
-@router.get("/{batch_id}/output")
+@router.get("/{batch_id}/output", openapi_extra=openapi.BATCH_OUTPUT)
 async def output(request: Request, batch_id: str) -> Response:
     lines = await _jobs(request).output(batch_id)
     body = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     return Response(body, media_type="application/jsonl")
 
 
-@router.get("/{batch_id}/events")
+@router.get("/{batch_id}/events", openapi_extra=openapi.BATCH_EVENTS)
 async def events(request: Request, batch_id: str) -> StreamingResponse:
     jobs = _jobs(request)
     await jobs.snapshot(batch_id)  # an unknown id is a 404, not an empty stream

@@ -111,3 +111,26 @@ def test_error_answers_use_the_envelope(doc: dict[str, Any], path: str) -> None:
     detail = _resolve(doc, envelope["properties"]["error"]["$ref"])
     assert isinstance(detail, dict)
     assert set(detail["properties"]) == {"message", "type", "param", "code"}
+
+
+def test_batch_routes_document_body_query_and_errors(doc: dict[str, Any]) -> None:
+    create = doc["paths"]["/v1/pets/batches"]["post"]
+    assert create["requestBody"]["content"]["application/jsonl"]["schema"] == {"type": "string"}
+    query = {p["name"] for p in create["parameters"] if p["in"] == "query"}
+    assert query == {"total_budget", "average_budget", "cap", "round_size", "seed", "draws"}
+    listed = doc["paths"]["/v1/pets/batches"]["get"]
+    assert {p["name"] for p in listed["parameters"]} == {"limit", "after"}
+    for path in (
+        "",
+        "/{batch_id}",
+        "/{batch_id}/cancel",
+        "/{batch_id}/output",
+        "/{batch_id}/events",
+    ):
+        for method, op in doc["paths"][f"/v1/pets/batches{path}"].items():
+            errors = {s: a for s, a in op["responses"].items() if s[0] in "45" and s != "422"}
+            assert {"401", "503"} <= set(errors), (method, path)
+            for answer in errors.values():
+                schema = answer["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}
+    assert "404" in doc["paths"]["/v1/pets/batches/{batch_id}"]["get"]["responses"]
