@@ -8,6 +8,7 @@ job runs on exactly these).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -111,38 +112,42 @@ def parse_lines(
     return out
 
 
+MAX_TOTAL_BUDGET = 10**9  # samples; far past any real batch, well inside 64 bits
+
+
 def options_from(params: Mapping[str, str], n_questions: int, *, max_cap: int) -> BatchOptions:
     """Options from query parameters: ``total_budget`` or ``average_budget`` (one of
     them), ``cap``, ``round_size``, ``seed``, ``draws``. Raises ``InvalidBudget``."""
 
-    def number(name: str, kind: type[int] | type[float]) -> int | float | None:
+    def number(name: str, kind: type[int] | type[float], low: float, high: float) -> float | None:
         raw = params.get(name)
         if raw is None:
             return None
         try:
-            return kind(raw)
+            value = kind(raw)
         except ValueError:
             raise InvalidBudget(f"{name} must be a number, got {raw!r}", param=name) from None
+        # NaN, infinities and 64-bit overflows would reach the allocator or the job
+        # store (found by the fuzz as 500s): refuse them here, naming the parameter.
+        if not (math.isfinite(value) and low <= value <= high):
+            raise InvalidBudget(f"{name} must be in [{low:g}, {high:g}], got {raw!r}", param=name)
+        return value
 
-    total, average = number("total_budget", int), number("average_budget", float)
+    total = number("total_budget", int, 1, MAX_TOTAL_BUDGET)
+    average = number("average_budget", float, 0, max_cap)
     if (total is None) == (average is None):
         raise InvalidBudget("set exactly one of total_budget and average_budget", param="budget")
     budget = int(total) if total is not None else int(round(float(average or 0) * n_questions))
-    cap = int(number("cap", int) or min(64, max_cap))
-    round_size = int(number("round_size", int) or 16)
+    cap = int(number("cap", int, 1, max_cap) or min(64, max_cap))
+    round_size = int(number("round_size", int, 1, 100_000) or 16)
     if budget < 1:
         raise InvalidBudget("the total budget must be >= 1 sample", param="total_budget")
-    if not 1 <= cap <= max_cap:
-        raise InvalidBudget(f"cap must be in [1, {max_cap}]", param="cap")
-    if round_size < 1:
-        raise InvalidBudget("round_size must be >= 1", param="round_size")
-    draws = int(number("draws", int) or 500)
-    if not 1 <= draws <= 10_000:
-        raise InvalidBudget("draws must be in [1, 10000]", param="draws")
+    draws = int(number("draws", int, 1, 10_000) or 500)
+    seed = int(number("seed", int, 0, 2**63 - 1) or 0)
     return BatchOptions(
         total_budget=budget,
         cap=cap,
         round_size=round_size,
         draws=draws,
-        seed=int(number("seed", int) or 0),
+        seed=seed,
     )

@@ -77,6 +77,13 @@ def test_options_need_exactly_one_budget_and_sane_caps() -> None:
         {"total_budget": "0"},
         {"total_budget": "5", "cap": "65"},
         {"total_budget": "x"},
+        # Found by the fuzz as 500s: non-finite and 64-bit-overflowing values.
+        {"average_budget": "nan"},
+        {"average_budget": "inf"},
+        {"total_budget": str(2**70)},
+        {"total_budget": "5", "seed": str(2**64)},
+        {"total_budget": "5", "round_size": "-1"},
     ):
-        with pytest.raises(InvalidBudget):
+        with pytest.raises(InvalidBudget) as err:
             options_from(params, 10, max_cap=64)
+        assert err.value.param is not None
