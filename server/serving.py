@@ -268,6 +268,10 @@ def _prompt_ids(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) ->
             # Ids past the vocabulary are refused by the engine (a 400 naming them).
             if any(t < 0 for t in ids):
                 raise InvalidRequest("prompt holds a negative token id", param=param)
+            # Past int32 an id is no model's token, and past int64 it cannot even be sent to
+            # a remote server (found by the fuzz: a 500).
+            if any(t >= 2**31 for t in ids):
+                raise InvalidRequest("prompt holds a token id past 2**31", param=param)
     if not ids:  # text the tokenizer drops entirely; vLLM would refuse it unnamed
         raise InvalidRequest("the prompt tokenises to no tokens", param=param)
     limit = gw.engine.max_model_len
