@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from server.budgets import HEADERS, STRATEGY_HEADER
 from server.protocol import ErrorEnvelope
+from strategies.pets.batch_input import MAX_TOTAL_BUDGET
 
 Schema = dict[str, Any]
 
@@ -211,11 +212,11 @@ BATCH_CREATE: Final[Schema] = {
         _query(
             "total_budget",
             "Samples over the whole batch (or `average_budget`; exactly one).",
-            {"type": "integer", "minimum": 1},
+            {"type": "integer", "minimum": 1, "maximum": MAX_TOTAL_BUDGET},
         ),
         _query(
             "average_budget",
-            "Samples per question on average (or `total_budget`; exactly one).",
+            "Samples per question on average, at most `cap` (or `total_budget`; exactly one).",
             {"type": "number", "exclusiveMinimum": 0},
         ),
         _query(
@@ -224,9 +225,15 @@ BATCH_CREATE: Final[Schema] = {
             {"type": "integer", "minimum": 1},
         ),
         _query(
-            "round_size", "Questions drawn per engine round.", {"type": "integer", "minimum": 1}
+            "round_size",
+            "Questions drawn per engine round.",
+            {"type": "integer", "minimum": 1, "maximum": 100_000},
         ),
-        _query("seed", "Seed of the allocation.", {"type": "integer"}),
+        _query(
+            "seed",
+            "Seed of the allocation.",
+            {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+        ),
         _query(
             "draws",
             "Monte Carlo draws of the allocator.",
