@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server.metrics import route_label
 from strategies.budget import Budget
 from strategies.errors import (
     BackendError,
@@ -66,7 +67,7 @@ def error_response(request: Request, err: GatewayError) -> Response:
     gw = getattr(request.app.state, "gateway", None)
     if gw is not None:
         strategy = getattr(request.state, "strategy", "")
-        gw.metrics.requests.labels(request.url.path, strategy, str(err.status)).inc()
+        gw.metrics.requests.labels(route_label(request), strategy, str(err.status)).inc()
     level = log.error if isinstance(err, BackendError) else log.info
     level(
         "request.error",
@@ -122,7 +123,7 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     gw = getattr(request.app.state, "gateway", None)
     if gw is not None:
         strategy = getattr(request.state, "strategy", "")
-        gw.metrics.requests.labels(request.url.path, strategy, "499").inc()
+        gw.metrics.requests.labels(route_label(request), strategy, "499").inc()
     log.info("request.client_gone", request_id=request_id(request), path=request.url.path)
     return Response(status_code=499, headers=response_headers(request))
 

@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.requests import Request
 
 from strategies.base import Final
 
@@ -151,3 +152,14 @@ class _ServerCollector(Collector):
             failures.add_metric([url], float(s["failures"]))
             ejections.add_metric([url], float(s["ejections"]))
         yield from (up, state, samples, requests, calls, failures, ejections)
+
+
+def route_label(request: Request) -> str:
+    """The ``route`` label of a request: the matched route's template
+    (``/v1/pets/batches/{batch_id}``), never the raw path. Clients choose paths, and
+    every distinct label value is a time series kept for the life of the process: the
+    fuzz's random batch ids and 404 paths grew ``/metrics`` without bound (and put
+    bytes in it that scrapers choked on)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"

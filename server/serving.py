@@ -23,6 +23,7 @@ from server import budgets
 from server.aio import closing
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
+from server.metrics import route_label
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Envelope, Kind, response_body
 from server.state import Gateway, gateway
@@ -102,7 +103,7 @@ async def serve(request: Request, kind: Kind) -> Response:
     ctx = StrategyContext(engine=gw.engine, request=sreq, resources=gw.resources)
     env = Envelope.new(kind, rid, gw.engine.model_name, name, budget)
     headers = response_headers(request)
-    route = request.url.path
+    route = route_label(request)
     timeout = settings.request_timeout_s
 
     if not body.stream:
