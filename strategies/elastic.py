@@ -21,7 +21,7 @@ from kernels import args as elastic_args
 from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
-from strategies.errors import InvalidBudget, InvalidRequest
+from strategies.errors import InvalidBudget, InvalidRequest, first_error
 from strategies.trajectories import Trajectory, TrajectorySet
 
 PROCESSOR: Final = "elastic"  # the name LocalEngine reports when kernels' processor is loaded
@@ -247,6 +247,10 @@ async def two_pass(
                         thoughts.setdefault(d.index, []).extend(ids)
                         await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
                         group.create_task(answer(d.index, thoughts[d.index]))
+        except BaseExceptionGroup as failed:
+            # The engine's own error (a 503, a 400 naming a param), not a group: the error
+            # handler maps GatewayErrors only, so a group would reach the client as a 500.
+            raise first_error(failed) from failed
         finally:
             await queue.put(None)
 

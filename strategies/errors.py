@@ -125,3 +125,15 @@ class BackendTimeout(BackendError):
     status = 504
     type = "timeout"
     default_code = "engine_timeout"
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first leaf of (nested) exception groups, else ``exc`` itself.
+
+    ``asyncio.TaskGroup`` wraps whatever its tasks raise in an ``ExceptionGroup``; the
+    error handler maps ``GatewayError``s only, so an engine's 503 inside a group would
+    reach the client as an unexpected 500. Unwrap before it leaves the strategy.
+    """
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -32,7 +32,7 @@ from typing import Literal
 from strategies.answers import equivalent, extract_answer, normalize
 from strategies.base import JSON
 from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
-from strategies.errors import BackendError, BackendUnavailable
+from strategies.errors import BackendError, BackendUnavailable, first_error
 from strategies.pets.batch_input import BatchQuestion
 from strategies.pets.labels import Label
 from strategies.pets.okg import OkgAllocator
@@ -129,9 +129,7 @@ class BatchJob:
             await self._end("completed", output=self.output_lines())
             return "done"
         except Exception as exc:  # the job fails; the server keeps serving
-            cause = exc
-        while isinstance(cause, ExceptionGroup) and cause.exceptions:  # rounds' TaskGroups
-            cause = cause.exceptions[0]
+            cause = first_error(exc)  # the rounds' TaskGroups wrap it
         if isinstance(cause, LeaseLost):
             return "lost"
         if isinstance(cause, BackendUnavailable):
