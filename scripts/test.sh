@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# The test command of the README: set up (idempotent), then the whole suite on CPU
-# with the real vLLM engine on the testbed model. Extra arguments go to pytest.
+# The test command of the README: set up (idempotent), then the suite on CPU with the
+# real vLLM engine on the testbed model. Without arguments it runs two tiers: the fast
+# one first (no vLLM, no server subprocess: `-m "not vllm and not slow"`, about a minute
+# with collection), so that a broken unit fails in a minute, then the rest. Arguments go
+# to one pytest run instead (e.g. `bash scripts/test.sh tests/server -k abort`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
-exec .venv/bin/python -m pytest "$@"
+if [[ $# -gt 0 ]]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+.venv/bin/python -m pytest -m "not vllm and not slow"
+exec .venv/bin/python -m pytest -m "vllm or slow"

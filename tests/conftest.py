@@ -459,6 +459,57 @@ def hf_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
+# --- the fast tier: the real app over a scripted engine, no vLLM, no subprocess
+
+
+@dataclass
+class ScriptedApp:
+    """The gateway in process: ``client`` speaks HTTP to it over ASGI (no socket),
+    ``engine`` is the ``ScriptedEngine`` behind it (``engine.calls`` records every
+    engine request the strategies made)."""
+
+    client: httpx.AsyncClient
+    engine: Any  # server.engines.scripted.ScriptedEngine (imported lazily)
+    model: str
+
+
+@pytest.fixture(scope="session")
+def testbed_tokens(model_dir: Path) -> Any:
+    """``ModelTokens`` of the testbed tokenizer (transformers only, no vLLM)."""
+    from server.engines.tokens import TokenizerTokens
+
+    return TokenizerTokens.load(str(model_dir))
+
+
+@pytest.fixture
+def scripted_app(
+    tmp_path: Path, testbed_tokens: Any
+) -> Callable[..., contextlib.AbstractAsyncContextManager[ScriptedApp]]:
+    """``async with scripted_app(handler, processors=..., **settings) as app``: the app
+    of ``thinkgate serve`` (lifespan, resources, admission, error handling) over a
+    ``ScriptedEngine(handler)``; no reward engine, a fresh state dir."""
+
+    @contextlib.asynccontextmanager
+    async def open_app(
+        handler: Any, *, processors: frozenset[str] = frozenset(), **settings: Any
+    ) -> Any:
+        from server.app import create_app
+        from server.engines.scripted import ScriptedEngine
+        from server.settings import Settings
+
+        engine = ScriptedEngine(
+            handler, tokens=testbed_tokens, model_name="testbed-base", processors=processors
+        )
+        config = Settings(reward_model="none", state_dir=str(tmp_path / "state"), **settings)
+        app = create_app(config, engine=engine)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://scripted") as c:
+                yield ScriptedApp(client=c, engine=engine, model=engine.model_name)
+
+    return open_app
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield

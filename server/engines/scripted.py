@@ -1,0 +1,100 @@
+"""An ``Engine`` driven by a function: strategy and HTTP tests without vLLM.
+
+Like httpx's ``MockTransport``: the engine seam stays real (strategies, admission,
+streaming and error mapping all run as in production) and only token generation is
+replaced by ``handler(request) -> samples``. The handler may be sync or async, may
+raise any ``GatewayError`` (the engine's failure, as a real engine would raise it),
+and sees every ``GenerateRequest`` the strategy made (``ScriptedEngine.calls``).
+
+``stream`` replays the handler's samples as deltas, one token per delta, the samples
+interleaved round-robin as a batch would interleave them; each index ends with its
+``finish_reason`` (the engine contract). Use it with ``create_app(settings,
+engine=ScriptedEngine(...))`` and an ``httpx.AsyncClient`` over ``httpx.ASGITransport``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+
+from strategies.engine import FinishReason, GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.errors import BackendUnavailable
+
+Handler = Callable[[GenerateRequest], Sequence[Sample] | Awaitable[Sequence[Sample]]]
+
+
+class ScriptedEngine:
+    """Implements ``strategies.engine.Engine``; ``dead = True`` makes it answer 503s."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        tokens: ModelTokens,
+        model_name: str = "scripted",
+        max_model_len: int = 512,
+        processors: frozenset[str] = frozenset(),
+    ) -> None:
+        self._handler = handler
+        self.tokens = tokens
+        self.model_name = model_name
+        self._max_model_len = max_model_len
+        self._processors = processors
+        self.calls: list[GenerateRequest] = []
+        self.dead = False
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    @property
+    def processors(self) -> frozenset[str]:
+        return self._processors
+
+    async def generate(self, request: GenerateRequest) -> list[Sample]:
+        await self.health()
+        self.calls.append(request)
+        got = self._handler(request)
+        samples = await got if inspect.isawaitable(got) else got
+        return sorted(samples, key=lambda s: s.index)
+
+    async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        samples = await self.generate(request)
+        longest = max((len(s.token_ids) for s in samples), default=0)
+        for step in range(max(longest, 1)):
+            for s in samples:
+                steps = max(len(s.token_ids), 1)  # an empty sample still ends once
+                if step >= steps:
+                    continue
+                last = step == steps - 1
+                yield SampleDelta(
+                    index=s.index,
+                    token_ids=s.token_ids[step : step + 1],
+                    finish_reason=s.finish_reason if last else None,
+                    cumulative_logprob=s.cumulative_logprob if last else None,
+                    stop_reason=s.stop_reason if last else None,
+                )
+
+    async def health(self) -> None:
+        if self.dead:
+            raise BackendUnavailable("the scripted engine is marked dead")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def samples_of(
+    tokens: ModelTokens, *texts: str, finish_reason: FinishReason = "stop"
+) -> list[Sample]:
+    """Samples whose tokens encode ``texts`` (special tokens such as ``</think>`` in the
+    text become their ids), ending with the model's EOS when ``finish_reason`` is
+    ``stop``: a handler's usual answer."""
+    eos = tokens.eos_token_ids[:1] if finish_reason == "stop" else ()
+    return [
+        Sample(
+            index=i,
+            token_ids=(*tokens.encode(text), *eos),
+            finish_reason=finish_reason,
+        )
+        for i, text in enumerate(texts)
+    ]
