@@ -325,6 +325,24 @@ def _server(kind: str) -> LiveServer:
     return _CACHE[kind]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--acceptance",
+        action="store_true",
+        help="also run the tests marked acceptance (statistical checks of a strategy's "
+        "accuracy: minutes of sampling; the benchmarks measure the same, larger)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--acceptance"):
+        return
+    chosen = [item for item in items if item.get_closest_marker("acceptance") is None]
+    if len(chosen) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+        items[:] = chosen
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     mark = metafunc.definition.get_closest_marker("engines")
     if mark is not None and "live_server" in metafunc.fixturenames:

@@ -406,6 +406,7 @@ def test_bad_requests_are_400(
     assert param in (error.get("param") or "").lower()
 
 
+@pytest.mark.acceptance
 def test_self_consistency_16_beats_one_sample_by_10_points(openai_client: Any) -> None:
     """Acceptance: on 6+ operation questions, majority over 16 samples is at least 10
     points more accurate than one sample at the same temperature. Single-sample

@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
 from strategies.engine import SamplingConfig
 from strategies.errors import InvalidBudget, InvalidRequest
 from strategies.pets.batch_input import options_from, parse_lines
-from testbed.tokenizer import CharCodec, chat_prompt
-
-
-class Tokens:
-    """The testbed tokenizer behind the ModelTokens protocol (real chat template)."""
-
-    def __init__(self) -> None:
-        self.codec = CharCodec()
-        self.think_start_id: int | None = self.codec.encode("<think>")[0]
-        self.think_end_id: int | None = self.codec.think_end_id
-        self.eos_token_ids: tuple[int, ...] = (self.codec.eos_id,)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.codec.decode(list(token_ids))
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.codec.encode(text))
-
-    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
-        return list(self.codec.encode(chat_prompt(str(messages[-1]["content"]))))
 
 
 def line(cid: str, **body: object) -> str:
@@ -41,9 +21,11 @@ def line(cid: str, **body: object) -> str:
     )
 
 
-def test_lines_become_questions_with_their_sampling() -> None:
+def test_lines_become_questions_with_their_sampling(testbed_tokens: Any) -> None:
     text = "\n".join([line("a"), "", line("b", temperature=0.5, max_tokens=9999, seed=3)])
-    qs = parse_lines(text, Tokens(), defaults=SamplingConfig(max_tokens=512), max_questions=10)
+    qs = parse_lines(
+        text, testbed_tokens, defaults=SamplingConfig(max_tokens=512), max_questions=10
+    )
     assert [q.custom_id for q in qs] == ["a", "b"]
     assert qs[0].thinking_open and qs[0].sampling.max_tokens == 512
     assert (qs[1].sampling.temperature, qs[1].sampling.max_tokens, qs[1].sampling.seed) == (
@@ -63,9 +45,9 @@ def test_lines_become_questions_with_their_sampling() -> None:
         line("a", max_tokens=0),
     ],
 )
-def test_bad_input_is_a_400(text: str) -> None:
+def test_bad_input_is_a_400(text: str, testbed_tokens: Any) -> None:
     with pytest.raises(InvalidRequest):
-        parse_lines(text, Tokens(), defaults=SamplingConfig(), max_questions=10)
+        parse_lines(text, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
 
 
 def test_options_need_exactly_one_budget_and_sane_caps() -> None:
