@@ -60,6 +60,9 @@ async def serve(request: Request, kind: Kind) -> Response:
     gw = gateway(request)
     settings = gw.settings
     authorize(request, settings)
+    # Cheap refusals first: a draining or full server does not read, parse or tokenise.
+    gw.lifecycle.check_admission()
+    gw.admission.check_room()
     raw = await read_body(request, settings.max_body_bytes)
     body: ChatCompletionRequest | CompletionRequest
     if kind == "chat":

@@ -1,0 +1,96 @@
+"""Admission over real HTTP: a full server refuses at once (429 + Retry-After) without
+reading the body, and the connection stays usable. The gateway's own app and uvicorn
+(our protocol) in this process, over a scripted engine that holds the one slot."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from server.app import create_app
+from server.engines.scripted import ScriptedEngine, samples_of
+from server.http_timeouts import header_timeout_protocol
+from server.settings import Settings
+from strategies.engine import GenerateRequest, Sample
+
+CHAT = {"model": "testbed-base", "messages": [{"role": "user", "content": "Compute 1+2 mod 10."}]}
+
+
+class Held:
+    """A handler that holds each engine call until released (from the test's thread)."""
+
+    def __init__(self, tokens: Any) -> None:
+        self.tokens = tokens
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    async def __call__(self, request: GenerateRequest) -> Sequence[Sample]:
+        self.entered.set()
+        await asyncio.to_thread(self.release.wait, 30)
+        return samples_of(self.tokens, "3\n</think>\\boxed{3}")
+
+
+@pytest.fixture(params=["httptools", "h11"])
+def server(
+    request: pytest.FixtureRequest, tmp_path: Path, testbed_tokens: Any
+) -> Iterator[tuple[str, Held]]:
+    held = Held(testbed_tokens)
+    engine = ScriptedEngine(held, tokens=testbed_tokens, model_name="testbed-base")
+    settings = Settings(
+        reward_model="none", state_dir=str(tmp_path), max_inflight_requests=1, retry_after_s=2
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        create_app(settings, engine=engine),
+        log_level="warning",
+        http=header_timeout_protocol(10, http=request.param),
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", held
+    finally:
+        held.release.set()
+        srv.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def test_a_full_server_refuses_before_reading_the_body(server: tuple[str, Held]) -> None:
+    url, held = server
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=url, timeout=30) as client:
+        first = pool.submit(httpx.post, f"{url}/v1/chat/completions", json=CHAT, timeout=30)
+        assert held.entered.wait(30), "the first request never reached the engine"
+        # Not even valid JSON, and 1 MB of it: the 429 comes before any of it is read.
+        refused = client.post(
+            "/v1/chat/completions",
+            content=b"{" + b"x" * 1_000_000,
+            headers={"content-type": "application/json"},
+        )
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["Retry-After"] == "2"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        held.release.set()
+        assert first.result().status_code == 200
+        # The same client goes on: the unread body did not become the next request.
+        again = client.post("/v1/chat/completions", json=CHAT)
+        assert again.status_code == 200, again.text
+        assert again.json()["choices"][0]["message"]["content"] == "\\boxed{3}"
+        metrics = client.get("/metrics").text
+        assert "thinkgate_rejected_requests_total 1.0" in metrics
