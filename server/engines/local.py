@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import importlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
+
+# How long vLLM's engine process may take to stop before it is killed. vLLM waits 5 s by
+# default, and on CPU its worker always took 4-5 s to leave after the engine core had
+# stopped (nothing left to finish: requests were drained or aborted before): with the
+# reward engine that was 10 s of every stop spent waiting, twice the 5 s of a drain.
+SHUTDOWN_TIMEOUT_S: Final = 1.0
 
 log = structlog.get_logger("thinkgate.engine")
 
@@ -207,7 +213,7 @@ class LocalEngine:
     async def aclose(self) -> None:
         if self._aborts:
             await asyncio.gather(*self._aborts, return_exceptions=True)
-        self._llm.shutdown()
+        self._llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
 
     # --- beyond the protocol (metrics, tests)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.vllm_errors import map_vllm_errors
 from strategies.errors import BackendError, BackendUnavailable
 
@@ -116,4 +117,4 @@ class RewardEngine:
             raise BackendUnavailable("the reward engine is dead; the server must be restarted")
 
     async def aclose(self) -> None:
-        self._llm.shutdown()
+        self._llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
