@@ -23,7 +23,7 @@ class Admission:
 
     def check_room(self) -> None:
         """Refuse at once (429) when every request slot is taken, before the request's
-        body is read, parsed or tokenised: under overload the refused requests' parsing
+        body is parsed or tokenised: under overload the refused requests' parsing
         competed for the CPU with the admitted ones (a 2-core box at 10x the cap
         answered about 80 refusals a second). ``acquire`` still decides."""
         if self.requests >= self.max_requests:

@@ -60,10 +60,12 @@ async def serve(request: Request, kind: Kind) -> Response:
     gw = gateway(request)
     settings = gw.settings
     authorize(request, settings)
-    # Cheap refusals first: a draining or full server does not read, parse or tokenise.
+    raw = await read_body(request, settings.max_body_bytes)
+    # Cheap refusals first: a draining or full server does not parse or tokenise. The body
+    # is read all the same: a connection whose body was left unread is closed after the
+    # answer, and a client reusing it can meet the close (seen as transport errors).
     gw.lifecycle.check_admission()
     gw.admission.check_room()
-    raw = await read_body(request, settings.max_body_bytes)
     body: ChatCompletionRequest | CompletionRequest
     if kind == "chat":
         body = parse_body(ChatCompletionRequest, raw)
