@@ -148,7 +148,8 @@ async def test_plain_n_choices_and_exact_usage(scripted_app: Any, testbed_tokens
         return samples_of(tokens, *texts[: request.sampling.n])
 
     async with scripted_app(handler) as app:
-        assert isinstance(app.engine, Engine)  # the protocol the server types it by
+        engine: object = app.engine
+        assert isinstance(engine, Engine)  # the protocol the server types it by
         r = await app.client.post("/v1/chat/completions", json=_chat(app.model, n=2))
         assert r.status_code == 200, r.text
         body = r.json()
