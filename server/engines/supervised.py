@@ -50,7 +50,7 @@ class SupervisedEngine:
         self.tokens: ModelTokens = engine.tokens
         self.deaths = 0
         self.restarts = 0
-        self.restarting = False
+        self._restarting = False
         self._watch: asyncio.Task[None] | None = None
 
     @property
@@ -81,6 +81,12 @@ class SupervisedEngine:
         self._check()
         await self._engine.health()
 
+    @property
+    def restarting(self) -> bool:
+        """A new engine is being started, or (restart policy) the engine has died and the
+        watcher has not noticed yet: from the kill on, never "dead" for good."""
+        return self._restarting or (self._policy == "restart" and self._engine.dead)
+
     def _check(self) -> None:
         if self.restarting:
             raise BackendUnavailable(
@@ -92,7 +98,9 @@ class SupervisedEngine:
 
     @property
     def dead(self) -> bool:
-        return self._engine.dead
+        """Dead for good (the ``exit`` policy): ``/health`` says 503 so that a liveness
+        probe replaces the process. Under ``restart`` a dead engine is ``restarting``."""
+        return self._policy == "exit" and self._engine.dead
 
     async def aclose(self) -> None:
         if self._watch is not None:
@@ -115,7 +123,7 @@ class SupervisedEngine:
             await self._restart()
 
     async def _restart(self) -> None:
-        self.restarting = True
+        self._restarting = True
         started = time.monotonic()
         dead = self._engine
         try:
@@ -132,5 +140,5 @@ class SupervisedEngine:
                 log.exception("engine.restart_failed")
                 await asyncio.sleep(5.0)
         self.restarts += 1
-        self.restarting = False
+        self._restarting = False
         log.info("engine.restarted", seconds=round(time.monotonic() - started, 2))

@@ -111,6 +111,11 @@ async def test_restart_policy_swaps_in_a_new_engine() -> None:
     sup = SupervisedEngine(cast(Any, first), policy="restart", start=start, on_exit=lambda: None)
     sup.watch()
     first.dead = True
+    # At once, before the watcher's next poll: restarting (a 503 with Retry-After for
+    # requests), never dead for good (/health must not ask for the process to be replaced).
+    assert sup.restarting and not sup.dead
+    with pytest.raises(BackendUnavailable):
+        await sup.health()
     await asyncio.wait_for(started.wait(), 5)
     for _ in range(40):
         if sup.restarts:
