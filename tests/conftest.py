@@ -477,6 +477,31 @@ def hf_tokenizer(model_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
+@contextlib.contextmanager
+def uvicorn_in_thread(config: Any, wait_s: float = 30.0) -> Iterator[int]:
+    """Run ``uvicorn.Server(config)`` in a thread on a free loopback port (yielded) until
+    the block ends: real HTTP to an app in this process."""
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + wait_s
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
 # --- the fast tier: the real app over a scripted engine, no vLLM, no subprocess
 
 

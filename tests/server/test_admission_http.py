@@ -5,9 +5,7 @@ parsing the body, and the connection stays usable. The gateway's own app and uvi
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from conftest import uvicorn_in_thread
 
 from server.app import create_app
 from server.engines.scripted import ScriptedEngine, samples_of
@@ -49,27 +48,16 @@ def server(
     settings = Settings(
         reward_model="none", state_dir=str(tmp_path), max_inflight_requests=1, retry_after_s=2
     )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         create_app(settings, engine=engine),
         log_level="warning",
         http=header_timeout_protocol(10, http=request.param),
     )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", held
-    finally:
-        held.release.set()
-        srv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with uvicorn_in_thread(config) as port:
+        try:
+            yield f"http://127.0.0.1:{port}", held
+        finally:
+            held.release.set()  # before the server stops: it waits for the held request
 
 
 def test_a_full_server_refuses_before_parsing_the_body(server: tuple[str, Held]) -> None:

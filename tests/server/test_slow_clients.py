@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import select
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 import uvicorn
+from conftest import uvicorn_in_thread
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
@@ -46,28 +46,14 @@ def _app() -> FastAPI:
 @pytest.fixture(params=["httptools", "h11"])
 def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
     """uvicorn with the head-timeout protocol (``LIMIT_S``) on a loopback port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn.Config(
         _app(),
         lifespan="off",
         log_level="warning",
         http=header_timeout_protocol(LIMIT_S, http=request.param),
     )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
+    with uvicorn_in_thread(config, wait_s=10) as port:
         yield "127.0.0.1", port
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def _until_closed(sock: socket.socket, wait_s: float) -> tuple[bytes, float]:
