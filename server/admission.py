@@ -27,26 +27,24 @@ class Admission:
         competed for the CPU with the admitted ones (a 2-core box at 10x the cap
         answered about 80 refusals a second). ``acquire`` still decides."""
         if self.requests >= self.max_requests:
-            self._metrics.rejected.inc()
-            raise Overloaded(
-                f"server busy: {self.requests} requests in flight (cap {self.max_requests}); "
-                "retry later",
-                retry_after_s=self.retry_after_s,
-            )
+            raise self._refused()
 
     def acquire(self, samples: int) -> Slot:
         """One request slot and ``samples`` sample slots, until ``Slot.release()``."""
         if self.requests + 1 > self.max_requests or self.samples + samples > self.max_samples:
-            self._metrics.rejected.inc()
-            raise Overloaded(
-                f"server busy: {self.requests} requests and {self.samples} samples in flight "
-                f"(caps {self.max_requests} and {self.max_samples}); retry later",
-                retry_after_s=self.retry_after_s,
-            )
+            raise self._refused()
         self.requests += 1
         self.samples += samples
         self._sync()
         return Slot(self, samples)
+
+    def _refused(self) -> Overloaded:
+        self._metrics.rejected.inc()
+        return Overloaded(
+            f"server busy: {self.requests} requests and {self.samples} samples in flight "
+            f"(caps {self.max_requests} and {self.max_samples}); retry later",
+            retry_after_s=self.retry_after_s,
+        )
 
     def _release(self, samples: int) -> None:
         self.requests -= 1

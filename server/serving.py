@@ -61,9 +61,10 @@ async def serve(request: Request, kind: Kind) -> Response:
     settings = gw.settings
     authorize(request, settings)
     raw = await read_body(request, settings.max_body_bytes)
-    # Cheap refusals first: a draining or full server does not parse or tokenise. The body
-    # is read all the same: a connection whose body was left unread is closed after the
-    # answer, and a client reusing it can meet the close (seen as transport errors).
+    # Cheap refusals first: a draining (503 with Retry-After) or full server does not parse
+    # or tokenise (a drain that starts later still waits for, or aborts, what it admits).
+    # The body is read all the same: a connection whose body was left unread is closed
+    # after the answer, and a client reusing it can meet the close (transport errors).
     gw.lifecycle.check_admission()
     gw.admission.check_room()
     body: ChatCompletionRequest | CompletionRequest
@@ -102,7 +103,6 @@ async def serve(request: Request, kind: Kind) -> Response:
         options=body.options(),
     )
     strategy.validate(sreq, gw.engine)
-    gw.lifecycle.check_admission()  # draining: 503 with Retry-After
     await gw.engine.health()
     slot = gw.admission.acquire(max(body.n, budget.samples or 1))
     ctx = StrategyContext(engine=gw.engine, request=sreq, resources=gw.resources)
