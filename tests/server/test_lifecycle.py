@@ -241,7 +241,14 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
     # Streams, so that the test knows when they are admitted (first bytes).
     short = [_body(model, stream=True, max_tokens=24) for _ in range(2)]
     outcomes, join = _in_flight(url, short + endless)
-    _wait_streams_admitted(short + endless, outcomes)
+    # Act once the short ones are in and one long stream runs: waiting for every long one
+    # let the first ones finish before the last was admitted (CI: the drain found none).
+    _wait_streams_admitted(short, outcomes[:2])
+    deadline = time.monotonic() + 60
+    long_streams = [o for b, o in zip(endless, outcomes[2:], strict=True) if b["stream"]]
+    while not any(o.first_byte_s is not None and o.ended_s is None for o in long_streams):
+        assert time.monotonic() < deadline, "no long stream running"
+        time.sleep(0.05)
     group = psutil.Process(server.process.pid).children(recursive=True)  # engine et al.
     signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
