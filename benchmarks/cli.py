@@ -23,6 +23,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "reward-ranking": ("benchmarks.reward_within_question", "reward AUROC within one question"),
     "remote": ("benchmarks.remote", "gateway hop cost, one vs two vLLM replicas"),
     "reliability": ("benchmarks.reliability", "overload, faults, drain, restarts, fuzz, soak"),
+    "engine-wait": ("benchmarks.engine_wait", "vLLM's 1 s engine spin vs 1 ms, on CPU"),
 }
 
 

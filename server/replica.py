@@ -11,7 +11,9 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   then answers budget-guidance requests with a 503, as locally);
 * the token-in/token-out routes (``--enable-scale-out``);
 * on CPU, no chunked prefill (a seeded request with a chunked prefill kills the CPU
-  engine, VLLM-NOTES.md section 4) and float32, unless the arguments say otherwise.
+  engine, VLLM-NOTES.md section 4) and float32, unless the arguments say otherwise, and
+  a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
+  ``kernels/engine_wait.py``) unless the environment sets one.
 
 It prints the exact command, then becomes that process (``exec``), so a team can copy
 the flags into its own deployment. Arguments it does not know go to vLLM's server.
@@ -27,6 +29,7 @@ import sys
 from collections.abc import Sequence
 
 import testbed
+from kernels import engine_wait
 from kernels.processors import Runner, spec_for
 
 # What `thinkgate serve` uses for the testbed model, so a gateway and its replicas agree.
@@ -120,10 +123,16 @@ def main(argv: Sequence[str]) -> int:
     args, rest = parser.parse_known_args(list(argv))
     processors = [p.strip() for p in args.processors.split(",") if p.strip()]
     cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
-    print(shlex.join(cmd), flush=True)
-    if args.dry_run:
-        return 0
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # vLLM's engine processes spin a whole core while they wait for each other: on a CPU
+    # host that core is taken from the work (kernels/engine_wait.py).
+    shown: list[str] = []
+    if engine_wait.ENV not in env and _on_cpu():
+        env[engine_wait.ENV] = f"{engine_wait.CPU_DEFAULT_MS:g}"
+        shown = [f"{engine_wait.ENV}={env[engine_wait.ENV]}"]
+    print(shlex.join([*shown, *cmd]), flush=True)
+    if args.dry_run:
+        return 0
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached

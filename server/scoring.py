@@ -76,6 +76,7 @@ async def _reward_model(settings: Settings, stack: AsyncExitStack) -> SequenceSc
         max_num_seqs=settings.max_num_seqs,
         gpu_memory_utilization=settings.reward_gpu_memory_utilization,
         seed=settings.seed,
+        spin_ms=settings.engine_spin_ms,
     )
     stack.push_async_callback(engine.aclose)
     log.info("scoring.reward.local", path=str(path))

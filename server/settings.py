@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     max_num_batched_tokens: int | None = None
     """Local engine; None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
     request with a chunked prefill crashes the CPU engine)."""
+    engine_spin_ms: float | None = Field(default=None, ge=0)
+    """Local engine: milliseconds vLLM's engine processes spin waiting for each other's next
+    step before they sleep; None: 1 on a CPU host (vLLM's 1000 there takes a core from the
+    work), vLLM's own elsewhere. vLLM's processes read it from THINKGATE_ENGINE_SPIN_MS."""
     enforce_eager: bool = True
     """Local engine: no CUDA graphs / compilation (what CPU needs; off on GPU for speed)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
@@ -250,6 +254,7 @@ class Settings(BaseSettings):
             max_num_seqs=self.max_num_seqs,
             batched_tokens=self.batched_tokens,
             enforce_eager=self.enforce_eager,
+            engine_spin_ms=self.engine_spin_ms,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
             seed=self.seed,
@@ -308,6 +313,7 @@ class LocalEngineSettings:
     max_num_seqs: int
     batched_tokens: int
     enforce_eager: bool
+    engine_spin_ms: float | None
     gpu_memory_utilization: float
     tensor_parallel_size: int
     seed: int

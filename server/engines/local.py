@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
+from kernels import engine_wait
 from kernels.processors import Runner, spec_for
 from server.engines.tokens import TokenizerTokens
 from server.engines.vllm_errors import map_vllm_errors
@@ -157,6 +158,7 @@ class LocalEngine:
         args.logits_processors = cast(Any, processors) or None
         names = {processor_name(c) for c in processors}
         _select_guidance_model(args, settings.model_path, names)
+        engine_wait.export(local.engine_spin_ms)
         log.info("engine.starting", model=settings.model_path, processors=local.logits_processors)
         llm = AsyncLLM.from_engine_args(args)
         return cls(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kernels import engine_wait
 from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.vllm_errors import map_vllm_errors
 from strategies.errors import BackendError, BackendUnavailable
@@ -48,6 +49,7 @@ class RewardEngine:
         max_num_seqs: int = 64,
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
+        spin_ms: float | None = None,
     ) -> RewardEngine:
         """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
 
@@ -70,6 +72,7 @@ class RewardEngine:
             disable_log_stats=True,
         )
         log.info("reward.starting", model=model)
+        engine_wait.export(spin_ms)
         llm = AsyncLLM.from_engine_args(args)
         return cls(llm, model=model, max_model_len=max_model_len)
 

@@ -4,6 +4,7 @@ test_remote_engine.py and test_remote_fallback.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,7 @@ def test_cli_prints_the_exact_command() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "server.cli", "replica", "--dry-run", "--port", "8123"],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "THINKGATE_ENGINE_SPIN_MS"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -80,4 +82,7 @@ def test_cli_prints_the_exact_command() -> None:
     )
     line = done.stdout.strip().splitlines()[-1]
     assert "vllm.entrypoints.openai.api_server" in line and line.endswith("--port 8123")
+    # On CPU the engine processes get the short spin (kernels/engine_wait.py), shown so
+    # that a team copying the command gets it too.
+    assert line.startswith("THINKGATE_ENGINE_SPIN_MS=1 ")
     assert "--enable-scale-out" in line and "kernels.vllm_v1:ElasticLogitsProcessor" in line

@@ -1,0 +1,160 @@
+"""``thinkgate bench engine-wait``: vLLM's 1 s engine spin against thinkgate's 1 ms, on CPU.
+
+The gateway is started alternately with ``--engine-spin-ms 1000`` (vLLM's own behaviour)
+and ``--engine-spin-ms 1`` (thinkgate's CPU default, ``kernels/engine_wait.py``), pairs
+A B A B. Each server gets the same load: requests one at a time, then ``--concurrency``
+clients (half streaming, half JSON, 64 tokens each with ``ignore_eos``). Reported per
+run: latency p50/p99/max, wall time for the batch, and the CPU the vLLM engine processes
+used; then the paired ratios (short spin / vLLM's), median and range.
+
+Writes ``benchmarks/results/engine-wait.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import psutil
+
+from benchmarks.reliability import RESULTS, Server, body, pct, running
+from benchmarks.servers import machine
+
+MD_PATH = RESULTS / "engine-wait.md"
+JSON_PATH = RESULTS / "engine-wait.json"
+SPINS_MS = (1000.0, 1.0)
+
+
+async def _timed(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+        r.raise_for_status()
+        async for _ in r.aiter_bytes():
+            pass
+    return time.perf_counter() - started
+
+
+async def _load(url: str, concurrency: int, count: int) -> tuple[list[float], float]:
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> float:
+            async with gate:
+                return await _timed(client, url, body(stream=i % 2 == 0, max_tokens=64))
+
+        started = time.perf_counter()
+        latencies = await asyncio.gather(*(one(i) for i in range(count)))
+        return list(latencies), time.perf_counter() - started
+
+
+def _engine_cpu_s(server: Server) -> float:
+    total = 0.0
+    for p in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            if p.name().startswith("VLLM::"):
+                total += sum(p.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
+    flags = ("--engine-spin-ms", f"{spin_ms:g}", "--max-inflight-requests", "64")
+    with running(f"engine-wait-{spin_ms:g}", *flags) as server:
+        alone, _ = asyncio.run(_load(server.url, 1, args.alone))
+        asyncio.run(_load(server.url, args.concurrency, 2 * args.concurrency))  # warm-up
+        cpu_before = _engine_cpu_s(server)
+        loaded, wall = asyncio.run(_load(server.url, args.concurrency, args.requests))
+        cpu = _engine_cpu_s(server) - cpu_before
+    return {
+        "spin_ms": spin_ms,
+        "alone_p50_s": pct(alone, 0.5),
+        "alone_p99_s": pct(alone, 0.99),
+        "p50_s": pct(loaded, 0.5),
+        "p99_s": pct(loaded, 0.99),
+        "max_s": max(loaded),
+        "wall_s": wall,
+        "engine_cpu_share": cpu / wall,
+    }
+
+
+def report(runs: list[dict[str, float]], args: argparse.Namespace, command: str) -> str:
+    keys = ("alone_p50_s", "alone_p99_s", "p50_s", "p99_s", "max_s", "wall_s", "engine_cpu_share")
+    lines = [
+        "# vLLM engine spin: 1000 ms (vLLM's own) vs 1 ms (thinkgate's CPU default)",
+        "",
+        f"`{command}` on {machine()}; testbed `base`, vLLM 0.32 CPU; "
+        f"{args.requests} requests at concurrency {args.concurrency} "
+        "(half streaming, half JSON, 64 tokens, `ignore_eos`) after a warm-up; "
+        f"'alone': {args.alone} requests one at a time. `engine_cpu_share`: CPU seconds of "
+        "the vLLM engine processes per second of the loaded batch (1.0 = one core).",
+        "",
+        "| run | spin ms | " + " | ".join(keys) + " |",
+        "|---|---|" + "---|" * len(keys),
+    ]
+    for i, r in enumerate(runs, 1):
+        cells = " | ".join(f"{r[k]:.2f}" for k in keys)
+        lines.append(f"| {i} | {r['spin_ms']:g} | {cells} |")
+    lines += ["", "Paired ratios, 1 ms / 1000 ms (median, min-max over pairs):", ""]
+    lines += ["| figure | median | min | max |", "|---|---|---|---|"]
+    for k in (
+        "alone_p50_s",
+        "alone_p99_s",
+        "p50_s",
+        "p99_s",
+        "max_s",
+        "wall_s",
+        "engine_cpu_share",
+    ):
+        ratios = [
+            short[k] / long[k]
+            for long, short in zip(runs[0::2], runs[1::2], strict=True)
+            if long[k] > 0
+        ]
+        if ratios:
+            med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
+            lines.append(f"| {k} | {med:.2f} | {lo:.2f} | {hi:.2f} |")
+    lines += [
+        "",
+        "The trade: a lone request waits for a wake-up at every step instead of spinning "
+        "through it (slower alone); under concurrent load the freed core goes to the model, "
+        "the gateway and the clients. `--engine-spin-ms 1000` restores vLLM's behaviour.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def rewrite(args: argparse.Namespace, command: str) -> None:
+    """Rebuild the table from the saved runs (after a change to the report only)."""
+    runs = json.loads(JSON_PATH.read_text())["runs"]
+    MD_PATH.write_text(report(runs, args, command))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="thinkgate bench engine-wait", description=__doc__)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=96)
+    parser.add_argument("--alone", type=int, default=10)
+    args = parser.parse_args(argv)
+    command = "thinkgate bench engine-wait " + " ".join(argv or [])
+    runs: list[dict[str, float]] = []
+    for pair in range(args.pairs):
+        for spin in SPINS_MS:
+            runs.append(measure(spin, args))
+            print(f"pair {pair + 1} spin {spin:g} ms: {runs[-1]}", flush=True)
+    text = report(runs, args, command.strip())
+    MD_PATH.write_text(text)
+    JSON_PATH.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=2) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
