@@ -6,6 +6,7 @@ server's engine processes are checked in ``tests/server/test_engine_wait_live.py
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -70,8 +71,6 @@ def test_export_names_the_spin_for_the_engine_processes(monkeypatch: pytest.Monk
     monkeypatch.delenv(engine_wait.ENV, raising=False)
     engine_wait.export(None)  # this suite runs on CPU: the CPU default
     assert engine_wait.CPU_DEFAULT_MS == 1.0
-    import os
-
     assert os.environ[engine_wait.ENV] == "1"
     engine_wait.export(250)
     assert os.environ[engine_wait.ENV] == "250"
