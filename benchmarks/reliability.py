@@ -5,9 +5,10 @@ Sections (``--only a,b``; default: all but ``soak``), each against its own
 
 - ``fuzz``: schemathesis against the server's own ``/openapi.json`` (``--fuzz-cases``):
   no 5xx, and the engine still serves afterwards.
-- ``overload``: 10x the admission cap in concurrent streaming and JSON clients: only
-  200s and 429s (with Retry-After); admitted p99 latency as a ratio to the same requests
-  unloaded (one at a time) and at the cap without excess traffic; gauges back to 0.
+- ``overload``: 10x the admission cap in concurrent streaming and JSON clients, once
+  honouring Retry-After and once retrying at once: only 200s and 429s (with
+  Retry-After); admitted p99 latency as a ratio to the same requests unloaded (one at a
+  time) and at the cap without excess traffic; gauges back to 0.
 - ``storm``: three storms of 200 clients that leave mid-stream (plain n=8,
   self-consistency 16, PETS): seconds until in-flight and engine gauges are 0, and the
   gateway's memory after each storm.
@@ -262,24 +263,30 @@ def section_fuzz(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _excess(url: str, clients: int, seconds: float, out: Any) -> None:
+async def _keep_asking(url: str, clients: int, seconds: float, *, honour: bool) -> list[Outcome]:
+    """``clients`` loops asking until ``seconds`` pass; half stream. ``honour``: a 429
+    waits its Retry-After before the next try (as the OpenAI SDK does); otherwise the
+    client asks again at once."""
+    stop_at = time.monotonic() + seconds
+    outcomes: list[Outcome] = []
+    async with client() as c:
+
+        async def loop(i: int) -> None:
+            while time.monotonic() < stop_at:
+                got = await ask(c, url, body(stream=i % 2 == 0, max_tokens=64))
+                outcomes.append(got)
+                if honour and got.status == 429 and got.retry_after:
+                    await asyncio.sleep(float(got.retry_after))
+
+        await asyncio.gather(*(loop(i) for i in range(clients)))
+    return outcomes
+
+
+def _excess(url: str, clients: int, seconds: float, honour: bool, out: Any) -> None:
     """The overload's excess clients, in a process of their own: in the measuring
     process, 80 clients retrying at once also starved its event loop, and their wait
     was counted as the server's latency. Sends a summary of what they got to ``out``."""
-
-    async def go() -> list[Outcome]:
-        stop_at = time.monotonic() + seconds
-        outcomes: list[Outcome] = []
-        async with client() as c:
-
-            async def hammer(i: int) -> None:
-                while time.monotonic() < stop_at:
-                    outcomes.append(await ask(c, url, body(stream=i % 2 == 0, max_tokens=64)))
-
-            await asyncio.gather(*(hammer(i) for i in range(clients)))
-        return outcomes
-
-    got = asyncio.run(go())
+    got = asyncio.run(_keep_asking(url, clients, seconds, honour=honour))
     out.put(
         {
             "statuses": dict(Counter(str(o.status) for o in got)),
@@ -290,14 +297,19 @@ def _excess(url: str, clients: int, seconds: float, out: Any) -> None:
     )
 
 
+OVERLOAD_MODES = {"honouring": True, "hammering": False}
+
+
 def section_overload(args: argparse.Namespace) -> dict[str, Any]:
-    """10x the cap: ``probes`` clients measured here, the rest (the excess) in another
-    process; both retry at once on a 429. Admitted latency is the probes' (a lightly
-    loaded client loop), compared with the same requests one at a time and at the cap
-    with no excess traffic."""
+    """10x the cap, twice: clients that honour Retry-After (``honouring``, what the
+    OpenAI SDK does) and clients that retry at once on a 429 (``hammering``). ``probes``
+    clients are measured here, the rest (the excess) run in another process. Admitted
+    latency is the probes' (a lightly loaded client loop), compared with the same
+    requests one at a time (unloaded) and at the cap with no excess traffic."""
     import multiprocessing
 
     cap, probes = 8, 16
+    result: dict[str, Any] = {"cap": cap, "clients": 10 * cap, "probe_clients": probes}
     with running("overload", "--max-inflight-requests", str(cap)) as server:
 
         async def alone_and_capped() -> tuple[list[Outcome], list[Outcome]]:
@@ -313,59 +325,45 @@ def section_overload(args: argparse.Namespace) -> dict[str, Any]:
                 return alone, list(await asyncio.gather(*(at_cap(b) for b in one * 3)))
 
         alone, capped = asyncio.run(alone_and_capped())
+        p99_alone = pct([o.latency_s for o in alone], 0.99)
+        p99_cap = pct([o.latency_s for o in capped], 0.99)
+        result |= {
+            "seconds": args.overload_s,
+            "p50_alone_s": pct([o.latency_s for o in alone], 0.5),
+            "p99_alone_s": p99_alone,
+            "p50_at_cap_s": pct([o.latency_s for o in capped], 0.5),
+            "p99_at_cap_s": p99_cap,
+        }
         ctx = multiprocessing.get_context("spawn")
-        results = ctx.Queue()
-        excess = ctx.Process(
-            target=_excess, args=(server.url, 10 * cap - probes, args.overload_s, results)
-        )
-        excess.start()
-
-        async def probe() -> list[Outcome]:
-            stop_at = time.monotonic() + args.overload_s
-            outcomes: list[Outcome] = []
-            async with client() as c:
-
-                async def one(i: int) -> None:
-                    while time.monotonic() < stop_at:
-                        outcomes.append(
-                            await ask(c, server.url, body(stream=i % 2 == 0, max_tokens=64))
-                        )
-
-                await asyncio.gather(*(one(i) for i in range(probes)))
-            return outcomes
-
-        probed = asyncio.run(probe())
-        other = results.get(timeout=600)
-        excess.join(timeout=60)
-        settle_s = settle(server)
-        lag = loop_lag_p99_s(server)
-    ok = [o.latency_s for o in probed if o.status == 200]
-    statuses = Counter(str(o.status) for o in probed) + Counter(other["statuses"])
-    p99, p99_alone = pct(ok, 0.99), pct([o.latency_s for o in alone], 0.99)
-    p99_cap = pct([o.latency_s for o in capped], 0.99)
-    return {
-        "cap": cap,
-        "clients": 10 * cap,
-        "probe_clients": probes,
-        "seconds": args.overload_s,
-        "statuses": dict(sorted(statuses.items())),
-        "429_without_retry_after": other["429_without_retry_after"]
-        + sum(1 for o in probed if o.status == 429 and not o.retry_after),
-        "incomplete_200": other["incomplete_200"]
-        + sum(1 for o in probed if o.status == 200 and not o.done),
-        "p50_alone_s": pct([o.latency_s for o in alone], 0.5),
-        "p99_alone_s": p99_alone,
-        "p50_at_cap_s": pct([o.latency_s for o in capped], 0.5),
-        "p99_at_cap_s": p99_cap,
-        "probes_admitted": len(ok),
-        "p50_admitted_s": pct(ok, 0.5),
-        "p99_admitted_s": p99,
-        "p99_admitted_vs_at_cap": p99 / p99_cap,
-        "p99_admitted_vs_alone": p99 / p99_alone,
-        "p99_excess_admitted_s": pct(other["latencies_200"], 0.99),
-        "settle_s": settle_s,
-        "loop_lag_p99_le_s": lag,
-    }
+        for mode, honour in OVERLOAD_MODES.items():
+            results = ctx.Queue()
+            excess = ctx.Process(
+                target=_excess,
+                args=(server.url, 10 * cap - probes, args.overload_s, honour, results),
+            )
+            excess.start()
+            probed = asyncio.run(_keep_asking(server.url, probes, args.overload_s, honour=honour))
+            other = results.get(timeout=600)
+            excess.join(timeout=60)
+            ok = [o.latency_s for o in probed if o.status == 200]
+            statuses = Counter(str(o.status) for o in probed) + Counter(other["statuses"])
+            p99 = pct(ok, 0.99)
+            result[mode] = {
+                "statuses": dict(sorted(statuses.items())),
+                "429_without_retry_after": other["429_without_retry_after"]
+                + sum(1 for o in probed if o.status == 429 and not o.retry_after),
+                "incomplete_200": other["incomplete_200"]
+                + sum(1 for o in probed if o.status == 200 and not o.done),
+                "probes_admitted": len(ok),
+                "p50_admitted_s": pct(ok, 0.5),
+                "p99_admitted_s": p99,
+                "p99_admitted_vs_alone": p99 / p99_alone,
+                "p99_admitted_vs_at_cap": p99 / p99_cap,
+                "p99_excess_admitted_s": pct(other["latencies_200"], 0.99),
+                "settle_s": settle(server),
+            }
+        result["loop_lag_p99_le_s"] = loop_lag_p99_s(server)
+    return result
 
 
 def section_storm(args: argparse.Namespace) -> dict[str, Any]:
@@ -495,8 +493,10 @@ def section_drain(args: argparse.Namespace) -> dict[str, Any]:
         "drain_timeout_s": drain_s,
         "ends": dict(kinds),
         "other": sum(v for k, v in kinds.items() if k not in ("completed", "shutting_down")),
+        "last_answer_after_sigterm_s": max(o.ended_at for o in outcomes) - signalled[0],
         "exit_status": code,
         "exit_after_sigterm_s": exited,
+        "exited_within_drain_timeout": exited <= drain_s,
     }
 
 
