@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import socket
 import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -27,6 +30,23 @@ TOOLS: dict[str, str] = {
     "bench": "benchmarks.cli:main",
     "replica": "server.replica:main",
 }
+
+
+def run() -> NoReturn:
+    """The ``thinkgate`` program. After ``serve`` has stopped (engines shut down, stores
+    closed, logs flushed) the process leaves without the interpreter's finalisation: it
+    spent about 2 s tearing down torch and vLLM's modules, time a drain's grace period
+    (``--drain-timeout-s``) is meant for."""
+    code = main()
+    if _served:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+_served = False  # set once ``serve`` ran a server: ``run`` may then skip finalisation
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,11 +98,15 @@ def serve(argv: Sequence[str]) -> int:
         port=settings.port,
         log_level=settings.log_level,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        # By then the drain has answered or aborted every request: what is left open
+        # is an idle or slow connection, not worth more of the drain's grace period.
+        timeout_graceful_shutdown=2,
         # uvicorn bounds nothing of a request head: a silent client would hold a slot.
         http=header_timeout_protocol(settings.header_read_timeout_s),
     )
     server = DrainingServer(config, lifecycle)
+    global _served
+    _served = True
     server.run(sockets=[sock])
     if not server.started:
         # The lifespan failed (engine or servers refused): say so to the supervisor.
@@ -169,4 +193,4 @@ def _usage() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

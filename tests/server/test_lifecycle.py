@@ -171,7 +171,7 @@ def _orphan(p: psutil.Process, base_url: str) -> bool:
 def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
     """One server for the restart test, then the drain test (which ends it)."""
     return start_gateway_for_module(
-        "--on-engine-death", "restart", "--drain-timeout-s", "3", "--sse-keepalive-s", "0.3"
+        "--on-engine-death", "restart", "--drain-timeout-s", "8", "--sse-keepalive-s", "0.3"
     )
 
 
@@ -233,7 +233,8 @@ def test_engine_death_restart_policy_serves_again(restartable: Any) -> None:
 def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> None:
     server = restartable  # after the restart test: the drain also works on a new engine
     url, model = server.base_url, server.model
-    # Far longer than the 3 s drain: 96 samples of 440 tokens queue behind 64 sequences.
+    # Far longer than the drain (8 s, aborting at 4 s): 96 samples of 440 tokens queue
+    # behind 64 sequences.
     endless = [
         _body(model, stream=s, max_tokens=440, strategy="self-consistency", samples=16)
         for s in (False, True, True, False, True, True)
@@ -255,7 +256,7 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
     time.sleep(0.3)
     # The three at once: under this load the box may answer a new connection only seconds
     # later (measured: up to 5 s for /health on 2 cores, the loop itself not stalled), by
-    # when a drain of 3 s is over. Connections made during the drain are still answered;
+    # when the drain could be over. Connections made during the drain are still answered;
     # ones made after it met a closed listener when these were sent one after another.
     with ThreadPoolExecutor(3) as pool:
         new = pool.submit(
@@ -281,7 +282,10 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
         assert o.status in (200, 503), o
     assert any(o.error_code == "shutting_down" for o in outcomes[2:]), outcomes
     assert server.process.wait(timeout=30) == 0
-    assert time.monotonic() - signalled < 3 + 15
+    # Gone within the drain timeout: the drain keeps its last 4 s for aborting and
+    # stopping the engines (2.3 s measured). The 1 s over is this test's own slack: on
+    # the starved box its threads see the exit late.
+    assert time.monotonic() - signalled < 8 + 1
     # multiprocessing's resource tracker (a plain `python` child) cleans up after its
     # parent has exited, so it may outlive it by a moment; nothing may stay for long.
     deadline = time.monotonic() + 10

@@ -6,6 +6,7 @@ The end-to-end versions (real vLLM, real signals) are in test_lifecycle.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, cast
 
 import pytest
@@ -45,6 +46,25 @@ async def test_drain_time_up_aborts_what_is_left() -> None:
     inflight[0] = 0  # the aborted request answered
     await asyncio.wait_for(stopped.wait(), 2)
     assert life.exit_code == 0
+
+
+async def test_drain_aborts_early_enough_to_exit_within_the_timeout() -> None:
+    # 10 s: in-flight work runs 6 s, the last 4 s are kept for aborting and stopping.
+    assert Lifecycle(drain_timeout_s=10, retry_after_s=1).teardown_reserve_s == 4.0
+    assert Lifecycle(drain_timeout_s=60, retry_after_s=1).teardown_reserve_s == 4.0
+    assert Lifecycle(drain_timeout_s=2, retry_after_s=1).teardown_reserve_s == 1.0  # half
+    inflight = [1]  # never finishes by itself
+    stopped = asyncio.Event()
+    life = Lifecycle(drain_timeout_s=0.8, retry_after_s=1)
+    life.bind_stop(stopped.set)
+    life.bind_loop(asyncio.get_running_loop(), lambda: inflight[0])
+    t0 = time.monotonic()
+    life.request_drain()
+    await asyncio.wait_for(life.aborting, 2)
+    aborted_s = time.monotonic() - t0
+    assert 0.35 <= aborted_s < 0.6, aborted_s  # at 0.4 s (0.8 less half), not 0.8
+    await asyncio.wait_for(stopped.wait(), 2)  # the request never answers: stop anyway
+    assert time.monotonic() - t0 < 0.8  # the settle wait is half the reserve: 0.6 s
 
 
 async def test_engine_death_exit_code() -> None:
