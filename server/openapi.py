@@ -36,7 +36,8 @@ ERRORS: Final[dict[int, str]] = {
     429: "Over `--max-inflight-requests` or `--max-inflight-samples`; see `Retry-After`.",
     500: "The engine failed.",
     503: "The engine is starting, restarting or dead, or the server is draining "
-    "(`Retry-After` when waiting helps).",
+    "(`Retry-After` when waiting helps), or the request needs a resource this server has "
+    "not attached (`code: resource_unavailable`, e.g. a `reward` scorer).",
     504: "The request ran past `--request-timeout-s`.",
 }
 

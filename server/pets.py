@@ -3,7 +3,11 @@
 ``pets_resources`` is a ``server.resources`` builder. The table comes from the
 ``pets_table`` setting (``--pets-table FILE``; default: the testbed table shipped in
 ``strategies/pets/tables/``; ``none``: no table, the ``pets`` strategy then uses its
-adaptive fallback). A table that exists but does not parse fails start-up loudly.
+adaptive fallback). A table that exists but does not parse fails start-up loudly. A
+table is calibrated on one model (``calibration.model``): the default one, made on the
+testbed base model, is left out in front of any other model (logged; ``pets`` then
+samples adaptively); one named with ``--pets-table`` is used as told (a warning when it
+names another model).
 
 Batch jobs live in ``pets-batches.sqlite3`` under ``--state-dir`` (default
 ``$XDG_STATE_HOME/thinkgate`` or ``~/.local/state/thinkgate``) and survive restarts:
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import structlog
 
+import testbed
 from server.settings import Settings
 from strategies.engine import Engine
 from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
@@ -46,22 +51,9 @@ async def pets_resources(
     settings: Settings, engine: Engine, stack: AsyncExitStack
 ) -> Mapping[str, object]:
     items: dict[str, object] = {}
-    path = table_path(settings)
-    if path is None:
-        log.info("pets.table.disabled", fallback="adaptive")
-    elif path.exists():
-        table = PetsTable.load(path)
+    table = _table(settings, engine)
+    if table is not None:
         items[TABLE_KEY] = table
-        log.info(
-            "pets.table.loaded",
-            path=str(path),
-            average_budget=table.average_budget,
-            budgets={b.pattern: b.budget for b in table.buckets},
-        )
-    elif settings.pets_table is not None:
-        raise RuntimeError(f"pets_table {path} does not exist")
-    else:
-        log.warning("pets.table.missing", path=str(path), fallback="adaptive")
     store = open_store(settings)
     stack.push_async_callback(store.aclose)
     jobs = BatchJobs(engine, store, lease_s=settings.batch_lease_s)
@@ -69,6 +61,55 @@ async def pets_resources(
     await jobs.start()
     items[JOBS_KEY] = jobs
     return items
+
+
+def _table(settings: Settings, engine: Engine) -> PetsTable | None:
+    """The online allocation table to attach, or None (logged why)."""
+    path = table_path(settings)
+    named = settings.pets_table is not None
+    if path is None:
+        log.info("pets.table.disabled", fallback="adaptive")
+        return None
+    if not path.exists():
+        if named:
+            raise RuntimeError(f"pets_table {path} does not exist")
+        log.warning("pets.table.missing", path=str(path), fallback="adaptive")
+        return None
+    table = PetsTable.load(path)
+    made_for = table.calibration.get("model")
+    if not made_for_served(made_for, settings, engine):
+        if not named:
+            log.warning(
+                "pets.table.other_model",
+                path=str(path),
+                made_for=made_for,
+                served=engine.model_name,
+                fallback="adaptive",
+                hint="thinkgate calibrate pets --server URL --out FILE, then --pets-table FILE",
+            )
+            return None
+        log.warning("pets.table.named_for_other_model", made_for=made_for, served=engine.model_name)
+    log.info(
+        "pets.table.loaded",
+        path=str(path),
+        average_budget=table.average_budget,
+        budgets={b.pattern: b.budget for b in table.buckets},
+    )
+    return table
+
+
+def made_for_served(made_for: object, settings: Settings, engine: Engine) -> bool:
+    """Whether a table calibrated on ``made_for`` (a served model name or directory)
+    belongs to the served model. ``testbed-base`` is also the testbed base model's
+    directory named with ``--model``."""
+    if not isinstance(made_for, str):
+        return False  # a table that does not say: only when named explicitly
+    if made_for == engine.model_name:
+        return True
+    served = Path(settings.model_path).resolve()
+    if made_for == "testbed-base":
+        return served == testbed.model_path("base").resolve()
+    return served == Path(made_for).resolve()
 
 
 def open_store(settings: Settings) -> SqliteBatchStore:

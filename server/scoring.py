@@ -8,8 +8,11 @@
   in-process vLLM pooling engine on ``reward_model``, by default the testbed reward
   model), ``verifier`` when ``verifier_url`` is set.
 
-A default reward model whose directory is missing is left out (logged); one named
-explicitly that is missing fails start-up loudly.
+A default reward model whose directory is missing, or whose tokenizer is not the
+served model's (the testbed's in front of another model), is left out (logged: the
+default scorer is then ``logprob``); one named explicitly (``--reward-model``,
+``--reward-url``) that is missing or has another tokenizer fails start-up loudly,
+naming both models (``server.model_match``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import structlog
 
 import testbed
+from server import model_match
 from server.settings import Settings
 from strategies.engine import Engine
 from strategies.sampling import DEFAULTS_KEY, SamplingDefaults
@@ -51,8 +55,20 @@ def reward_model_path(settings: Settings) -> Path | None:
     return Path(value)
 
 
-async def _reward_model(settings: Settings, stack: AsyncExitStack) -> SequenceScorer | None:
+async def _reward_model(
+    settings: Settings, engine: Engine, stack: AsyncExitStack
+) -> SequenceScorer | None:
+    policy = model_match.probe_ids(engine.tokens.encode)
     if settings.reward_url:
+        seen = model_match.remote_probe(settings.reward_url, timeout_s=settings.scorer_timeout_s)
+        if seen is None:
+            log.warning("scoring.reward.unchecked", url=settings.reward_url, why="no /tokenize")
+        elif not model_match.same_tokenizer(policy, seen[0]):
+            raise model_match.mismatch(
+                "the reward server's model",
+                f"{seen[1]!r} at {settings.reward_url}",
+                engine.model_name,
+            )
         remote = RemoteClassify(settings.reward_url, timeout_s=settings.scorer_timeout_s)
         stack.push_async_callback(remote.aclose)
         log.info("scoring.reward.remote", url=settings.reward_url)
@@ -66,9 +82,21 @@ async def _reward_model(settings: Settings, stack: AsyncExitStack) -> SequenceSc
             raise RuntimeError(f"reward_model {path} has no config.json")
         log.warning("scoring.reward.missing", path=str(path))
         return None
+    theirs = model_match.local_probe(path, trust_remote_code=settings.trust_remote_code)
+    if not model_match.same_tokenizer(policy, theirs):
+        if settings.reward_model is not None:
+            raise model_match.mismatch("reward_model", str(path), engine.model_name)
+        # The default (the testbed's reward model) in front of another model: leave it out.
+        log.warning(
+            "scoring.reward.other_tokenizer",
+            path=str(path),
+            served=engine.model_name,
+            hint="--reward-model DIR or --reward-url URL with the served model's tokenizer",
+        )
+        return None
     from server.engines.reward import RewardEngine
 
-    engine = RewardEngine.start(
+    reward = RewardEngine.start(
         str(path),
         max_model_len=settings.max_model_len,
         dtype=settings.dtype,
@@ -78,16 +106,16 @@ async def _reward_model(settings: Settings, stack: AsyncExitStack) -> SequenceSc
         seed=settings.seed,
         spin_ms=settings.engine_spin_ms,
     )
-    stack.push_async_callback(engine.aclose)
+    stack.push_async_callback(reward.aclose)
     log.info("scoring.reward.local", path=str(path))
-    return engine
+    return reward
 
 
 async def sampling_resources(
     settings: Settings, engine: Engine, stack: AsyncExitStack
 ) -> Mapping[str, object]:
     scorers: list[Scorer] = [MeanLogprob()]
-    model = await _reward_model(settings, stack)
+    model = await _reward_model(settings, engine, stack)
     if model is not None:
         max_len = getattr(model, "max_model_len", None)
         scorers.append(

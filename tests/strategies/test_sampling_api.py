@@ -385,7 +385,6 @@ def test_streaming_through_the_sdk(openai_client: Any) -> None:
         ("best-of-majority", {"X-Budget-Samples": "4"}, {"alpha": 2}, "alpha"),
         ("best-of-majority", {"X-Budget-Samples": "4"}, {"alpha": "high"}, "alpha"),
         ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "oracle"}, "scorer"),
-        ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "verifier"}, "scorer"),
         ("self-consistency", {"X-Budget-Samples": "4"}, {"scorer": "reward"}, "scorer"),
         ("best-of-n", {"X-Budget-Samples": "4"}, {"alpha": 0.1}, "alpha"),
         ("self-consistency", {"X-Budget-Samples": "2", "X-Budget-K": "3"}, {}, "k"),
@@ -404,6 +403,21 @@ def test_bad_requests_are_400(
     assert err.value.status_code == 400
     error: Any = err.value.body or {}
     assert param in (error.get("param") or "").lower()
+
+
+def test_a_scorer_the_server_lacks_is_a_503_naming_the_flag(openai_client: Any) -> None:
+    # The request is right; the server has no verifier: not the client's fault (no 400).
+    with pytest.raises(openai.InternalServerError) as err:
+        openai_client.with_options(max_retries=0).chat.completions.create(
+            model="testbed-base",
+            messages=[{"role": "user", "content": HARD[0].prompt}],
+            extra_headers={"X-Strategy": "best-of-n", "X-Budget-Samples": "4"},
+            extra_body={"scorer": "verifier"},
+        )
+    assert err.value.status_code == 503
+    error: Any = err.value.body or {}
+    assert error["code"] == "resource_unavailable" and error["param"] == "scorer"
+    assert "--verifier-url" in error["message"]
 
 
 @pytest.mark.acceptance
