@@ -8,7 +8,7 @@ Responses are built as plain dicts in ``server/render.py`` (orjson on the hot pa
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -176,7 +176,24 @@ class ChatCompletionRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str | Annotated[list[int], Field(min_length=1)]
+    # As in OpenAI's API: one prompt (text or token ids) or a list of them, answered as
+    # one response whose choices come prompt by prompt (lm-eval batches this way).
+    prompt: (
+        str
+        | Annotated[list[int], Field(min_length=1)]
+        | Annotated[list[str], Field(min_length=1)]
+        | Annotated[list[Annotated[list[int], Field(min_length=1)]], Field(min_length=1)]
+    )
+
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, one or many, in order."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [cast(list[int], p)]
+        return list(cast(list[str] | list[list[int]], p))
 
 
 def parse_body(model: type[M], raw: bytes) -> M:

@@ -12,6 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
@@ -35,7 +36,7 @@ from server.streaming import (
     StreamRun,
     sse_body,
 )
-from strategies.base import Final, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.base import Choice, Final, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.engine import SamplingConfig
 from strategies.errors import (
     BackendError,
@@ -89,23 +90,41 @@ async def serve(request: Request, kind: Kind) -> Response:
     strategy = gw.registry.get(name)
     if body.n > settings.max_n:
         raise InvalidRequest(f"n is {body.n}; this server's cap is {settings.max_n}", param="n")
-    prompt_ids = _prompt_ids(gw, body)
-    sreq = StrategyRequest(
-        # Engine ids are ours and unique: the client's X-Request-Id is for logs and the
-        # response header only (two clients sending one id must not abort each other).
-        request_id=f"{rid[:64]}-{uuid.uuid4().hex[:16]}",
-        prompt_token_ids=prompt_ids,
-        thinking_open=thinking_open_after(prompt_ids, gw.engine.tokens),
-        n=body.n,
-        sampling=_sampling(gw, body, len(prompt_ids)),
-        budget=budget,
-        stream=body.stream,
-        options=body.options(),
-    )
-    strategy.validate(sreq, gw.engine)
+    prompts = _prompts(gw, body)
+    if len(prompts) > 1 and body.stream:
+        raise InvalidRequest(
+            "stream with a list of prompts is not supported; stream one prompt per request "
+            "or send the list without stream",
+            param="stream",
+        )
+    per_prompt = max(body.n, budget.samples or 1)
+    if per_prompt * len(prompts) > settings.max_inflight_samples:
+        raise InvalidRequest(
+            f"{len(prompts)} prompts x {per_prompt} samples exceed this server's "
+            f"{settings.max_inflight_samples} samples in flight; send fewer prompts at once",
+            param="prompt",
+        )
+    sreqs = [
+        StrategyRequest(
+            # Engine ids are ours and unique: the client's X-Request-Id is for logs and the
+            # response header only (two clients sending one id must not abort each other).
+            request_id=f"{rid[:64]}-{uuid.uuid4().hex[:16]}",
+            prompt_token_ids=prompt_ids,
+            thinking_open=thinking_open_after(prompt_ids, gw.engine.tokens),
+            n=body.n,
+            sampling=_sampling(gw, body, len(prompt_ids)),
+            budget=budget,
+            stream=body.stream,
+            options=body.options(),
+        )
+        for prompt_ids in prompts
+    ]
+    for sreq in sreqs:
+        strategy.validate(sreq, gw.engine)
     await gw.engine.health()
-    slot = gw.admission.acquire(max(body.n, budget.samples or 1))
-    ctx = StrategyContext(engine=gw.engine, request=sreq, resources=gw.resources)
+    slot = gw.admission.acquire(per_prompt * len(prompts))
+    ctxs = [StrategyContext(engine=gw.engine, request=r, resources=gw.resources) for r in sreqs]
+    ctx = ctxs[0]
     env = Envelope.new(kind, rid, gw.engine.model_name, name, budget)
     headers = response_headers(request)
     route = route_label(request)
@@ -113,7 +132,8 @@ async def serve(request: Request, kind: Kind) -> Response:
 
     if not body.stream:
         try:
-            final = await until_disconnect(request, _drain(strategy.run(ctx)), timeout, gw)
+            runs = [strategy.run(c) for c in ctxs]
+            final = await until_disconnect(request, _drain_all(runs), timeout, gw)
         finally:
             slot.release()
         gw.metrics.record_final(name, final)
@@ -245,6 +265,33 @@ async def _disconnected(request: Request) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Final:
+    """One prompt's result, or several run side by side and merged (a prompt list):
+    their choices in prompt order, indexed on from the previous prompt's last."""
+    if len(runs) == 1:
+        return await _drain(runs[0])
+    tasks = [asyncio.ensure_future(_drain(r)) for r in runs]
+    try:
+        finals = await asyncio.gather(*tasks)
+    finally:  # one failed or the request was cancelled: the others stop too
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    choices: list[Choice] = []
+    for f in finals:
+        for c in sorted(f.choices, key=lambda c: c.index):
+            choices.append(replace(c, index=len(choices)))
+    usage = finals[0].usage
+    for f in finals[1:]:
+        usage = usage + f.usage
+    return Final(
+        choices=tuple(choices),
+        usage=usage,
+        samples=sum(f.samples for f in finals),
+        info={"prompts": [dict(f.info) for f in finals]},
+    )
+
+
 async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:
     async with closing(events):
         async for event in events:
@@ -253,24 +300,35 @@ async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:
     raise BackendError("the strategy ended without a result")
 
 
-def _prompt_ids(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> tuple[int, ...]:
-    tokens = gw.engine.tokens
+def _prompts(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> list[tuple[int, ...]]:
+    """Prompt ids: the chat's, or each completions prompt's (``prompt.i`` names one of a
+    list in errors)."""
     if isinstance(body, ChatCompletionRequest):
-        param = "messages"
+        return [_prompt_ids(gw, body, "messages")]
+    prompts = body.prompts
+    if len(prompts) == 1:
+        return [_prompt_ids(gw, prompts[0], "prompt")]
+    return [_prompt_ids(gw, p, f"prompt.{i}") for i, p in enumerate(prompts)]
+
+
+def _prompt_ids(
+    gw: Gateway, source: ChatCompletionRequest | str | list[int], param: str
+) -> tuple[int, ...]:
+    tokens = gw.engine.tokens
+    if isinstance(source, ChatCompletionRequest):
         try:
-            ids = tokens.render_chat([m.for_template() for m in body.messages])
+            ids = tokens.render_chat([m.for_template() for m in source.messages])
         except Exception as exc:  # a template that refuses the conversation (jinja raise)
             raise InvalidRequest(
                 f"the chat template refused the messages: {exc}", param=param
             ) from exc
     else:
-        param = "prompt"
-        if isinstance(body.prompt, str):
-            if not body.prompt:
-                raise InvalidRequest("prompt is empty", param=param)
-            ids = tokens.encode(body.prompt)
+        if isinstance(source, str):
+            if not source:
+                raise InvalidRequest(f"{param} is empty", param=param)
+            ids = tokens.encode(source)
         else:
-            ids = list(body.prompt)
+            ids = list(source)
             # Ids past the vocabulary are refused by the engine (a 400 naming them).
             if any(t < 0 for t in ids):
                 raise InvalidRequest("prompt holds a negative token id", param=param)

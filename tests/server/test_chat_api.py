@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from testbed.task import make_questions
@@ -158,6 +159,48 @@ def test_completions_text_and_token_prompts(
         model=served_model, prompt=ids, max_tokens=40, seed=2, stream=True
     )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == by_ids.choices[0].text
+
+
+def test_completions_take_a_list_of_prompts_answered_in_order(
+    openai_client: Any, served_model: str, hf_tokenizer: Any
+) -> None:
+    """OpenAI's batched prompt (what lm-eval's local-completions sends): strings or
+    token-id lists, n choices per prompt, prompt by prompt, usage summed."""
+    texts = [
+        hf_tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
+        for q in ("Compute 1+2 mod 10.", "Compute 7*8 mod 10.", "Compute 9-4+3 mod 10.")
+    ]
+    args: dict[str, Any] = {"model": served_model, "max_tokens": 12, "temperature": 0}
+    alone = [openai_client.completions.create(prompt=t, **args) for t in texts]
+    batched = openai_client.completions.create(prompt=texts, **args)
+    # Greedy: choice i is prompt i's own answer.
+    assert [c.text for c in batched.choices] == [a.choices[0].text for a in alone]
+    assert [c.index for c in batched.choices] == [0, 1, 2]
+    assert batched.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert batched.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+    sampled = openai_client.completions.create(
+        prompt=texts,
+        n=2,
+        max_tokens=12,
+        seed=3,
+        model=served_model,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in sampled.choices] == list(range(6))  # n per prompt, in order
+    assert sampled.usage.completion_tokens == 6 * 12
+    ids = [hf_tokenizer.encode(t, add_special_tokens=False) for t in texts[:2]]
+    by_ids = openai_client.completions.create(prompt=ids, **args)
+    assert [c.text for c in by_ids.choices] == [a.choices[0].text for a in alone[:2]]
+    with pytest.raises(openai.BadRequestError) as err:  # the bad one is named
+        openai_client.completions.create(prompt=[texts[0], ""], **args)
+    error: Any = err.value.body
+    assert error["param"] == "prompt.1"
+    with pytest.raises(openai.BadRequestError) as err:
+        openai_client.completions.create(prompt=texts, stream=True, **args)
+    error = err.value.body
+    assert error["param"] == "stream"
 
 
 def test_budget_headers_are_echoed(openai_client: Any, served_model: str) -> None:

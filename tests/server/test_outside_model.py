@@ -42,7 +42,7 @@ def tokenizer(outside_model: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(outside_model))
 
 
-def chat(question: str = QUESTION) -> list[dict[str, str]]:
+def chat(question: str = QUESTION) -> Any:
     return [{"role": "user", "content": question}]
 
 
