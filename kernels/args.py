@@ -16,6 +16,13 @@ A request opts in by carrying :data:`THINKING_BUDGET`. Then:
   ``max_tokens`` the forced EOS ends it (``"stop"``, ``t + 1 + s + 1`` tokens).
 * :data:`THINK_END_ID`, :data:`EOS_ID`: the token ids of ``</think>`` and EOS, resolved
   from the tokenizer by the caller (never hard-coded). Required with a budget.
+* :data:`THINK_END_IDS`: instead of :data:`THINK_END_ID` when ``</think>`` is a token
+  *sequence* (several BPE tokens, gpt-oss's channel hand-over): its ids as a
+  comma-separated string (``"27,1340,29"``: ``vllm_xargs`` carries scalars only), at most
+  :data:`MAX_THINK_END_TOKENS`. The whole sequence is forced, one token per step, once
+  ``t`` is spent; the answer phase starts after its last token, natural or forced. A
+  processor that predates this key refuses the request (THINK_END_ID missing) instead
+  of forcing only the first token.
 * :data:`THINKING_OPEN` 0/1, default 1: whether the prompt ends inside an open
   ``<think>`` (R1/Qwen3 templates), so decoding starts in the thinking phase. With 0
   the prompt has no open thinking block (thinking disabled, or ``<think></think>``
@@ -34,10 +41,18 @@ PREFIX: Final = "thinkgate_"
 THINKING_BUDGET: Final = "thinkgate_thinking_budget"
 SOLUTION_BUDGET: Final = "thinkgate_solution_budget"
 THINK_END_ID: Final = "thinkgate_think_end_id"
+THINK_END_IDS: Final = "thinkgate_think_end_ids"
 EOS_ID: Final = "thinkgate_eos_id"
 THINKING_OPEN: Final = "thinkgate_thinking_open"
 
-KEYS: Final = (THINKING_BUDGET, SOLUTION_BUDGET, THINK_END_ID, EOS_ID, THINKING_OPEN)
+KEYS: Final = (
+    THINKING_BUDGET,
+    SOLUTION_BUDGET,
+    THINK_END_ID,
+    EOS_ID,
+    THINKING_OPEN,
+    THINK_END_IDS,
+)
 
 # Budgets above this are refused: they are almost surely a unit mistake, and every
 # value must fit the int32 state tensors with room for arithmetic.
@@ -45,6 +60,9 @@ MAX_BUDGET: Final = 1_000_000
 # Token ids are bounded by int32 for the same reason; the vocab bound is checked by
 # the processor that knows the vocab size.
 MAX_TOKEN_ID: Final = 2**31 - 1
+# Longest closing sequence: the row state keeps one column per token (harmony's hand-over
+# is 6 tokens; a BPE-split ``</think>`` is 3 to 5).
+MAX_THINK_END_TOKENS: Final = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,9 +71,17 @@ class ElasticArgs:
 
     thinking_budget: int
     solution_budget: int | None  # None: unlimited
-    think_end_id: int
+    think_end_id: int  # the first (often only) token of the closing sequence
     eos_id: int
     thinking_open: bool = True
+    # The whole closing sequence; left empty it is ``(think_end_id,)``.
+    think_end_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.think_end_ids:
+            object.__setattr__(self, "think_end_ids", (self.think_end_id,))
+        elif self.think_end_ids[0] != self.think_end_id:
+            raise ValueError("think_end_ids must start with think_end_id")
 
 
 def int_arg(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
@@ -91,10 +117,21 @@ def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
         return None
     solution = int_arg(extra_args, SOLUTION_BUDGET, 0, MAX_BUDGET)
     think_end = int_arg(extra_args, THINK_END_ID, 0, MAX_TOKEN_ID)
+    end_ids = ids_arg(extra_args, THINK_END_IDS)
     eos = int_arg(extra_args, EOS_ID, 0, MAX_TOKEN_ID)
     open_ = int_arg(extra_args, THINKING_OPEN, 0, 1)
+    if end_ids is not None:
+        if think_end is not None and think_end != end_ids[0]:
+            raise ValueError(
+                f"extra_args[{THINK_END_ID!r}] and [{THINK_END_IDS!r}] disagree: "
+                f"{think_end} is not the first of {list(end_ids)}"
+            )
+        think_end = end_ids[0]
     if think_end is None:
-        raise ValueError(f"extra_args[{THINK_END_ID!r}] is required with {THINKING_BUDGET!r}")
+        raise ValueError(
+            f"extra_args[{THINK_END_ID!r}] (or [{THINK_END_IDS!r}]) is required with "
+            f"{THINKING_BUDGET!r}"
+        )
     if eos is None:
         raise ValueError(f"extra_args[{EOS_ID!r}] is required with {THINKING_BUDGET!r}")
     return ElasticArgs(
@@ -103,4 +140,29 @@ def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
         think_end_id=think_end,
         eos_id=eos,
         thinking_open=open_ != 0 if open_ is not None else True,
+        think_end_ids=end_ids or (),
     )
+
+
+def ids_arg(extra: Mapping[str, object], key: str) -> tuple[int, ...] | None:
+    """The comma-separated token ids at ``key`` (1 to :data:`MAX_THINK_END_TOKENS` of
+    them, each a token id), None when absent; ValueError naming the key."""
+    if key not in extra or extra[key] is None:
+        return None
+    value = extra[key]
+    if not isinstance(value, str):
+        raise ValueError(
+            f"extra_args[{key!r}] must be a string of comma-separated token ids, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise ValueError(f"extra_args[{key!r}] must be comma-separated token ids, got {value!r}")
+    ids = tuple(int(p) for p in parts)
+    if not 1 <= len(ids) <= MAX_THINK_END_TOKENS:
+        raise ValueError(
+            f"extra_args[{key!r}] must hold 1 to {MAX_THINK_END_TOKENS} ids, got {len(ids)}"
+        )
+    if max(ids) > MAX_TOKEN_ID:
+        raise ValueError(f"extra_args[{key!r}]: token id {max(ids)} out of range")
+    return ids

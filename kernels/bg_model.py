@@ -92,6 +92,7 @@ class BGQwen2ForCausalLM(Qwen2ForCausalLM):
             GuidanceModel(
                 predictor=self.bg_predictor,
                 think_end_id=config.think_end_id,
+                think_end_ids=config.think_end_ids,
                 boundary=boundary,
                 boundary_ids=frozenset(config.boundary_token_ids),
             )

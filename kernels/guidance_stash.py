@@ -14,11 +14,12 @@ speculative decoding, whose verifier adds draft rows) yields None and no guidanc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from kernels.predictor import BudgetPredictor
+from kernels.sequence import SequenceMatcher
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +30,16 @@ class GuidanceModel:
     think_end_id: int
     boundary: torch.Tensor  # [vocab] bool on the model's device: token text has a newline
     boundary_ids: frozenset[int]  # the same set, for host bookkeeping
+    # The whole closing sequence when ``</think>`` is several tokens; empty: one token.
+    think_end_ids: tuple[int, ...] = ()
+    closing: SequenceMatcher = field(init=False)  # thinking ends at its first completion
+
+    def __post_init__(self) -> None:
+        ids = self.think_end_ids or (self.think_end_id,)
+        if ids[0] != self.think_end_id:
+            raise ValueError("think_end_ids must start with think_end_id")
+        object.__setattr__(self, "think_end_ids", ids)
+        object.__setattr__(self, "closing", SequenceMatcher(ids))
 
 
 class HiddenStash:

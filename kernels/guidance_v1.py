@@ -65,15 +65,20 @@ class _Track:
     used: int = 0
     boundary: bool = True
     scanned: int = 0
+    matched: int = 0  # tokens of a multi-token closing the output ends with
 
     def step(self, model: GuidanceModel) -> None:
         out, n = self.out, len(self.out)
+        closing = model.closing
         for i in range(self.scanned, n):
             if not self.thinking:
                 break
             tok = out[i]
-            if tok == model.think_end_id:
+            self.matched = closing.advance(self.matched, tok)
+            if self.matched == len(closing):
+                # The whole closing is in: its earlier tokens were counted as thinking.
                 self.thinking = False
+                self.used -= len(closing) - 1
             else:
                 self.used += 1
                 self.boundary = tok in model.boundary_ids

@@ -98,7 +98,7 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
             if model is None or hidden is None:
                 self._unavailable()
                 return logits
-            budget, mask = self._step(ctx, model.think_end_id, model.boundary)
+            budget, mask = self._step(ctx, model.think_end_ids, model.boundary)
             a_raw, l_raw = model.predictor.raw(hidden)
             apply_gamma_reweight(logits, None, a_raw, l_raw, budget, mask)
         except Exception:
@@ -109,7 +109,7 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
         return logits
 
     def _step(
-        self, ctx: LogitsContext, think_end_id: int, boundary_lut: torch.Tensor
+        self, ctx: LogitsContext, think_end_ids: tuple[int, ...], boundary_lut: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-row remaining budget (0: not guided) and mask flag; updates CLOSED."""
         table = self._state.device
@@ -119,7 +119,17 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
         gen = ctx.pos.to(torch.int64) + 1 - prompt_len.to(torch.int64)
         tok = ctx.input_ids.to(torch.int64)
         active = cols[GuidanceCol.ACTIVE] != 0
-        ended = active & (gen >= 1) & (tok == think_end_id)
+        ended = active & (gen >= len(think_end_ids)) & (tok == think_end_ids[-1])
+        if len(think_end_ids) > 1:
+            # A multi-token closing ends at this token when the committed tokens before it
+            # hold the rest of the sequence (the same window for every row: one gather).
+            history = self._req_states.all_token_ids.gpu
+            pos = ctx.pos.to(torch.int64)
+            back = torch.arange(len(think_end_ids) - 1, 0, -1, device=pos.device)
+            at = (pos.unsqueeze(1) - back).clamp(min=0)
+            before = history[slots.unsqueeze(1), at].to(torch.int64)
+            want = torch.tensor(think_end_ids[:-1], dtype=torch.int64).to(pos.device)
+            ended &= (before == want).all(dim=1)
         closed = (cols[GuidanceCol.CLOSED] != 0) | ended
         table[GuidanceCol.CLOSED].index_put_((slots,), closed.to(table.dtype))
         vocab = boundary_lut.shape[0]

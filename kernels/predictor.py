@@ -61,6 +61,8 @@ class PredictorConfig:
     rank: int = 32
     think_end_id: int
     boundary_token_ids: tuple[int, ...]
+    # The whole closing sequence when ``</think>`` is several tokens; empty: one token.
+    think_end_ids: tuple[int, ...] = ()
     scale: str = "log"  # x = log(1 + L); the only scale implemented
     version: int = FORMAT_VERSION
     # Free-form record of how it was trained (data, steps, held-out metrics).
@@ -79,6 +81,7 @@ class PredictorConfig:
         if data.get("scale") != "log":
             raise ValueError(f"unsupported length scale {data.get('scale')!r}")
         data["boundary_token_ids"] = tuple(int(t) for t in data["boundary_token_ids"])
+        data["think_end_ids"] = tuple(int(t) for t in data.get("think_end_ids", ()))
         return cls(**data)
 
 

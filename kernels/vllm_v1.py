@@ -10,6 +10,9 @@ Per step, vLLM calls :meth:`update_state` (host bookkeeping) then :meth:`apply` 
 batched mask op). The bookkeeping reads each active row's live output-token list (its
 length, and any new ``</think>``): O(active rows) of Python per step, as vLLM's own
 MinTokens processor does, while :meth:`apply` has no per-row loop and no host sync.
+A closing sequence of several tokens is followed with a
+:class:`~kernels.sequence.SequenceMatcher` per row (its partial match goes to the
+MATCHED column, so the mask forces the rest of the sequence).
 
 Assumes synchronous scheduling, as on CPU (vLLM turns async scheduling off there):
 with async scheduling the last output token is a placeholder at ``update_state``
@@ -32,6 +35,7 @@ from vllm.v1.sample.logits_processor import (
 from kernels import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
+from kernels.sequence import SequenceMatcher
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -45,25 +49,34 @@ class _Track:
     """Host-side token tracking of one active row (mutable on purpose: updated per step)."""
 
     out: list[int]  # vLLM's live output-token list of the request
-    think_end_id: int
+    closing: SequenceMatcher  # the closing sequence (one token for most models)
     thinking: bool
     phase_start: int = 0  # index in ``out`` where the current phase began
-    scanned: int = 0  # ``out[:scanned]`` holds no </think> (while thinking)
+    scanned: int = 0  # ``out[:scanned]`` holds no complete closing (while thinking)
+    matched: int = 0  # ``out[:scanned]`` ends with this many of its tokens
 
-    def step(self) -> tuple[int, int]:
-        """(phase, tokens used in it) after the tokens generated so far."""
+    def step(self) -> tuple[int, int, int]:
+        """(phase, tokens used in it, closing tokens matched) after the tokens so far.
+
+        A row re-added after preemption gets a fresh track over its whole output, so
+        the scan restarts from 0 and finds the same state again.
+        """
         n = len(self.out)
         if self.thinking and n > self.scanned:
-            try:
-                at = self.out.index(self.think_end_id, self.scanned, n)
-            except ValueError:
-                pass
+            if len(self.closing) == 1:  # the common case: list.index runs in C
+                try:
+                    end = self.out.index(self.closing.seq[0], self.scanned, n) + 1
+                except ValueError:
+                    end = -1
             else:
-                # The first </think>, natural or forced, opens the answer phase.
+                end, self.matched = self.closing.find(self.out, self.scanned, self.matched, n)
+            if end >= 0:
+                # The first complete closing, natural or forced, opens the answer phase.
                 self.thinking = False
-                self.phase_start = at + 1
+                self.phase_start = end
+                self.matched = 0
             self.scanned = n
-        return (THINKING if self.thinking else ANSWER), n - self.phase_start
+        return (THINKING if self.thinking else ANSWER), n - self.phase_start, self.matched
 
 
 class ElasticLogitsProcessor(LogitsProcessor):
@@ -84,6 +97,9 @@ class ElasticLogitsProcessor(LogitsProcessor):
         )
         self._tracks: dict[int, _Track] = {}
         self._failed = False
+        # Some active row closes thinking with several tokens (MATCHED column in use; the
+        # mask must take the torch op, which forces token MATCHED of the sequence).
+        self._sequences = False
 
     def is_argmax_invariant(self) -> bool:
         """Forcing a token changes the argmax, so greedy rows must see it."""
@@ -98,11 +114,14 @@ class ElasticLogitsProcessor(LogitsProcessor):
         try:
             if batch_update is not None:
                 self._apply_batch_update(batch_update)
+                self._sequences = any(len(t.closing) > 1 for t in self._tracks.values())
             if self._tracks:
                 rows = list(self._tracks)
                 steps = [self._tracks[row].step() for row in rows]
-                self._state.set_column(ElasticCol.PHASE, rows, [p for p, _ in steps])
-                self._state.set_column(ElasticCol.USED, rows, [u for _, u in steps])
+                self._state.set_column(ElasticCol.PHASE, rows, [p for p, _, _ in steps])
+                self._state.set_column(ElasticCol.USED, rows, [u for _, u, _ in steps])
+                if self._sequences:
+                    self._state.set_column(ElasticCol.MATCHED, rows, [m for _, _, m in steps])
             self._state.flush()
         except Exception:
             # Raising here kills the engine for every request; drop our state instead.
@@ -119,7 +138,8 @@ class ElasticLogitsProcessor(LogitsProcessor):
             if parsed is None:
                 continue
             self._state.write(row, row_values(parsed))
-            self._tracks[row] = _Track(out, parsed.think_end_id, parsed.thinking_open)
+            closing = SequenceMatcher(parsed.think_end_ids)
+            self._tracks[row] = _Track(out, closing, parsed.thinking_open)
         for src, dst, direction in batch_update.moved:
             if direction == MoveDirectionality.SWAP:
                 self._state.swap(src, dst)
@@ -141,7 +161,7 @@ class ElasticLogitsProcessor(LogitsProcessor):
         except ValueError as exc:  # validate_params should have refused it already
             logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
             return None
-        if parsed is not None and max(parsed.think_end_id, parsed.eos_id) >= self._vocab_size:
+        if parsed is not None and max(*parsed.think_end_ids, parsed.eos_id) >= self._vocab_size:
             logger.warning(
                 "thinkgate elastic: token id outside the vocab (%d); budget not applied",
                 self._vocab_size,
@@ -154,7 +174,7 @@ class ElasticLogitsProcessor(LogitsProcessor):
         if not self._state.active_count:
             return logits
         try:
-            return apply_elastic_mask(logits, self._state.device)
+            return apply_elastic_mask(logits, self._state.device, sequences=self._sequences)
         except Exception:
             self._fail("apply")
             return logits
@@ -167,6 +187,7 @@ class ElasticLogitsProcessor(LogitsProcessor):
         for row in list(self._tracks):
             self._state.clear(row)
         self._tracks.clear()
+        self._sequences = False
         try:
             self._state.flush()
         except Exception:

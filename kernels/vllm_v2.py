@@ -64,6 +64,9 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         self._state = new_state(req_states.max_num_reqs, device, pin_memory=device.type == "cuda")
         # Host view of ACTIVE: the early exit must not touch the device.
         self._active_np: np.ndarray = self._state.host_np[ElasticCol.ACTIVE]
+        # Host view of END_LEN: a batch with a multi-token closing takes the torch ops
+        # (the Triton kernels force and find one token only); known without a sync.
+        self._end_len_np: np.ndarray = self._state.host_np[ElasticCol.END_LEN]
         self._failed = False
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
@@ -74,7 +77,7 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
             logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
             parsed = None
         vocab = self._req_states.vocab_size
-        if parsed is not None and max(parsed.think_end_id, parsed.eos_id) >= vocab:
+        if parsed is not None and max(*parsed.think_end_ids, parsed.eos_id) >= vocab:
             logger.warning("thinkgate elastic: token id outside the vocab (%d)", vocab)
             parsed = None
         if parsed is None:
@@ -94,10 +97,16 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         try:
             rs = self._req_states
             table = self._state.device
+            end_len = int(self._end_len_np[ctx.idx_mapping_np].max())
             self._track(
-                table, ctx.idx_mapping, rs.all_token_ids.gpu, rs.prompt_len.gpu, rs.total_len.gpu
+                table,
+                ctx.idx_mapping,
+                rs.all_token_ids.gpu,
+                rs.prompt_len.gpu,
+                rs.total_len.gpu,
+                end_len,
             )
-            self._mask(logits, table, ctx.expanded_idx_mapping)
+            self._mask(logits, table, ctx.expanded_idx_mapping, sequences=end_len > 1)
         except Exception:
             # Raising here kills the engine for every request: pass the logits through.
             if not self._failed:

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 import testbed
+from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
 EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high")
@@ -81,10 +82,15 @@ class Settings(BaseSettings):
     """Name clients send as ``model``; default: the ``--model`` value, or ``testbed-base``."""
     reasoning: bool = True
     """The model thinks between the think tags; startup fails if the tokenizer lacks them."""
+    reasoning_format: str = DEFAULT_FORMAT
+    """Preset of the think strings: ``think-tags`` (``<think>``/``</think>``) or ``harmony``
+    (gpt-oss channels); see docs/reasoning-formats.md. ``--think-start/--think-end``
+    override it."""
     think_start: str = "<think>"
-    """The token that opens thinking (looked up in the tokenizer)."""
+    """The string that opens thinking: one vocab token, else the token sequence it encodes
+    to; default: the ``--reasoning-format`` preset's."""
     think_end: str = "</think>"
-    """The token that closes thinking."""
+    """The string that closes thinking (one token or a sequence); default: the preset's."""
 
     # --- local engine (vLLM in process)
     dtype: str = "float32"
@@ -229,6 +235,30 @@ class Settings(BaseSettings):
                 return tuple(json.loads(text))
             return tuple(part.strip() for part in text.split(",") if part.strip())
         return value
+
+    @field_validator("reasoning_format", mode="after")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        reasoning_format(value)  # ValueError naming the known presets
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format_strings(cls, data: object) -> object:
+        """Think strings not given explicitly come from the ``reasoning_format`` preset
+        (before validation: afterwards an explicit ``<think>`` looks like the default)."""
+        if not isinstance(data, dict):
+            return data
+        name = data.get("reasoning_format", DEFAULT_FORMAT)
+        if not isinstance(name, str) or name not in REASONING_FORMATS:
+            return data  # the field validator reports it
+        preset = REASONING_FORMATS[name]
+        filled = dict(data)
+        if filled.get("think_start") is None:
+            filled["think_start"] = preset.think_start
+        if filled.get("think_end") is None:
+            filled["think_end"] = preset.think_end
+        return filled
 
     @field_validator("vllm_urls", mode="after")
     @classmethod

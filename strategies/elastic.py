@@ -6,7 +6,8 @@ allows ``s`` answer tokens, then forces EOS, so an answer always comes. Without
 the processor (a remote replica without thinkgate installed) the same contract
 is kept with two engine calls per trajectory: think with ``max_tokens = t``
 stopping at ``</think>``, then answer from the thinking with ``max_tokens = s``
-(ALGORITHMS.md section 1). Only the ``</think>`` token is ever injected.
+(ALGORITHMS.md section 1). Only the ``</think>`` delimiter is ever injected (a token
+sequence on models where it is several tokens: forced whole, one token per step).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Final
 
 from kernels import args as elastic_args
+from kernels.sequence import SequenceMatcher
 from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
@@ -55,7 +57,7 @@ class ElasticPlan:
     solution: int | None  # s; None: the answer may run to the context's end
     sampling: SamplingConfig  # one-pass settings: max_tokens = t + 1 + s, extra_args set
     thinking_open: bool
-    think_end_id: int
+    think_end_ids: tuple[int, ...]  # the closing delimiter (one token on most models)
     eos_id: int
 
 
@@ -68,10 +70,23 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
     """
     budget = budget or request.budget
     tokens = engine.tokens
-    if tokens.think_end_id is None or not tokens.eos_token_ids:
+    if not tokens.think_end_ids:
         raise InvalidRequest(
-            f"model {engine.model_name!r} has no </think> or EOS token; thinking/solution "
-            "budgets need a reasoning model",
+            f"model {engine.model_name!r} is served without think delimiters (reasoning "
+            "off); thinking/solution budgets need them to tell thinking from the answer",
+            param="strategy",
+        )
+    if not tokens.eos_token_ids:
+        raise InvalidRequest(
+            f"model {engine.model_name!r} has no EOS token; a solution budget is enforced "
+            "by forcing one",
+            param="strategy",
+        )
+    end_ids = tokens.think_end_ids
+    if len(end_ids) > elastic_args.MAX_THINK_END_TOKENS:
+        raise InvalidRequest(
+            f"model {engine.model_name!r} closes thinking with {len(end_ids)} tokens; "
+            f"elastic budgets support at most {elastic_args.MAX_THINK_END_TOKENS}",
             param="strategy",
         )
     room = engine.max_model_len - len(request.prompt_token_ids)
@@ -81,10 +96,11 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
             f"solution budget {s} does not fit the context: the prompt leaves {room} tokens",
             param="budget.solution",
         )
-    # Thinking gets what the answer leaves; an unset t means "until the context ends".
-    ceiling = room - 1 - (s if s is not None else 0)
+    # Thinking gets what the answer and the closing delimiter leave; an unset t means
+    # "until the context ends".
+    ceiling = room - len(end_ids) - (s if s is not None else 0)
     t = min(budget.thinking, ceiling) if budget.thinking is not None else ceiling
-    max_tokens = t + 1 + s if s is not None else None
+    max_tokens = t + len(end_ids) + s if s is not None else None
     user_cap = request.sampling.max_tokens
     if user_cap is not None:
         max_tokens = min(max_tokens, user_cap) if max_tokens is not None else user_cap
@@ -92,7 +108,10 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
     extra[elastic_args.THINKING_BUDGET] = t
     if s is not None:
         extra[elastic_args.SOLUTION_BUDGET] = s
-    extra[elastic_args.THINK_END_ID] = tokens.think_end_id
+    if len(end_ids) == 1:
+        extra[elastic_args.THINK_END_ID] = end_ids[0]
+    else:  # a sequence travels as one string: vllm_xargs carries scalars only
+        extra[elastic_args.THINK_END_IDS] = ",".join(map(str, end_ids))
     extra[elastic_args.EOS_ID] = tokens.eos_token_ids[0]
     extra[elastic_args.THINKING_OPEN] = int(request.thinking_open)
     return ElasticPlan(
@@ -100,7 +119,7 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
         solution=s,
         sampling=replace(request.sampling, n=request.n, max_tokens=max_tokens, extra_args=extra),
         thinking_open=request.thinking_open,
-        think_end_id=tokens.think_end_id,
+        think_end_ids=end_ids,
         eos_id=tokens.eos_token_ids[0],
     )
 
@@ -175,9 +194,15 @@ class Elastic:
                 event = trajectories.push(delta)
                 if event is not None:
                     yield event
+        with_ids = request.options.get("return_token_ids") is True  # as ``plain`` offers
+
+        def finished(traj: Trajectory) -> tuple[FinishReason, dict[str, JSON]]:
+            reason, info = outcome(traj, p)
+            return reason, {**info, "token_ids": list(traj.token_ids)} if with_ids else info
+
         final = trajectories.final(
             len(request.prompt_token_ids),
-            lambda traj: outcome(traj, p),
+            finished,
             {"mode": mode, "thinking_budget": p.thinking, "solution_budget": p.solution},
         )
         yield replace(final, info={**final.info, "cut": any(c.info["cut"] for c in final.choices)})
@@ -215,38 +240,55 @@ async def two_pass(
             async with asyncio.TaskGroup() as group:
                 if not p.thinking_open or p.thinking == 0:
                     for i in range(request.n):
-                        thought = [p.think_end_id] if p.thinking_open else []
+                        thought = list(p.think_end_ids) if p.thinking_open else []
                         if thought:
                             await queue.put(SampleDelta(index=i, token_ids=tuple(thought)))
                         group.create_task(answer(i, thought))
                     return
+                # A one-token </think> stops the call itself; a sequence cannot be a stop
+                # token, so the stream is cut here at its first complete occurrence.
+                closing = SequenceMatcher(p.think_end_ids)
+                stops = p.think_end_ids if len(closing) == 1 else ()
                 first = GenerateRequest(
                     request_id=f"{request.request_id}-think",
                     prompt_token_ids=request.prompt_token_ids,
                     sampling=replace(
-                        base, n=request.n, max_tokens=p.thinking, stop_token_ids=(p.think_end_id,)
+                        base, n=request.n, max_tokens=p.thinking, stop_token_ids=stops
                     ),
                 )
                 thoughts: dict[int, list[int]] = {}
+                matched: dict[int, int] = {}  # partial closing each thought ends with
+                closed: set[int] = set()
                 async with aclosing(engine.stream(first)) as thinking_stream:
                     async for d in thinking_stream:
+                        if d.index in closed:
+                            continue  # tokens past the closing belong to no one
                         ids = list(d.token_ids)
-                        if d.finish_reason is None:
+                        end, state = closing.find(ids, 0, matched.get(d.index, 0))
+                        if d.finish_reason is None and end < 0:
+                            matched[d.index] = state
                             thoughts.setdefault(d.index, []).extend(ids)
                             await queue.put(d)
                             continue
-                        if d.finish_reason == "abort":
+                        if d.finish_reason == "abort" and end < 0:
                             await queue.put(d)
                             continue
-                        # Close thinking by injecting only </think> (a model that stopped
-                        # with EOS while thinking loses that EOS: the answer must follow).
-                        while ids and ids[-1] in engine.tokens.eos_token_ids:
-                            ids.pop()
-                        if not ids or ids[-1] != p.think_end_id:
-                            ids.append(p.think_end_id)
+                        if end >= 0:
+                            ids = ids[:end]
+                        else:
+                            # Close thinking by injecting only the rest of </think> (a model
+                            # that stopped with EOS while thinking loses that EOS: the
+                            # answer must follow).
+                            while ids and ids[-1] in engine.tokens.eos_token_ids:
+                                ids.pop()
+                            _, state = closing.find(ids, 0, matched.get(d.index, 0))
+                            ids.extend(p.think_end_ids[state:])
+                        closed.add(d.index)
                         thoughts.setdefault(d.index, []).extend(ids)
                         await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
                         group.create_task(answer(d.index, thoughts[d.index]))
+                        if len(closed) == request.n:
+                            break  # every thought closed: closing the stream aborts the rest
         except BaseExceptionGroup as failed:
             # The engine's own error (a 503, a 400 naming a param), not a group: the error
             # handler maps GatewayErrors only, so a group would reach the client as a 500.

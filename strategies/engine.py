@@ -72,10 +72,15 @@ class ModelTokens(Protocol):
     """The tokenizer facts strategies rely on, resolved once at start-up.
 
     Think-token ids come from the tokenizer, never hard-coded; an engine for a
-    reasoning model refuses to start when they are missing.
+    reasoning model refuses to start when they are missing. A delimiter is a token
+    *sequence* (``</think>`` may be several BPE tokens; gpt-oss's channel hand-over
+    always is); ``think_*_id`` is its id when it is exactly one token, the fast path
+    most models take.
     """
 
-    think_start_id: int | None
+    think_start_ids: tuple[int, ...]  # empty: not a reasoning model
+    think_end_ids: tuple[int, ...]
+    think_start_id: int | None  # the single id when the delimiter is one token, else None
     think_end_id: int | None
     eos_token_ids: tuple[int, ...]
 

@@ -3,7 +3,9 @@
 Per row (slot = ``idx_mapping[row]``, or ``row`` without a mapping), with the columns
 of :class:`~kernels.elastic.state.ElasticCol`:
 
-* active, THINKING and ``used >= t``: only ``THINK_END_ID`` is allowed;
+* active, THINKING and ``used >= t``: only the next token of the closing sequence is
+  allowed, token ``MATCHED`` (``THINK_END_ID`` for a one-token ``</think>``): the whole
+  sequence is forced one token per step, continuing a prefix the model began itself;
 * active, ANSWER, ``s >= 0`` and ``used >= s``: only ``EOS_ID`` is allowed;
 * otherwise the row is untouched, bit for bit.
 
@@ -14,7 +16,9 @@ untouched instead of indexing out of bounds (the adapters refuse such ids first)
 
 :func:`apply_elastic_mask` is the entry point: the Triton kernel on CUDA tensors, the
 batched torch op :func:`elastic_mask_ref` otherwise. Both run in place, without a host
-sync and without a per-row Python loop.
+sync and without a per-row Python loop. The Triton kernel knows one-token closings
+only; callers pass ``sequences=True`` when a row of the batch has a longer one, and get
+the torch op (see :func:`apply_elastic_mask`).
 """
 
 from __future__ import annotations
@@ -38,10 +42,16 @@ def elastic_forced_tokens(
     solution = cols[ElasticCol.SOLUTION_BUDGET]
     force_end = active & (phase == THINKING) & (used >= cols[ElasticCol.THINK_BUDGET])
     force_eos = active & (phase == ANSWER) & (solution >= 0) & (used >= solution)
+    # The next token of the closing sequence: column THINK_END_ID for token 0, else
+    # END_TAIL + k - 1 (a one-token row has MATCHED = 0, so this is THINK_END_ID).
+    k = cols[ElasticCol.MATCHED].clamp(min=0)
+    k = torch.minimum(k, (cols[ElasticCol.END_LEN] - 1).clamp(min=0))
+    col = torch.where(k == 0, int(ElasticCol.THINK_END_ID), int(ElasticCol.END_TAIL) - 1 + k)
+    end_token = cols.gather(0, col.to(torch.int64).unsqueeze(0)).squeeze(0)
     none = torch.full_like(used, -1)
     return torch.where(
         force_end,
-        cols[ElasticCol.THINK_END_ID],
+        end_token,
         torch.where(force_eos, cols[ElasticCol.EOS_ID], none),
     )
 
@@ -88,10 +98,20 @@ def _force_rows_branch_free(logits: torch.Tensor, forced: torch.Tensor, hit: tor
 
 
 def apply_elastic_mask(
-    logits: torch.Tensor, table: torch.Tensor, idx_mapping: torch.Tensor | None = None
+    logits: torch.Tensor,
+    table: torch.Tensor,
+    idx_mapping: torch.Tensor | None = None,
+    *,
+    sequences: bool = False,
 ) -> torch.Tensor:
-    """In place: the Triton kernel for CUDA tensors, :func:`elastic_mask_ref` otherwise."""
-    if logits.is_cuda:
+    """In place: the Triton kernel for CUDA tensors, :func:`elastic_mask_ref` otherwise.
+
+    ``sequences``: some row closes thinking with several tokens. The Triton kernel
+    forces ``THINK_END_ID`` only, so such batches take the torch op (also on CUDA:
+    correct, and no host sync, at the cost of a pass over the logits; extending the
+    kernel needs a GPU to test, which the CPU project does not have).
+    """
+    if logits.is_cuda and not sequences:
         from kernels.elastic.mask_triton import apply_elastic_mask_triton
 
         return apply_elastic_mask_triton(logits, table, idx_mapping)

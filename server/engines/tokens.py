@@ -1,8 +1,10 @@
 """``ModelTokens`` over a Hugging Face tokenizer: think ids, EOS ids, chat rendering.
 
-Resolved once at start-up from the model directory (or hub id). Think-token ids are
-looked up by their strings, never hard-coded; a reasoning model whose tokenizer lacks
-them fails start-up loudly instead of silently never splitting or budgeting.
+Resolved once at start-up from the model directory (or hub id). Think delimiters are
+looked up by their strings, never hard-coded: a string that is one vocab token gives
+that id, any other the token sequence it encodes to; a reasoning model whose delimiter
+encodes to nothing fails start-up loudly instead of silently never splitting or
+budgeting.
 """
 
 from __future__ import annotations
@@ -43,18 +45,25 @@ class TokenizerTokens:
         reasoning: bool = True,
     ) -> None:
         self._tok = tokenizer
-        vocab = tokenizer.get_vocab()
-        self.think_start_id: int | None = vocab.get(think_start)
-        self.think_end_id: int | None = vocab.get(think_end)
-        if reasoning and (self.think_start_id is None or self.think_end_id is None):
-            missing = [s for s in (think_start, think_end) if s not in vocab]
-            raise RuntimeError(
-                f"the model is configured as a reasoning model (setting 'reasoning') but its "
-                f"tokenizer has no single token for {missing}; set the think strings "
-                "(think_start/think_end) or reasoning=false"
-            )
-        if not reasoning:
-            self.think_start_id = self.think_end_id = None
+        self.think_start_ids: tuple[int, ...] = ()
+        self.think_end_ids: tuple[int, ...] = ()
+        if reasoning:
+            vocab = tokenizer.get_vocab()
+            self.think_start_ids = _delimiter_ids(tokenizer, vocab, think_start)
+            self.think_end_ids = _delimiter_ids(tokenizer, vocab, think_end)
+            missing = [
+                s
+                for s, ids in ((think_start, self.think_start_ids), (think_end, self.think_end_ids))
+                if not ids
+            ]
+            if missing:
+                raise RuntimeError(
+                    "the model is configured as a reasoning model (setting 'reasoning') but "
+                    f"its tokenizer encodes {missing} to no tokens; set the think strings "
+                    "(think_start/think_end, reasoning_format) or reasoning=false"
+                )
+        self.think_start_id: int | None = _single(self.think_start_ids)
+        self.think_end_id: int | None = _single(self.think_end_ids)
         ids = list(dict.fromkeys(eos_token_ids))
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
             ids.append(tokenizer.eos_token_id)
@@ -109,6 +118,32 @@ class TokenizerTokens:
         if not isinstance(text, str):
             raise TypeError(f"chat template rendered {type(text).__name__}, not text")
         return self.encode(text)
+
+
+def _delimiter_ids(tokenizer: HFTokenizer, vocab: Mapping[str, int], text: str) -> tuple[int, ...]:
+    """A think string's ids: its vocab token when it is one (special tokens such as
+    ``<think>`` in most reasoning models), else the sequence the tokenizer encodes it to
+    (empty when it encodes to nothing: the caller fails start-up)."""
+    if text in vocab:
+        return (vocab[text],)
+    ids = tuple(tokenizer.encode(text, add_special_tokens=False)) if text else ()
+    if not ids:
+        return ()
+    # A tokenizer may drop or replace characters it cannot encode: a sequence that does
+    # not decode back to the string would split and force the wrong tokens.
+    unk = getattr(tokenizer, "unk_token_id", None)
+    back = tokenizer.decode(list(ids), skip_special_tokens=False)
+    if (unk is not None and unk in ids) or back.strip() != text.strip():
+        raise RuntimeError(
+            f"think string {text!r} is not one token and its encoding {list(ids)} decodes "
+            f"to {back!r}, not to the string; set think_start/think_end to strings the "
+            "tokenizer encodes faithfully"
+        )
+    return ids
+
+
+def _single(ids: tuple[int, ...]) -> int | None:
+    return ids[0] if len(ids) == 1 else None
 
 
 def generation_eos_ids(model: str) -> list[int]:

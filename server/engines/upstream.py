@@ -97,7 +97,7 @@ class Upstream:
 def probe_text(tokens: ModelTokens, think_start: str, think_end: str) -> str:
     """Text whose ids must be the same on the server and in the gateway."""
     body = "Compute 3+8-5+7 mod 10. Answer: 42, \\boxed{3}! ok?"
-    if tokens.think_start_id is None:
+    if not tokens.think_start_ids:
         return body
     return f"{think_start}\n{body}\n{think_end}\n{body}"
 

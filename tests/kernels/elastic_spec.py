@@ -12,16 +12,28 @@ from kernels.args import ElasticArgs
 
 
 def expected_forced(args: ElasticArgs | None, out: list[int]) -> int | None:
-    """The token the next step must be, given the tokens generated so far; None if free."""
+    """The token the next step must be, given the tokens generated so far; None if free.
+
+    The closing ``</think>`` may be a sequence: thinking ends after its first complete
+    occurrence; once ``t`` is spent, the next token of the sequence is forced, after
+    the longest prefix of it the output already ends with (naive search on purpose).
+    """
     if args is None:
         return None
+    seq = list(args.think_end_ids)
     thinking = args.thinking_open
     used = len(out)
-    if thinking and args.think_end_id in out:
-        thinking = False
-        used = len(out) - out.index(args.think_end_id) - 1
     if thinking:
-        return args.think_end_id if used >= args.thinking_budget else None
+        for end in range(len(seq), len(out) + 1):
+            if out[end - len(seq) : end] == seq:
+                thinking = False
+                used = len(out) - end
+                break
+    if thinking:
+        if used < args.thinking_budget:
+            return None
+        k = max(k for k in range(len(seq)) if k == 0 or out[len(out) - k :] == seq[:k])
+        return seq[k]
     if args.solution_budget is not None and used >= args.solution_budget:
         return args.eos_id
     return None

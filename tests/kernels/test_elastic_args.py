@@ -33,6 +33,7 @@ def test_key_names_are_stable() -> None:
         "thinkgate_think_end_id",
         "thinkgate_eos_id",
         "thinkgate_thinking_open",
+        "thinkgate_think_end_ids",
     )
 
 

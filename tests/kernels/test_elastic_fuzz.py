@@ -26,6 +26,9 @@ from kernels.vllm_v1 import ElasticLogitsProcessor
 
 VOCAB = 11
 END, EOS, OTHER = 4, 2, 7
+# A multi-token closing that overlaps itself (4 5 4 | 6): a diverging partial match
+# must fall back to "4" still matching, not to nothing.
+END_SEQ = (END, 5, END, 6)
 
 
 @dataclass
@@ -40,6 +43,9 @@ def random_request(rng: random.Random) -> Req:
     extra: dict[str, Any] = {}
     if rng.random() < 0.8:
         extra = {keys.THINKING_BUDGET: rng.randint(0, 6), keys.THINK_END_ID: END, keys.EOS_ID: EOS}
+        if rng.random() < 0.4:
+            del extra[keys.THINK_END_ID]
+            extra[keys.THINK_END_IDS] = ",".join(map(str, END_SEQ))
         if rng.random() < 0.7:
             extra[keys.SOLUTION_BUDGET] = rng.randint(0, 4)
         if rng.random() < 0.2:
@@ -69,7 +75,7 @@ def raw_logits(rng: random.Random, rows: int) -> torch.Tensor:
 
 def finished(req: Req) -> bool:
     # EOS ends a request (as vLLM does without ignore_eos); so does a length cap.
-    return (bool(req.out) and req.out[-1] == EOS) or len(req.out) >= 16
+    return (bool(req.out) and req.out[-1] == EOS) or len(req.out) >= 20
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -82,7 +88,7 @@ def test_v1_adapter_persistent_batch(seed: int) -> None:
     )
     proc = ElasticLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
     batch: list[Req | None] = []
-    forced_seen = 0
+    forced_seen = tail_seen = 0
     for _step in range(300):
         removed: list[int] = []
         added: list[tuple[int, SamplingParams, list[int], list[int]]] = []
@@ -130,9 +136,11 @@ def test_v1_adapter_persistent_batch(seed: int) -> None:
             assert req is not None
             forced = expected_forced(req.args, req.out)
             forced_seen += forced is not None
+            tail_seen += forced in END_SEQ[1:]
             check_row(before[row], logits[row], forced)
             req.out.append(next_token(rng, logits[row]))
     assert forced_seen > 50  # the fuzz reached the forcing paths
+    assert tail_seen > 5  # ... including the later tokens of a multi-token closing
 
 
 # --- Model Runner V2 -------------------------------------------------------------------
@@ -165,7 +173,7 @@ def _run_v2(seed: int) -> None:
     proc = v2.ElasticLogitsProcessorV2(SimpleNamespace(), req_states)
     live: dict[int, Req] = {}
     free = list(range(capacity))
-    forced_seen = preempted = 0
+    forced_seen = preempted = tail_seen = 0
 
     def place(req: Req) -> None:
         slot = free.pop(rng.randrange(len(free)))
@@ -213,12 +221,13 @@ def _run_v2(seed: int) -> None:
             req = live[slot]
             forced = expected_forced(req.args, req.out)
             forced_seen += forced is not None
+            tail_seen += forced in END_SEQ[1:]
             check_row(before[row], logits[row], forced)
             tok = next_token(rng, logits[row])
             req.out.append(tok)
             tokens[slot, int(total_len[slot])] = tok
             total_len[slot] += 1
-    assert forced_seen > 50 and preempted > 0
+    assert forced_seen > 50 and preempted > 0 and tail_seen > 5
 
 
 def test_v2_adapter_never_raises() -> None:

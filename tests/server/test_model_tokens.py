@@ -46,7 +46,19 @@ def test_decode_skips_special_tokens_and_split_counts_ids(tokens: TokenizerToken
 
 
 def test_reasoning_model_without_think_tokens_fails_loudly(hf_tokenizer: Any) -> None:
-    with pytest.raises(RuntimeError, match="<reason>"):
-        TokenizerTokens(hf_tokenizer, eos_token_ids=[], think_start="<reason>")
+    # Characters this tokenizer has no token for: the string encodes to nothing.
+    with pytest.raises(RuntimeError, match="☃"):
+        TokenizerTokens(hf_tokenizer, eos_token_ids=[], think_start="☃")
+    # Partly encodable: the sequence would not be the string, so start-up refuses it.
+    with pytest.raises(RuntimeError, match="ABC<"):
+        TokenizerTokens(hf_tokenizer, eos_token_ids=[], think_end="ABC<")
+
+
+def test_think_string_that_is_not_one_token_is_a_sequence(hf_tokenizer: Any) -> None:
+    # The testbed tokenizer is character-level: "<reason>" is eight tokens.
+    tokens = TokenizerTokens(hf_tokenizer, eos_token_ids=[], think_end="</reason>")
+    assert tokens.think_end_ids == tuple(tokens.encode("</reason>"))
+    assert len(tokens.think_end_ids) == len("</reason>") and tokens.think_end_id is None
+    assert tokens.think_start_ids == (hf_tokenizer.convert_tokens_to_ids("<think>"),)
     plain = TokenizerTokens(hf_tokenizer, eos_token_ids=[], reasoning=False)
     assert plain.think_start_id is None and plain.think_end_id is None

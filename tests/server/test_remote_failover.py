@@ -24,6 +24,8 @@ FACTS = ServerFacts(
 
 
 class Tokens:
+    think_start_ids: tuple[int, ...] = (3,)
+    think_end_ids: tuple[int, ...] = (4,)
     think_start_id: int | None = 3
     think_end_id: int | None = 4
     eos_token_ids: tuple[int, ...] = (2,)

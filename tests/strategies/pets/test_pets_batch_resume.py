@@ -44,6 +44,8 @@ class Tokens:
         self.codec = CharCodec()
         self.think_start_id: int | None = self.codec.encode("<think>")[0]
         self.think_end_id: int | None = self.codec.think_end_id
+        self.think_start_ids: tuple[int, ...] = (self.think_start_id,)
+        self.think_end_ids: tuple[int, ...] = (self.codec.think_end_id,)
         self.eos_token_ids: tuple[int, ...] = (self.codec.eos_id,)
 
     def decode(self, token_ids: Sequence[int]) -> str:
