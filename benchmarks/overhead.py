@@ -1,0 +1,214 @@
+"""``thinkgate bench overhead``: the gateway against vLLM's own OpenAI server, measured
+with vLLM's own client (``vllm bench serve``), and against the engine alone.
+
+Per pair (``--pairs``, at least 4 for a median worth reading), one at a time on the
+same cores, in alternating order: vLLM's server, then ``thinkgate serve`` driven twice
+(default routing, and ``X-Strategy: plain``), then the engine alone (``AsyncLLM`` in
+process, no HTTP: ``benchmarks.overhead_engine``), each at every ``--rates`` (``inf``:
+all requests at once). Same model (the testbed base), same engine settings
+(float32, 512-token context, 64 sequences, no chunked prefill, eager, the 1 ms engine
+spin for all), random prompts of ``--input-len`` tokens, ``--output-len`` tokens each
+with ``ignore_eos``. thinkgate runs with ``--reward-model none`` (its second engine
+would sit idle beside the measured one) and its default logits processors.
+
+Reported: request and output-token throughput, TTFT, TPOT and ITL (p50/p99) for each,
+and per rate the paired ratios thinkgate / vLLM server (median, min-max over pairs).
+Writes ``benchmarks/results/overhead.{md,json,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import testbed
+from benchmarks.servers import ROOT, machine, thinkgate, vllm_server
+
+RESULTS = ROOT / "benchmarks" / "results"
+LOGS = RESULTS / "logs"
+METRICS = (
+    "request_throughput",
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+)
+SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "engine")
+ENGINE_FLAGS = (
+    "--max-num-seqs", "64", "--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill",
+)  # fmt: skip
+
+
+def bench_serve(url: str, model: str, tokenizer: str, rate: float, args: argparse.Namespace,
+                headers: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """One ``vllm bench serve`` run (vLLM's own client, in a subprocess); its result JSON."""
+    out = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    argv = [
+        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(args.input_len),
+        "--random-output-len", str(args.output_len), "--num-prompts", str(args.prompts),
+        "--request-rate", str(rate), "--ignore-eos", "--seed", "0", "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--save-result", "--result-dir", str(out), "--result-filename", "r.json",
+    ]  # fmt: skip
+    for h in headers:
+        argv += ["--header", h]
+    code = (
+        "import sys\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "from vllm.benchmarks.serve import add_cli_args, main\n"
+        "p = FlexibleArgumentParser(); add_cli_args(p)\n"
+        "main(p.parse_args(sys.argv[1:]))\n"
+    )
+    log = LOGS / "overhead-bench-serve.log"
+    with log.open("ab") as f:
+        subprocess.run([sys.executable, "-c", code, *argv], check=True, stdout=f, stderr=f)
+    data: dict[str, Any] = json.loads((out / "r.json").read_text())
+    return {k: float(data[k]) for k in METRICS}
+
+
+def engine_alone(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    cmd = [sys.executable, "-m", "benchmarks.overhead_engine", "--model", model]
+    cmd += ["--rates", ",".join(str(r) for r in args.rates), "--prompts", str(args.prompts)]
+    cmd += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
+    with (LOGS / "overhead-engine.log").open("ab") as log:
+        done = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, stderr=log)
+    line = next(x for x in done.stdout.decode().splitlines() if x.startswith("RESULT "))
+    got: dict[str, dict[str, float]] = json.loads(line[len("RESULT ") :])
+    return got
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    model = str(testbed.model_path("base"))
+    os.environ["THINKGATE_ENGINE_SPIN_MS"] = "1"  # every engine waits alike (our plugin)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
+
+    def record(system: str, rate: float, got: dict[str, float]) -> None:
+        runs[system][str(rate)].append(got)
+        print(f"[overhead] {system:16s} rate {rate}: {json.dumps(got)}", flush=True)
+
+    def vllm_side() -> None:
+        with vllm_server(model, *ENGINE_FLAGS, log=LOGS / "overhead-vllm.log") as url:
+            for rate in args.rates:
+                record("vllm", rate, bench_serve(url, model, model, rate, args))
+
+    def thinkgate_side() -> None:
+        flags = ("--reward-model", "none", "--served-model-name", model)
+        with thinkgate(model, *flags, log=LOGS / "overhead-thinkgate.log") as url:
+            for rate in args.rates:
+                record("thinkgate", rate, bench_serve(url, model, model, rate, args))
+                record(
+                    "thinkgate-plain",
+                    rate,
+                    bench_serve(url, model, model, rate, args, headers=("X-Strategy=plain",)),
+                )
+
+    for pair in range(args.pairs):
+        started = time.monotonic()
+        sides = (vllm_side, thinkgate_side) if pair % 2 == 0 else (thinkgate_side, vllm_side)
+        for side in sides:
+            side()
+        for rate, got in engine_alone(model, args).items():
+            record("engine", float(rate), got)
+        print(f"[overhead] pair {pair + 1}/{args.pairs}: {time.monotonic() - started:.0f} s")
+    return {"runs": {s: dict(r) for s, r in runs.items()}}
+
+
+def ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[float]:
+    mine, base = runs[system][rate], runs["vllm"][rate]
+    return [a[metric] / b[metric] for a, b in zip(mine, base, strict=False) if b[metric]]
+
+
+def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> str:
+    runs = result["runs"]
+    lines = [
+        "# Overhead: thinkgate vs vLLM's own server vs the engine alone",
+        "",
+        f"`{command}` on {machine()}; vLLM's `bench serve` (random dataset, "
+        f"{args.input_len} in / {args.output_len} out, {args.prompts} prompts, `--ignore-eos`), "
+        f"{args.pairs} interleaved pairs per rate. Medians over pairs; ratios are paired "
+        "(thinkgate run / vLLM server run of the same pair): median (min-max).",
+        "",
+    ]
+    for rate in (str(r) for r in args.rates):
+        lines += [f"## request rate {rate}", ""]
+        lines.append("| metric | " + " | ".join(SYSTEMS) + " | thinkgate / vLLM | plain / vLLM |")
+        lines.append("|---|" + "---:|" * (len(SYSTEMS) + 2))
+        for m in METRICS:
+            cells = [f"{statistics.median(x[m] for x in runs[s][rate]):.2f}" for s in SYSTEMS]
+            for s in ("thinkgate", "thinkgate-plain"):
+                r = ratios(runs, s, rate, m)
+                cells.append(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(
+        "Throughput ratios >= 0.97 count as parity on this noisy 2-core machine; latency "
+        "ratios above 1 mean thinkgate is slower. `engine` is the ceiling for any server."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result["runs"]
+    shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms")
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6))
+    rates = [str(r) for r in args.rates]
+    width = 0.8 / len(SYSTEMS)
+    for ax, m in zip(axes, shown, strict=True):
+        for i, s in enumerate(SYSTEMS):
+            vals = [statistics.median(x[m] for x in runs[s][r]) for r in rates]
+            ax.bar([j + i * width for j in range(len(rates))], vals, width, label=s)
+        ax.set_xticks(
+            [j + 0.4 - width / 2 for j in range(len(rates))], [f"rate {r}" for r in rates]
+        )
+        ax.set_title(m)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="thinkgate bench overhead", description=__doc__)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument(
+        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[float("inf"), 30, 15]
+    )
+    parser.add_argument("--prompts", type=int, default=100)
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    command = "thinkgate bench overhead " + " ".join(sys.argv[1:] if argv is None else argv)
+    result = run(args)
+    result["_meta"] = {"command": command.strip(), "machine": machine(), "args": vars(args)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "overhead.json").write_text(json.dumps(result, indent=2, default=str))
+    text = report(result, args, command.strip())
+    (RESULTS / "overhead.md").write_text(text)
+    plot(result, args, RESULTS / "overhead.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""The engine alone: vLLM's ``AsyncLLM`` in process, no HTTP, driven like ``vllm bench
+serve`` drives a server (random prompts of fixed length, ``ignore_eos``, Poisson
+arrivals or all at once). The limit any HTTP server in front of the engine can reach;
+``benchmarks.overhead`` runs it as a subprocess and reads one JSON line from stdout.
+
+``python -m benchmarks.overhead_engine --model DIR --rates inf,30 --prompts 100
+--input-len 32 --output-len 64``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _one(llm: Any, prompt: list[int], params: Any) -> dict[str, Any]:
+    from vllm.inputs import TokensPrompt
+
+    started = time.perf_counter()
+    times: list[float] = []
+    counts: list[int] = []
+    seen = 0
+    async for out in llm.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex):
+        now = time.perf_counter()
+        n = len(out.outputs[0].token_ids)
+        if n > seen:
+            times.append(now)
+            counts.append(n - seen)
+            seen = n
+    ended = time.perf_counter()
+    ttft = times[0] - started
+    itl = [b - a for a, b in zip(times, times[1:], strict=False)]
+    tpot = (ended - times[0]) / max(1, seen - 1)
+    return {"ttft": ttft, "itl": itl, "tpot": tpot, "tokens": seen, "e2e": ended - started}
+
+
+async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float) -> dict[str, Any]:
+    rng = random.Random(0)
+    tasks = []
+    started = time.perf_counter()
+    for p in prompts:
+        tasks.append(asyncio.create_task(_one(llm, p, params)))
+        if rate != float("inf"):
+            await asyncio.sleep(rng.expovariate(rate))
+    results = await asyncio.gather(*tasks)
+    duration = time.perf_counter() - started
+    ttft = [r["ttft"] * 1000 for r in results]
+    tpot = [r["tpot"] * 1000 for r in results]
+    itl = [x * 1000 for r in results for x in r["itl"]]
+    tokens = sum(r["tokens"] for r in results)
+    return {
+        "request_throughput": len(results) / duration,
+        "output_throughput": tokens / duration,
+        "median_ttft_ms": statistics.median(ttft),
+        "p99_ttft_ms": _pct(ttft, 0.99),
+        "median_tpot_ms": statistics.median(tpot),
+        "p99_tpot_ms": _pct(tpot, 0.99),
+        "median_itl_ms": statistics.median(itl) if itl else float("nan"),
+        "p99_itl_ms": _pct(itl, 0.99),
+    }
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    llm = AsyncLLM.from_engine_args(
+        AsyncEngineArgs(
+            model=args.model,
+            dtype="float32",
+            max_model_len=512,
+            max_num_seqs=64,
+            max_num_batched_tokens=64 * 512,
+            enable_chunked_prefill=False,
+            enforce_eager=True,
+            disable_log_stats=True,
+        )
+    )
+    try:
+        vocab = llm.tokenizer.vocab_size if llm.tokenizer is not None else 64
+        rng = random.Random(1)
+        # Ordinary tokens only (ids past the specials), like vLLM's random dataset.
+        low = min(16, vocab - 1)
+        prompts = [
+            [rng.randrange(low, vocab) for _ in range(args.input_len)] for _ in range(args.prompts)
+        ]
+        params = SamplingParams(max_tokens=args.output_len, ignore_eos=True, temperature=1.0)
+        await _run_rate(llm, prompts[:4], params, float("inf"))  # warm-up, not measured
+        out: dict[str, Any] = {}
+        for rate in args.rates:
+            out[str(rate)] = await _run_rate(llm, prompts, params, rate)
+        return out
+    finally:
+        llm.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead_engine")
+    parser.add_argument("--model", required=True)
+    parser.add_argument(
+        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[float("inf")]
+    )
+    parser.add_argument("--prompts", type=int, default=100)
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    result = asyncio.run(_main(args))
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
