@@ -20,10 +20,10 @@ COPY kernels ./kernels
 COPY clients ./clients
 COPY testbed ./testbed
 COPY scripts/docker-entrypoint.sh ./scripts/docker-entrypoint.sh
-# vllm is already in the image: install thinkgate without re-resolving it.
-RUN pip install --no-cache-dir --no-deps -e . \
- && pip install --no-cache-dir fastapi uvicorn pydantic-settings orjson structlog scipy \
-        math-verify prometheus-client tqdm httpx
+# vllm is already in the image and is not among thinkgate's own dependencies (it is the
+# `gpu` extra): this installs exactly pyproject.toml's list, keeping what the image has
+# where it satisfies it. No second, hand-kept list to drift.
+RUN pip install --no-cache-dir -e .
 
 ENV THINKGATE_HOST=0.0.0.0 THINKGATE_PORT=8000 THINKGATE_DTYPE=auto \
     THINKGATE_ENFORCE_EAGER=false

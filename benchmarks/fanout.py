@@ -45,14 +45,29 @@ class Trial:
     prompt_tokens: int
 
 
-async def trial(client: Any, model: str, q: Question, mode: str, n: int, max_tokens: int) -> Trial:
+# A long prompt: worked questions before the one asked (the testbed's tokenizer is one
+# token per character, so ``context`` characters are about as many prompt tokens).
+FILLER = "Compute 1+2 mod 10. 3 is the answer. "
+
+
+def _content(q: Question, context: int) -> str:
+    if context <= 0:
+        return q.prompt
+    return (FILLER * (context // len(FILLER) + 1))[:context] + q.prompt
+
+
+async def trial(
+    client: Any, model: str, q: Question, mode: str, n: int, max_tokens: int, context: int = 0
+) -> Trial:
     kw: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": "user", "content": q.prompt}],
+        "messages": [{"role": "user", "content": _content(q, context)}],
         "temperature": 1.0,
         "max_tokens": max_tokens,
         "extra_headers": {"X-Strategy": "plain"},
     }
+    if context > 0:  # garbage-in: fix the work, or answers of random length decide
+        kw["extra_body"] = {"ignore_eos": True}
     t0 = time.perf_counter()
     if mode == "one-request":
         responses = [await client.chat.completions.create(n=n, **kw)]
@@ -74,21 +89,21 @@ async def trial(client: Any, model: str, q: Question, mode: str, n: int, max_tok
 
 
 async def run(
-    url: str, questions: Sequence[Question], ns: Sequence[int], max_tokens: int
+    url: str, questions: Sequence[Question], ns: Sequence[int], max_tokens: int, context: int = 0
 ) -> list[Trial]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=900)
     model = (await client.models.list()).data[0].id
     # Warm-up: first requests pay one-off costs (allocation, logits-processor set-up).
-    await trial(client, model, questions[0], "one-request", 4, max_tokens)
-    await trial(client, model, questions[0], "concurrent", 4, max_tokens)
+    await trial(client, model, questions[0], "one-request", 4, max_tokens, context)
+    await trial(client, model, questions[0], "concurrent", 4, max_tokens, context)
     trials: list[Trial] = []
     for n in ns:
         for i, q in enumerate(questions):
             order = MODES[i % 3 :] + MODES[: i % 3]  # rotate which mode goes first
             for mode in order:
-                trials.append(await trial(client, model, q, mode, n, max_tokens))
+                trials.append(await trial(client, model, q, mode, n, max_tokens, context))
     return trials
 
 
@@ -130,23 +145,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        help="characters (testbed: tokens) of worked questions before each question; "
+        "then answers are fixed-length (ignore_eos) and the table goes to fanout-long.md",
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     ns = [int(x) for x in args.ns.split(",")]
     questions = make_questions("test", args.questions, seed=args.seed, min_ops=6, max_ops=10)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.url:
-        trials = asyncio.run(run(args.url, questions, ns, args.max_tokens))
+        trials = asyncio.run(run(args.url, questions, ns, args.max_tokens, args.context))
     else:
         log = RESULTS / "logs" / "fanout-server.log"
         # No reward engine: this measures generation only. n up to max(ns) in one request.
         flags = ("--reward-model", "none", "--max-n", str(max(ns)))
         with thinkgate(model_path("base"), *flags, log=log) as url:
-            trials = asyncio.run(run(url, questions, ns, args.max_tokens))
+            trials = asyncio.run(run(url, questions, ns, args.max_tokens, args.context))
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
+    long = args.context > 0
     lines = [
-        "# Fan-out: one `n = N` request versus N separate requests",
+        "# Fan-out: one `n = N` request versus N separate requests"
+        + (f", {args.context}-token prompts" if long else ""),
         "",
         f"Same thinkgate server and run; {len(questions)} testbed questions (test split, 6-10 "
         f"operations) per N, temperature 1, max_tokens {args.max_tokens}, the three modes "
@@ -161,10 +185,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Commit {sha}.",
         "",
         f"Command: `.venv/bin/python -m benchmarks.fanout --ns {args.ns} --questions "
-        f"{args.questions} --max-tokens {args.max_tokens} --seed {args.seed}`",
+        f"{args.questions} --max-tokens {args.max_tokens} --seed {args.seed}"
+        + (f" --context {args.context}`" if long else "`"),
         "",
     ]
-    (RESULTS / "fanout.md").write_text("\n".join(lines))
+    if long:
+        lines.insert(
+            3,
+            f"Each prompt carries {args.context} characters of worked questions first (about as "
+            "many tokens: the testbed tokenizer is per character); answers run to max_tokens "
+            "(ignore_eos). vLLM's prefix cache is on (its V1 default), so the separate "
+            "requests reuse the prompt's KV blocks after the first prefill, as its_hub "
+            "relies on.\n",
+        )
+    (RESULTS / ("fanout-long.md" if long else "fanout.md")).write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -31,3 +31,19 @@ def test_entrypoint_dispatches_by_role(tmp_path: Path, args: list[str], expected
         ["sh", str(SCRIPT), *args], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == expected
+
+
+def test_the_gpu_image_takes_its_dependencies_from_pyproject() -> None:
+    """One list: the GPU image installs pyproject.toml's dependencies (vLLM, already in
+    its base image, is an extra and is not re-resolved), never a hand-kept copy."""
+    text = (SCRIPT.parent.parent / "Dockerfile").read_text()
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    assert installs, "the Dockerfile installs nothing"
+    for line in installs:
+        assert line.rstrip().endswith("-e ."), line
+        assert "--no-deps" not in line, line
+
+
+def test_the_cpu_image_base_is_a_build_argument() -> None:
+    text = (SCRIPT.parent.parent / "Dockerfile.cpu").read_text()
+    assert "ARG BASE=python:3.11-slim" in text and "FROM ${BASE}" in text
