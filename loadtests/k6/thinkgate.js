@@ -3,13 +3,20 @@
 // Open loop (constant-arrival-rate): latency under load is measured honestly, without
 // the coordinated omission of closed-loop clients. Checks fail on any non-200 or empty
 // answer; thresholds encode the SLO (edit to taste).
+// Metric names follow the locust records (loadtests/locustfile.py, loadtests/report.py):
+// e2e_ms, reasoning_tokens, answer_tokens, tagged by strategy. k6's core HTTP client
+// reads a response whole, so time to first token (ttft_ms) and to first answer token
+// (ttfo_ms) need a streaming reader: run the streamed scenario with the xk6-sse
+// extension, or use the locust sweep (python -m loadtests.sweep), which measures both.
 import http from "k6/http";
 import { check } from "k6";
 import { Trend } from "k6/metrics";
 
 const BASE = __ENV.BASE_URL || "http://127.0.0.1:8000";
 const MODEL = __ENV.MODEL || "testbed-base";
-const thinkTokens = new Trend("thinkgate_reasoning_tokens");
+const e2e = new Trend("e2e_ms", true);
+const reasoningTokens = new Trend("reasoning_tokens");
+const answerTokens = new Trend("answer_tokens");
 
 export const options = {
   scenarios: {
@@ -66,8 +73,11 @@ export default function () {
     "status 200": (r) => r.status === 200,
     "has answer": (r) => r.status === 200 && r.json("choices.0.message.content") !== null,
   });
+  e2e.add(res.timings.duration, { strategy: s.strategy });
   if (ok) {
-    const details = res.json("usage.completion_tokens_details");
-    if (details) thinkTokens.add(details.reasoning_tokens, { strategy: s.strategy });
+    const usage = res.json("usage");
+    const reasoning = (usage.completion_tokens_details || {}).reasoning_tokens || 0;
+    reasoningTokens.add(reasoning, { strategy: s.strategy });
+    answerTokens.add(usage.completion_tokens - reasoning, { strategy: s.strategy });
   }
 }
