@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
 
     def record(system: str, rate: float, got: dict[str, float]) -> None:
-        runs[system][str(rate)].append(got)
+        runs[system][key(rate)].append(got)
         print(f"[overhead] {system:16s} rate {rate}: {json.dumps(got)}", flush=True)
 
     def vllm_side() -> None:
@@ -129,6 +129,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"runs": {s: dict(r) for s, r in runs.items()}}
 
 
+def key(rate: float | str) -> str:
+    """One spelling per rate ("inf", "30", "15") whether it came as 30, 30.0 or "30.0"."""
+    return f"{float(rate):g}"
+
+
 def ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[float]:
     mine, base = runs[system][rate], runs["vllm"][rate]
     return [a[metric] / b[metric] for a, b in zip(mine, base, strict=False) if b[metric]]
@@ -145,7 +150,7 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         "(thinkgate run / vLLM server run of the same pair): median (min-max).",
         "",
     ]
-    for rate in (str(r) for r in args.rates):
+    for rate in (key(r) for r in args.rates):
         lines += [f"## request rate {rate}", ""]
         lines.append("| metric | " + " | ".join(SYSTEMS) + " | thinkgate / vLLM | plain / vLLM |")
         lines.append("|---|" + "---:|" * (len(SYSTEMS) + 2))
@@ -172,7 +177,7 @@ def plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     runs = result["runs"]
     shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms")
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6))
-    rates = [str(r) for r in args.rates]
+    rates = [key(r) for r in args.rates]
     width = 0.8 / len(SYSTEMS)
     for ax, m in zip(axes, shown, strict=True):
         for i, s in enumerate(SYSTEMS):
@@ -192,17 +197,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="thinkgate bench overhead", description=__doc__)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument(
-        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[float("inf"), 30, 15]
+        "--rates",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[float("inf"), 30.0, 15.0],
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="redo the table and plot from overhead.json"
     )
     parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=64)
     args = parser.parse_args(list(argv) if argv is not None else None)
     command = "thinkgate bench overhead " + " ".join(sys.argv[1:] if argv is None else argv)
-    result = run(args)
-    result["_meta"] = {"command": command.strip(), "machine": machine(), "args": vars(args)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overhead.json").write_text(json.dumps(result, indent=2, default=str))
+    if args.report_only:
+        result = json.loads((RESULTS / "overhead.json").read_text())
+        saved = result["_meta"]
+        command = saved["command"]
+        args = argparse.Namespace(
+            **{**saved["args"], "rates": [float(r) for r in saved["args"]["rates"]]}
+        )
+        result["runs"] = {
+            s: {key(r): v for r, v in by_rate.items()} for s, by_rate in result["runs"].items()
+        }
+    else:
+        result = run(args)
+        result["_meta"] = {"command": command.strip(), "machine": machine(), "args": vars(args)}
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "overhead.json").write_text(json.dumps(result, indent=2, default=str))
     text = report(result, args, command.strip())
     (RESULTS / "overhead.md").write_text(text)
     plot(result, args, RESULTS / "overhead.png")

@@ -81,6 +81,17 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    extra: dict[str, Any] = {}
+    # What thinkgate's engine adds for budget guidance, alone or together: the wrapper
+    # architecture (hidden states for the predictor) and the logits processor.
+    if args.guidance in ("wrapper", "both"):
+        from kernels import bg_plugin
+
+        extra["hf_overrides"] = bg_plugin.hf_overrides()
+    if args.guidance in ("processor", "both"):
+        from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+
+        extra["logits_processors"] = [BudgetGuidanceLogitsProcessor]
     llm = AsyncLLM.from_engine_args(
         AsyncEngineArgs(
             model=args.model,
@@ -91,6 +102,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             enable_chunked_prefill=False,
             enforce_eager=True,
             disable_log_stats=True,
+            **extra,
         )
     )
     try:
@@ -105,7 +117,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         await _run_rate(llm, prompts[:4], params, float("inf"))  # warm-up, not measured
         out: dict[str, Any] = {}
         for rate in args.rates:
-            out[str(rate)] = await _run_rate(llm, prompts, params, rate)
+            runs = [await _run_rate(llm, prompts, params, rate) for _ in range(args.repeat)]
+            out[str(rate)] = runs[0] if args.repeat == 1 else runs
         return out
     finally:
         llm.shutdown()
@@ -120,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument(
+        "--guidance",
+        choices=("off", "wrapper", "processor", "both"),
+        default="off",
+        help="load budget guidance's wrapper model and/or processor (no request uses it)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per rate (a list each)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     result = asyncio.run(_main(args))
