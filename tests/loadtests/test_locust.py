@@ -62,7 +62,9 @@ def test_locust_mix_runs_clean(base_url: str, tmp_path: Path) -> None:
     assert Path(f"{prefix}_latency.png").stat().st_size > 1000
     # Every request left a record; streams carry their token timings (real SSE parsing).
     rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert len(rows) == sum(s.requests for s in stats.values() if not s.name.startswith("TT"))
+    # Every counted request left a record; requests that end after locust's final stats
+    # (users finish their task within --stop-timeout) add a few more (CI: 67 for 65).
+    assert len(rows) >= sum(s.requests for s in stats.values() if not s.name.startswith("TT"))
     streamed = [r for r in rows if r["name"] == "plain (stream)"]
     if streamed:
         r = streamed[0]
