@@ -21,12 +21,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from benchmarks.reliability import pct
 
 
 async def _one(llm: Any, prompt: list[int], params: Any) -> dict[str, Any]:
@@ -68,11 +63,11 @@ async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float
         "request_throughput": len(results) / duration,
         "output_throughput": tokens / duration,
         "median_ttft_ms": statistics.median(ttft),
-        "p99_ttft_ms": _pct(ttft, 0.99),
+        "p99_ttft_ms": pct(ttft, 0.99),
         "median_tpot_ms": statistics.median(tpot),
-        "p99_tpot_ms": _pct(tpot, 0.99),
+        "p99_tpot_ms": pct(tpot, 0.99),
         "median_itl_ms": statistics.median(itl) if itl else float("nan"),
-        "p99_itl_ms": _pct(itl, 0.99),
+        "p99_itl_ms": pct(itl, 0.99),
     }
 
 

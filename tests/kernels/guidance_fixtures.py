@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -71,3 +73,23 @@ def expected_row(
         out, None, a, r, torch.tensor([b], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
     )
     return out[0]
+
+
+def v2_processor(
+    slots: int, prompt_len: int, history: torch.Tensor | None = None
+) -> tuple[Any, Any]:
+    """A Model Runner V2 guidance processor over hand-built request states (and, with
+    ``history``, their committed tokens); returns (processor, request states)."""
+    from kernels.guidance_v2 import BudgetGuidanceLogitsProcessorV2
+
+    lengths = torch.full((slots,), prompt_len, dtype=torch.int32)
+    req_states: Any = SimpleNamespace(
+        device=torch.device("cpu"),
+        max_num_reqs=slots,
+        vocab_size=VOCAB,
+        prompt_len=SimpleNamespace(gpu=lengths, np=lengths.numpy()),
+    )
+    if history is not None:
+        req_states.all_token_ids = SimpleNamespace(gpu=history)
+    # No VllmConfig: the adapter reads nothing from it on these hand-built batches.
+    return BudgetGuidanceLogitsProcessorV2(None, req_states), req_states  # type: ignore[arg-type]

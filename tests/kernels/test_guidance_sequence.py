@@ -3,11 +3,8 @@ sequence's last token (V1 host tracking, V2 device tracking), not at a partial p
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import torch
-from guidance_fixtures import NEWLINE, VOCAB, tiny_predictor
+from guidance_fixtures import NEWLINE, VOCAB, tiny_predictor, v2_processor
 from vllm import SamplingParams
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
@@ -15,7 +12,6 @@ from kernels import guidance_args
 from kernels.guidance_stash import GuidanceModel
 from kernels.guidance_state import GuidanceCol
 from kernels.guidance_v1 import _Track
-from kernels.guidance_v2 import BudgetGuidanceLogitsProcessorV2
 
 SEQ = (4, 11)
 PROMPT_LEN = 3
@@ -60,15 +56,7 @@ def test_guidance_model_defaults_to_one_token() -> None:
 def test_v2_step_closes_only_after_the_whole_sequence() -> None:
     slots, width = 2, 16
     history = torch.zeros(slots, width, dtype=torch.int32)
-    prompt_len = torch.full((slots,), PROMPT_LEN, dtype=torch.int32)
-    req_states: Any = SimpleNamespace(
-        device=torch.device("cpu"),
-        max_num_reqs=slots,
-        vocab_size=VOCAB,
-        prompt_len=SimpleNamespace(gpu=prompt_len, np=prompt_len.numpy()),
-        all_token_ids=SimpleNamespace(gpu=history),
-    )
-    proc = BudgetGuidanceLogitsProcessorV2(None, req_states)  # type: ignore[arg-type]
+    proc, _ = v2_processor(slots, PROMPT_LEN, history)
     for slot in range(slots):
         assert proc.add_request(slot, SamplingParams(extra_args={guidance_args.BUDGET: 50}))
     proc.apply_staged_writes()

@@ -7,7 +7,6 @@ Elastic V2 adapter's is: the real class, a synthetic ``LogitsProcRequestState`` 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from guidance_fixtures import (
     expected_row,
     installed,
     tiny_predictor,
+    v2_processor,
 )
 from vllm import SamplingParams
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
@@ -33,15 +33,7 @@ PROMPT_LEN = 6
 
 
 def _processor(slots: int) -> tuple[BudgetGuidanceLogitsProcessorV2, Any]:
-    prompt_len = torch.full((slots,), PROMPT_LEN, dtype=torch.int32)
-    req_states: Any = SimpleNamespace(
-        device=torch.device("cpu"),
-        max_num_reqs=slots,
-        vocab_size=VOCAB,
-        prompt_len=SimpleNamespace(gpu=prompt_len, np=prompt_len.numpy()),
-    )
-    # No VllmConfig: the adapter reads nothing from it on these hand-built batches.
-    return BudgetGuidanceLogitsProcessorV2(None, req_states), req_states  # type: ignore[arg-type]
+    return v2_processor(slots, PROMPT_LEN)
 
 
 def _ctx(slots: list[int], last_tokens: list[int], generated: list[int]) -> LogitsContext:
