@@ -17,11 +17,20 @@ CLASSES: Final[dict[str, dict[Runner, str]]] = {
         "v1": "kernels.vllm_v1:ElasticLogitsProcessor",
         "v2": "kernels.vllm_v2:ElasticLogitsProcessorV2",
     },
+    "confidence": {
+        "v1": "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
+        "v2": "kernels.confidence.vllm_v2:ConfidenceLogitsProcessorV2",
+    },
     "guidance": {
         "v1": "kernels.guidance_v1:BudgetGuidanceLogitsProcessor",
         "v2": "kernels.guidance_v2:BudgetGuidanceLogitsProcessorV2",
     },
 }
+
+
+# Loaded by default (the local engine, ``thinkgate replica``), in this order: confidence
+# reads raw logits, so it runs before the processors that mask or steer them.
+DEFAULT: Final[tuple[str, ...]] = ("confidence", "elastic", "guidance")
 
 
 def spec_for(name_or_spec: str, runner: Runner) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import testbed
 from kernels import engine_wait
+from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
 
 # What `thinkgate serve` uses for the testbed model, so a gateway and its replicas agree.
@@ -68,7 +69,7 @@ def build_command(
     model: str | None,
     passthrough: Sequence[str],
     *,
-    processors: Sequence[str] = ("elastic", "guidance"),
+    processors: Sequence[str] = DEFAULT_PROCESSORS,
     runner: Runner | None = None,
     cpu: bool | None = None,
 ) -> list[str]:
@@ -113,7 +114,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--model", help="model directory or hub id (default: testbed base)")
     parser.add_argument(
         "--processors",
-        default="elastic,guidance",
+        default=",".join(DEFAULT_PROCESSORS),
         help="thinkgate processors to load, comma-separated (empty: none)",
     )
     parser.add_argument(

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 import testbed
+from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
@@ -117,9 +118,9 @@ class Settings(BaseSettings):
     """Local engine: engine seed (requests without a seed draw from it)."""
     trust_remote_code: bool = False
     """Allow model code from the model repository."""
-    logits_processors: StrList = ("elastic", "guidance")
-    """Local engine: our vLLM logits processors loaded into it (remote servers load
-    theirs, ``thinkgate replica``): short names (``elastic``,
+    logits_processors: StrList = DEFAULT_PROCESSORS
+    """Local engine: our vLLM logits processors loaded into it, in order (remote servers
+    load theirs, ``thinkgate replica``): short names (``confidence``, ``elastic``,
     ``guidance``: the class for the engine's model runner is picked at start) or
     ``module:Class`` strings. Empty: none (strategies fall back to several calls)."""
     vllm_reasoning_config: bool = False

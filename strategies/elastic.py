@@ -273,8 +273,12 @@ async def two_pass(
                         if d.finish_reason == "abort" and end < 0:
                             await queue.put(d)
                             continue
+                        # Confidences survive a cut (a prefix of the engine's tokens), not
+                        # an injection: the injected tokens were never sampled.
+                        conf = d.confidences
                         if end >= 0:
                             ids = ids[:end]
+                            conf = None if conf is None else conf[:end]
                         else:
                             # Close thinking by injecting only the rest of </think> (a model
                             # that stopped with EOS while thinking loses that EOS: the
@@ -283,9 +287,12 @@ async def two_pass(
                                 ids.pop()
                             _, state = closing.find(ids, 0, matched.get(d.index, 0))
                             ids.extend(p.think_end_ids[state:])
+                            conf = None
                         closed.add(d.index)
                         thoughts.setdefault(d.index, []).extend(ids)
-                        await queue.put(SampleDelta(index=d.index, token_ids=tuple(ids)))
+                        await queue.put(
+                            SampleDelta(index=d.index, token_ids=tuple(ids), confidences=conf)
+                        )
                         group.create_task(answer(d.index, thoughts[d.index]))
                         if len(closed) == request.n:
                             break  # every thought closed: closing the stream aborts the rest

@@ -28,6 +28,9 @@ class SamplingConfig:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     logprobs: bool = False  # per-token logprob of the sampled token
+    # k > 0: the engine reports each generated token's confidence over its top-k
+    # candidates (DeepConf); at most strategies.confidence.MAX_TOP_K.
+    top_logprobs: int = 0
     # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
     ignore_eos: bool = False
     # Arguments for our logits processors (kernels/args.py names the keys).
@@ -54,6 +57,9 @@ class Sample:
     cumulative_logprob: float | None = None
     # Which stop string or stop token ended it, if any (vLLM's ``stop_reason``).
     stop_reason: int | str | None = None
+    # Per generated token (as long as ``token_ids``) when ``SamplingConfig.top_logprobs``
+    # was set: ``strategies.confidence.token_confidence`` of its top-k logprobs.
+    confidences: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +71,8 @@ class SampleDelta:
     finish_reason: FinishReason | None = None
     cumulative_logprob: float | None = None
     stop_reason: int | str | None = None
+    # The confidences of this delta's ``token_ids`` (one each), as in ``Sample``.
+    confidences: tuple[float, ...] | None = None
 
 
 @runtime_checkable

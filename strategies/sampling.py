@@ -31,6 +31,7 @@ from strategies.base import (
 from strategies.elastic import ElasticPlan
 from strategies.engine import (
     Engine,
+    ExtraArg,
     FinishReason,
     GenerateRequest,
     ModelTokens,
@@ -41,7 +42,9 @@ from strategies.errors import BackendError, BackendUnavailable, InvalidBudget, I
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import SCORER_KINDS, MeanLogprob, ScoreQuery, Scorer, ScorerSet
-from strategies.selection import AnswerClass, Selection, build_classes
+from strategies.selection import AnswerClass, Selection, build_classes, select_weighted
+from strategies.voting import OPTIONS as VOTE_OPTIONS
+from strategies.voting import VoteOptions, trace_confidences, vote_options, voting_classes
 
 DEFAULTS_KEY: Final = "sampling"  # Resources item holding SamplingDefaults
 
@@ -129,9 +132,19 @@ _PROVIDED_BY: Final = {
 
 
 def validate_common(
-    request: StrategyRequest, engine: Engine, *, uses_scorer: bool, uses_alpha: bool = False
+    request: StrategyRequest,
+    engine: Engine,
+    *,
+    uses_scorer: bool,
+    uses_alpha: bool = False,
+    uses_vote: bool = False,
 ) -> None:
     """Checks shared by the sampling strategies (before any engine call)."""
+    if uses_vote:
+        vote_options(request)
+    elif any(name in request.options for name in VOTE_OPTIONS):
+        name = next(n for n in VOTE_OPTIONS if n in request.options)
+        raise InvalidRequest(f"{name} applies to self-consistency and deepconf only", param=name)
     samples, k = request.budget.samples, requested_k(request)
     if samples is not None and samples < 1:
         raise InvalidBudget("samples must be >= 1", param="samples")
@@ -168,20 +181,37 @@ class Draw:
     engine_requests: int
 
 
-def start_draw(ctx: StrategyContext, n: int, *, logprobs: bool) -> Draw:
+def start_draw(
+    ctx: StrategyContext,
+    n: int,
+    *,
+    logprobs: bool,
+    top_logprobs: int = 0,
+    extra_args: Mapping[str, ExtraArg] | None = None,
+    suffix: str = "pool",
+) -> Draw:
     """Open the engine stream of ``n`` samples: ONE request with ``n = N``.
 
     With thinking/solution budgets every sample is budgeted exactly as the
     ``elastic`` strategy budgets its trajectory (same plan, same processor); an engine
     without the processor falls back to elastic's two-pass mode (one thinking request
-    with ``n = N``, then one answer request per sample).
+    with ``n = N``, then one answer request per sample). ``top_logprobs`` asks for
+    per-token confidences; ``extra_args`` go to other processors of the engine (DeepConf's
+    threshold) next to elastic's.
     """
     request, engine = ctx.request, ctx.engine
     widened = replace(request, n=n)
+    extra = dict(extra_args or {})
     if not has_token_budget(request):
-        sampling = replace(request.sampling, n=n, logprobs=logprobs or request.sampling.logprobs)
+        sampling = replace(
+            request.sampling,
+            n=n,
+            logprobs=logprobs or request.sampling.logprobs,
+            top_logprobs=top_logprobs,
+            extra_args={**request.sampling.extra_args, **extra},
+        )
         gen = GenerateRequest(
-            request_id=f"{request.request_id}-pool",
+            request_id=f"{request.request_id}-{suffix}",
             prompt_token_ids=request.prompt_token_ids,
             sampling=sampling,
         )
@@ -189,13 +219,26 @@ def start_draw(ctx: StrategyContext, n: int, *, logprobs: bool) -> Draw:
     p = elastic.plan(widened, engine)
     mode = elastic.requested_mode(widened, engine)
     if mode == "one-pass":
-        sampling = replace(p.sampling, n=n, logprobs=logprobs or p.sampling.logprobs)
+        sampling = replace(
+            p.sampling,
+            n=n,
+            logprobs=logprobs or p.sampling.logprobs,
+            top_logprobs=top_logprobs,
+            extra_args={**p.sampling.extra_args, **extra},
+        )
         gen = GenerateRequest(
-            request_id=f"{request.request_id}-pool",
+            request_id=f"{request.request_id}-{suffix}",
             prompt_token_ids=request.prompt_token_ids,
             sampling=sampling,
         )
         return Draw(n=n, deltas=engine.stream(gen), plan=p, mode=mode, engine_requests=1)
+    if top_logprobs or extra:
+        raise BackendUnavailable(
+            "confidence votes and early stops need one-pass budgets (an engine with the "
+            "elastic logits processor)",
+            param="strategy",
+            code="resource_unavailable",
+        )
     if logprobs:
         # Two passes give two partial logprob sums per sample; no honest mean exists.
         raise InvalidRequest(
@@ -220,19 +263,30 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
     ``{"samples_done": i, "samples": N}`` as each one finishes."""
     n = source.n
     ids: list[list[int]] = [[] for _ in range(n)]
+    # Token confidences (top_logprobs > 0), per index. An index with tokens that came
+    # without them (a token the engine did not sample, e.g. an injected </think>) gets
+    # none: the rest would no longer line up with its token ids.
+    confs: dict[int, list[float]] = {}
+    bare: set[int] = set()
     done: dict[int, Sample] = {}
     # aclosing: a client that goes away closes this generator, and with it the engine
     # stream at once, which aborts all N samples in the engine.
     async with aclosing(source.deltas) as deltas:
         async for delta in deltas:
-            ids[delta.index].extend(delta.token_ids)
-            if delta.finish_reason is not None and delta.index not in done:
-                done[delta.index] = Sample(
-                    index=delta.index,
-                    token_ids=tuple(ids[delta.index]),
+            i = delta.index
+            ids[i].extend(delta.token_ids)
+            if delta.confidences is not None and len(delta.confidences) == len(delta.token_ids):
+                confs.setdefault(i, []).extend(delta.confidences)
+            elif delta.token_ids:
+                bare.add(i)
+            if delta.finish_reason is not None and i not in done:
+                done[i] = Sample(
+                    index=i,
+                    token_ids=tuple(ids[i]),
                     finish_reason=delta.finish_reason,
                     cumulative_logprob=delta.cumulative_logprob,
                     stop_reason=delta.stop_reason,
+                    confidences=None if i in bare or i not in confs else tuple(confs[i]),
                 )
                 yield Progress(data={"samples_done": len(done), "samples": n})
     if len(done) != n:
@@ -299,9 +353,16 @@ class SamplingStrategy:
     streams_live: ClassVar[bool] = False
     uses_scorer: ClassVar[bool] = True
     uses_alpha: ClassVar[bool] = False
+    uses_vote: ClassVar[bool] = False  # takes the ``vote`` options (strategies.voting)
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
-        validate_common(request, engine, uses_scorer=self.uses_scorer, uses_alpha=self.uses_alpha)
+        validate_common(
+            request,
+            engine,
+            uses_scorer=self.uses_scorer,
+            uses_alpha=self.uses_alpha,
+            uses_vote=self.uses_vote,
+        )
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
@@ -316,14 +377,30 @@ class SamplingStrategy:
         if k > n:
             raise InvalidBudget(f"k={k} exceeds samples={n}", param="k")
         scorer = resolve_scorer(ctx) if self.uses_scorer else None
-        source = start_draw(ctx, n, logprobs=scorer is not None and scorer.needs_logprobs)
+        votes = vote_options(request) if self.uses_vote else VoteOptions()
+        source = start_draw(
+            ctx,
+            n,
+            logprobs=scorer is not None and scorer.needs_logprobs,
+            top_logprobs=votes.top_k if votes.needs_confidence else 0,
+        )
         pool = Pool(samples=[])
         async for progress in draw(source, pool):
             yield progress
         analysed = analyse(ctx, pool.samples)
         rewards = await score(ctx, scorer, analysed) if scorer is not None else None
-        classes = build_classes(analysed.answers, rewards)
-        selection, extra = self.select(ctx, classes, k, n)
+        extra: Mapping[str, JSON]
+        if votes.needs_confidence:
+            # DeepConf offline: confidence-weighted votes; the weights stand in for rewards.
+            rewards = trace_confidences(pool.samples, votes.window)
+            classes = voting_classes(analysed.answers, rewards, votes)
+            selection = select_weighted(classes, k)
+            extra = {"vote": votes.vote, "window": votes.window, "top_k": votes.top_k}
+            if votes.vote == "confidence-top":
+                extra = {**extra, "vote_filter": votes.share}
+        else:
+            classes = build_classes(analysed.answers, rewards)
+            selection, extra = self.select(ctx, classes, k, n)
         info: dict[str, JSON] = {
             "strategy": self.name,
             "samples": n,

@@ -19,7 +19,7 @@ from typing import Final, Literal
 
 from strategies.answers import group_answers
 
-Rule = Literal["majority", "best-of-n", "best-of-majority"]
+Rule = Literal["majority", "best-of-n", "best-of-majority", "weighted-majority"]
 FALLBACK_EMPTY_FILTER: Final = "no answer class reached the frequency threshold alpha"
 
 
@@ -103,6 +103,26 @@ def top_by_reward(classes: Sequence[AnswerClass], k: int) -> tuple[AnswerClass, 
     if any(c.mean_reward is None for c in classes):
         raise ValueError("Best-of-N needs a reward for every sample")
     return tuple(sorted(classes, key=lambda c: (-(c.mean_reward or 0.0), c.first_seen))[:k])
+
+
+def top_by_weight(classes: Sequence[AnswerClass], k: int) -> tuple[AnswerClass, ...]:
+    """Weighted majority (ALGORITHMS.md section 5): the ``k`` classes of largest summed
+    weight (the members' ``rewards``: trace confidences for DeepConf), ties to the first
+    seen. With every weight 1 it is :func:`top_by_count`."""
+    _check_k(k)
+    return tuple(sorted(classes, key=lambda c: (-sum(c.rewards), c.first_seen))[:k])
+
+
+def weighted_share(classes: Sequence[AnswerClass]) -> float:
+    """The leading class's share of all the weight (DeepConf's consensus); 0 when none."""
+    total = sum(sum(c.rewards) for c in classes)
+    if not classes or total <= 0:
+        return 0.0
+    return max(sum(c.rewards) for c in classes) / total
+
+
+def select_weighted(classes: Sequence[AnswerClass], k: int) -> Selection:
+    return Selection(chosen=top_by_weight(classes, k), rule="weighted-majority")
 
 
 def select_majority(classes: Sequence[AnswerClass], k: int) -> Selection:

@@ -2,6 +2,8 @@
 
 Wang et al. 2022 (ALGORITHMS.md section 5): the largest answer class wins, ties to the
 class seen first; with ``k > 1`` the ``k`` largest classes are returned, best first.
+Body option ``vote`` (``strategies.voting``): ``confidence`` or ``confidence-top`` weigh
+each sample by its trace confidence (DeepConf offline) instead.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from strategies.selection import AnswerClass, Selection, select_majority
 class SelfConsistency(SamplingStrategy):
     name: ClassVar[str] = "self-consistency"
     uses_scorer: ClassVar[bool] = False
+    uses_vote: ClassVar[bool] = True
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

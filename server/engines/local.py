@@ -20,6 +20,7 @@ from kernels import engine_wait
 from kernels.processors import Runner, spec_for
 from server.engines.tokens import TokenizerTokens
 from server.engines.vllm_errors import map_vllm_errors
+from server.engines.vllm_logprobs import token_confidences
 from server.settings import Settings
 from strategies.engine import (
     FinishReason,
@@ -174,6 +175,7 @@ class LocalEngine:
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         from vllm.sampling_params import RequestOutputKind
 
+        k = request.sampling.top_logprobs
         done: dict[int, Sample] = {}
         async for out in self._run(request, RequestOutputKind.FINAL_ONLY):
             for c in out.outputs:
@@ -183,6 +185,7 @@ class LocalEngine:
                     finish_reason=_finish(c.finish_reason),
                     cumulative_logprob=c.cumulative_logprob,
                     stop_reason=c.stop_reason,
+                    confidences=_confidences(c, k),
                 )
         if len(done) != request.sampling.n:
             raise BackendError(f"engine returned {len(done)} of {request.sampling.n} samples")
@@ -191,6 +194,7 @@ class LocalEngine:
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         from vllm.sampling_params import RequestOutputKind
 
+        k = request.sampling.top_logprobs
         async for out in self._run(request, RequestOutputKind.DELTA):
             for c in out.outputs:
                 if not c.token_ids and c.finish_reason is None:
@@ -201,6 +205,8 @@ class LocalEngine:
                     finish_reason=_finish(c.finish_reason) if c.finish_reason else None,
                     cumulative_logprob=c.cumulative_logprob,
                     stop_reason=c.stop_reason,
+                    # DELTA: vLLM hands the logprobs of the new tokens only (1:1).
+                    confidences=_confidences(c, k),
                 )
 
     @property
@@ -272,13 +278,24 @@ class LocalEngine:
             seed=s.seed,
             stop=list(s.stop) or None,
             stop_token_ids=list(s.stop_token_ids) or None,
-            logprobs=0 if s.logprobs else None,
+            # top-k candidates for confidences, else the sampled token's logprob only;
+            # either way vLLM sums cumulative_logprob.
+            logprobs=s.top_logprobs if s.top_logprobs > 0 else (0 if s.logprobs else None),
+            # Flat lists instead of a Logprob object per candidate per token.
+            flat_logprobs=s.top_logprobs > 0,
             ignore_eos=s.ignore_eos,
             extra_args=dict(s.extra_args) or None,
             output_kind=kind,
             # Text comes from our own split decoding; vLLM detokenizes only for stop strings.
             detokenize=bool(s.stop),
         )
+
+
+def _confidences(output: Any, k: int) -> tuple[float, ...] | None:
+    """The token confidences of a ``CompletionOutput`` when ``top_logprobs = k`` was set."""
+    if k <= 0:
+        return None
+    return token_confidences(output.logprobs, k, len(output.token_ids))
 
 
 def _finish(reason: str | None) -> FinishReason:

@@ -386,7 +386,9 @@ class RemoteEngine:
         except (httpx.HTTPError, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
         _raise_for_status(up, answer.status_code, data)
-        return samples(up.facts.protocol, data, request.sampling.n)
+        return samples(
+            up.facts.protocol, data, request.sampling.n, top_k=request.sampling.top_logprobs
+        )
 
     async def _stream_on(
         self, up: Upstream, request: GenerateRequest
@@ -417,7 +419,7 @@ class RemoteEngine:
                         if isinstance(failure, InvalidRequest):
                             raise failure  # the request's fault: no server would take it
                         raise UpstreamFailed(failure, eject=False)
-                    for delta in deltas(protocol, frame):
+                    for delta in deltas(protocol, frame, top_k=request.sampling.top_logprobs):
                         if delta.finish_reason is not None:
                             finished.add(delta.index)
                         yield delta

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from server.engines.vllm_errors import param_for
+from strategies.confidence import token_confidence
 from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
 from strategies.errors import BackendError, GatewayError, InvalidRequest, Overloaded
 
@@ -53,7 +54,11 @@ def body(
         params["stop"] = list(s.stop)
     if s.stop_token_ids:
         params["stop_token_ids"] = list(s.stop_token_ids)
-    if s.logprobs:
+    if s.top_logprobs > 0:
+        # The top-k candidates per token (confidences); the sampled token's logprob and
+        # so cumulative_logprob come with them.
+        params["logprobs"] = s.top_logprobs
+    elif s.logprobs:
         params["logprobs"] = 0  # the sampled token's logprob only
     extra = dict(s.extra_args)
     if protocol == "generate":
@@ -76,6 +81,10 @@ def body(
     }
     if extra:
         out["vllm_xargs"] = extra
+    if s.top_logprobs > 0:
+        # Key top_logprobs by "token_id:N", not by decoded text: distinct tokens that
+        # decode alike (byte-fallback pieces) would collapse into one candidate.
+        out["return_tokens_as_token_ids"] = True
     return out
 
 
@@ -97,6 +106,45 @@ def _logprob_sum(protocol: Protocol, choice: Mapping[str, Any]) -> float | None:
     return float(sum(float(v) for v in values if v is not None))
 
 
+def _confidences(protocol: Protocol, choice: Mapping[str, Any], k: int) -> tuple[float, ...] | None:
+    """Per-token confidences of a choice when ``top_logprobs = k`` was asked for.
+
+    ``generate`` lists per token its dict's first k entries, the sampled token first: the
+    true top k when it is among them, else it stands in for the k-th candidate (vLLM
+    sends no more; a small bias, in rare low-probability steps only). ``completions``
+    sends the whole dict: the top k, plus the sampled token when it is not among them.
+    """
+    if k <= 0:
+        return None
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, Mapping):
+        return None
+    if protocol == "generate":
+        content = logprobs.get("content") or []
+        return tuple(
+            token_confidence((float(t["logprob"]) for t in c.get("top_logprobs") or ()), k)
+            for c in content
+        )
+    tops = logprobs.get("top_logprobs") or []
+    # A token vLLM had no candidates for comes as null: confidence 0 (no information).
+    return tuple(token_confidence((float(v) for v in (t or {}).values()), k) for t in tops)
+
+
+def _aligned(
+    confidences: tuple[float, ...] | None, ids: tuple[int, ...], k: int
+) -> tuple[float, ...] | None:
+    """``confidences``, checked to be one per token: misaligned ones would score the
+    wrong tokens, and a server (or router) that dropped them must not pass silently."""
+    if k <= 0:
+        return None
+    if not ids:
+        return ()
+    if confidences is None or len(confidences) != len(ids):
+        got = "no" if confidences is None else len(confidences)
+        raise BackendError(f"vLLM server answered {got} top logprobs for {len(ids)} tokens")
+    return confidences
+
+
 def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
     ids = choice.get("token_ids")
     if ids is None:
@@ -106,42 +154,48 @@ def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(int(t) for t in ids)
 
 
-def samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sample]:
-    """The finished samples of a non-streamed answer, ordered by index."""
+def samples(
+    protocol: Protocol, answer: Mapping[str, Any], n: int, *, top_k: int = 0
+) -> list[Sample]:
+    """The finished samples of a non-streamed answer, ordered by index (with token
+    confidences when the request asked for ``top_logprobs = top_k > 0``)."""
     try:
-        return _samples(protocol, answer, n)
+        return _samples(protocol, answer, n, top_k)
     except (KeyError, TypeError, ValueError) as exc:
         raise BackendError(f"unreadable answer from the vLLM server: {exc!r}") from exc
 
 
-def _samples(protocol: Protocol, answer: Mapping[str, Any], n: int) -> list[Sample]:
+def _samples(protocol: Protocol, answer: Mapping[str, Any], n: int, k: int) -> list[Sample]:
     error = answer.get("error")
     if error is not None:
         raise upstream_error(500, answer)
     done: dict[int, Sample] = {}
     for choice in answer.get("choices") or []:
         index = int(choice["index"])
+        ids = _token_ids(choice)
         done[index] = Sample(
             index=index,
-            token_ids=_token_ids(choice),
+            token_ids=ids,
             finish_reason=finish(choice.get("finish_reason")),
             cumulative_logprob=_logprob_sum(protocol, choice),
             stop_reason=choice.get("stop_reason"),
+            confidences=_aligned(_confidences(protocol, choice, k), ids, k),
         )
     if sorted(done) != list(range(n)):
         raise BackendError(f"vLLM server returned samples {sorted(done)} of {n}")
     return [done[i] for i in range(n)]
 
 
-def deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
-    """The deltas in one streamed frame (a usage-only frame has none)."""
+def deltas(protocol: Protocol, frame: Mapping[str, Any], *, top_k: int = 0) -> list[SampleDelta]:
+    """The deltas in one streamed frame (a usage-only frame has none), with token
+    confidences when the request asked for ``top_logprobs = top_k > 0``."""
     try:
-        return _deltas(protocol, frame)
+        return _deltas(protocol, frame, top_k)
     except (KeyError, TypeError, ValueError) as exc:
         raise BackendError(f"unreadable frame from the vLLM server: {exc!r}") from exc
 
 
-def _deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
+def _deltas(protocol: Protocol, frame: Mapping[str, Any], k: int) -> list[SampleDelta]:
     if frame.get("error") is not None:
         raise upstream_error(500, frame)
     out: list[SampleDelta] = []
@@ -157,6 +211,7 @@ def _deltas(protocol: Protocol, frame: Mapping[str, Any]) -> list[SampleDelta]:
                 finish_reason=finish(reason) if reason is not None else None,
                 cumulative_logprob=_logprob_sum(protocol, choice),
                 stop_reason=choice.get("stop_reason"),
+                confidences=_aligned(_confidences(protocol, choice, k), ids, k),
             )
         )
     return out

@@ -8,7 +8,8 @@ and sees every ``GenerateRequest`` the strategy made (``ScriptedEngine.calls``).
 
 ``stream`` replays the handler's samples as deltas, one token per delta, the samples
 interleaved round-robin as a batch would interleave them; each index ends with its
-``finish_reason`` (the engine contract). Use it with ``create_app(settings,
+``finish_reason`` (the engine contract); a sample's ``confidences``, if it has any,
+go one per token with its deltas. Use it with ``create_app(settings,
 engine=ScriptedEngine(...))`` and an ``httpx.AsyncClient`` over ``httpx.ASGITransport``.
 """
 
@@ -56,6 +57,13 @@ class ScriptedEngine:
         self.calls.append(request)
         got = self._handler(request)
         samples = await got if inspect.isawaitable(got) else got
+        for s in samples:
+            # A handler's slip, caught here rather than as a misaligned score later.
+            if s.confidences is not None and len(s.confidences) != len(s.token_ids):
+                raise ValueError(
+                    f"sample {s.index}: {len(s.confidences)} confidences "
+                    f"for {len(s.token_ids)} tokens"
+                )
         return sorted(samples, key=lambda s: s.index)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
@@ -67,12 +75,14 @@ class ScriptedEngine:
                 if step >= steps:
                     continue
                 last = step == steps - 1
+                conf = s.confidences
                 yield SampleDelta(
                     index=s.index,
                     token_ids=s.token_ids[step : step + 1],
                     finish_reason=s.finish_reason if last else None,
                     cumulative_logprob=s.cumulative_logprob if last else None,
                     stop_reason=s.stop_reason if last else None,
+                    confidences=None if conf is None else conf[step : step + 1],
                 )
 
     async def health(self) -> None:

@@ -172,3 +172,81 @@ def test_unreadable_answers_are_upstream_faults_not_crashes() -> None:
         samples("generate", {"choices": [{"token_ids": [1], "finish_reason": "stop"}]}, 1)
     with pytest.raises(tree.BackendError, match="unreadable frame"):
         deltas("generate", {"choices": [{"index": "x", "token_ids": [1]}]})
+
+
+def test_top_logprobs_ask_for_the_top_k_on_both_protocols() -> None:
+    for logprobs in (False, True):
+        req = _request(top_logprobs=5, logprobs=logprobs)
+        gen = body("generate", req, max_tokens=4, upstream_model="m", stream=False)
+        assert gen["sampling_params"]["logprobs"] == 5
+        comp = body("completions", req, max_tokens=4, upstream_model="m", stream=True)
+        # Candidates keyed by token id: tokens that decode alike stay apart.
+        assert comp["logprobs"] == 5 and comp["return_tokens_as_token_ids"] is True
+    plain = body(
+        "completions", _request(logprobs=True), max_tokens=4, upstream_model="m", stream=False
+    )
+    assert plain["logprobs"] == 0 and "return_tokens_as_token_ids" not in plain
+
+
+def _generate_content(*steps: tuple[int, list[tuple[int, float]]]) -> list[dict[str, object]]:
+    """``content`` of the generate wire: the sampled token, then the candidates vLLM sends."""
+    return [
+        {
+            "token_id": tid,
+            "logprob": dict(tops).get(tid, -9.0),
+            "top_logprobs": [{"token_id": t, "logprob": v} for t, v in tops],
+        }
+        for tid, tops in steps
+    ]
+
+
+# Two tokens with top-2: 4 is the top-1; 2 is outside the top 2, so the generate wire
+# lists it first in place of the 2nd candidate, the completions wire next to both.
+GEN_CONTENT = _generate_content((4, [(4, -0.5), (9, -1.5)]), (2, [(2, -6.0), (3, -0.25)]))
+COMP_TOPS = [
+    {"token_id:4": -0.5, "token_id:9": -1.5},
+    {"token_id:2": -6.0, "token_id:3": -0.25, "token_id:8": -2.0},
+]
+
+
+def _choice(ids: list[int], logprobs: dict[str, object]) -> dict[str, object]:
+    return {"index": 0, "token_ids": ids, "finish_reason": "stop", "logprobs": logprobs}
+
+
+def test_samples_carry_token_confidences_from_both_protocols() -> None:
+    gen = {"choices": [_choice([4, 2], {"content": GEN_CONTENT})]}
+    (got,) = samples("generate", gen, 1, top_k=2)
+    assert got.confidences == pytest.approx((1.0, 3.125))
+    assert got.cumulative_logprob == pytest.approx(-6.5)
+    assert samples("generate", gen, 1)[0].confidences is None  # not asked for: none
+    comp_logprobs = {"token_logprobs": [-0.5, -6.0], "top_logprobs": COMP_TOPS}
+    comp = {"choices": [_choice([4, 2], comp_logprobs)]}
+    (got,) = samples("completions", comp, 1, top_k=2)
+    assert got.confidences == pytest.approx((1.0, 1.125))  # the true top 2: -0.25, -2.0
+
+
+def test_stream_deltas_carry_their_tokens_confidences() -> None:
+    frame = {
+        "choices": [
+            {"index": 0, "token_ids": [4], "logprobs": {"content": GEN_CONTENT[:1]}},
+            {"index": 1, "token_ids": [], "finish_reason": "stop", "logprobs": {"content": []}},
+        ]
+    }
+    out = deltas("generate", frame, top_k=2)
+    assert [(d.index, d.confidences) for d in out] == [(0, (1.0,)), (1, ())]
+    comp = {"choices": [_choice([2], {"token_logprobs": [-6.0], "top_logprobs": COMP_TOPS[1:]})]}
+    assert deltas("completions", comp, top_k=2)[0].confidences == pytest.approx((1.125,))
+    # A token without candidates (null) carries no information.
+    null = {"choices": [_choice([2], {"token_logprobs": [None], "top_logprobs": [None]})]}
+    assert deltas("completions", null, top_k=2)[0].confidences == (0.0,)
+
+
+def test_missing_or_misaligned_top_logprobs_are_upstream_faults() -> None:
+    bare = {"choices": [{"index": 0, "token_ids": [4, 2], "finish_reason": "stop"}]}
+    with pytest.raises(tree.BackendError, match="no top logprobs for 2 tokens"):
+        samples("generate", bare, 1, top_k=2)
+    short = {
+        "choices": [{"index": 0, "token_ids": [4, 2], "logprobs": {"content": GEN_CONTENT[:1]}}]
+    }
+    with pytest.raises(tree.BackendError, match="1 top logprobs for 2 tokens"):
+        deltas("generate", short, top_k=2)

@@ -31,6 +31,7 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     assert _after(cmd, "--model") == [str(testbed.model_path("base"))]
     assert "--enable-scale-out" in cmd
     assert _after(cmd, "--logits-processors") == [
+        "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
         "kernels.vllm_v1:ElasticLogitsProcessor",
         "kernels.guidance_v1:BudgetGuidanceLogitsProcessor",
     ]
@@ -44,6 +45,7 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
 def test_model_runner_v2_gets_the_v2_classes() -> None:
     cmd = build_command(None, [], runner="v2", cpu=False)
     assert _after(cmd, "--logits-processors") == [
+        "kernels.confidence.vllm_v2:ConfidenceLogitsProcessorV2",
         "kernels.vllm_v2:ElasticLogitsProcessorV2",
         "kernels.guidance_v2:BudgetGuidanceLogitsProcessorV2",
     ]
@@ -52,7 +54,10 @@ def test_model_runner_v2_gets_the_v2_classes() -> None:
 
 def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
     cmd = build_command(str(tmp_path), ["--max-model-len", "4096"], runner="v1", cpu=True)
-    assert _after(cmd, "--logits-processors") == ["kernels.vllm_v1:ElasticLogitsProcessor"]
+    assert _after(cmd, "--logits-processors") == [
+        "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
+        "kernels.vllm_v1:ElasticLogitsProcessor",
+    ]
     assert "--hf-overrides" not in cmd and "--served-model-name" not in cmd
     assert cmd.count("--max-model-len") == 1
 

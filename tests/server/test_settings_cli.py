@@ -111,7 +111,7 @@ def test_engine_settings_are_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings()
     assert s.remote.urls == ("http://a:8101", "http://b:8102")  # trailing slash dropped
     assert s.remote.protocol == "auto" and s.remote.health_interval_s == 2.0
-    assert s.local.logits_processors == ("elastic", "guidance")
+    assert s.local.logits_processors == ("confidence", "elastic", "guidance")
     assert s.local.batched_tokens == s.batched_tokens
     monkeypatch.setenv("THINKGATE_VLLM_URLS", "")
     with pytest.raises(ValueError, match="needs vllm_urls"):

@@ -1,0 +1,135 @@
+"""DeepConf's online early stop as a vLLM V1-runner logits processor (the CPU engine).
+
+Load it explicitly, like Elastic (``--logits-processors confidence`` in thinkgate,
+``kernels.confidence.vllm_v1:ConfidenceLogitsProcessor`` for vLLM's own server), and
+**before** any processor that masks logits: the token confidence is read from the
+logits this processor receives. Requests opt in with the ``extra_args`` keys of
+:mod:`kernels.confidence.args`.
+
+Per step, :meth:`update_state` does the batch bookkeeping and writes each active row's
+generated-token count (O(active rows) of Python, as Elastic's V1 adapter and vLLM's
+MinTokens do); :meth:`apply` is one batched op (:mod:`kernels.confidence.ops`) with no
+per-row loop and no host sync. Assumes synchronous scheduling, as on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+
+from kernels.confidence import args as conf_args
+from kernels.confidence.ops import confidence_step
+from kernels.confidence.state import ConfCol, new_state, row_values
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+logger = logging.getLogger(__name__)
+
+
+class ConfidenceLogitsProcessor(LogitsProcessor):
+    """Ends a trace whose sliding-window confidence falls below its request's threshold."""
+
+    name: ClassVar[str] = "confidence"  # as reported in Engine.processors
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """At admission (frontend process): a ValueError becomes an HTTP 400."""
+        conf_args.parse(sampling_params.extra_args)
+
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
+        self._vocab_size = vllm_config.model_config.get_vocab_size()
+        self._state = new_state(
+            vllm_config.scheduler_config.max_num_seqs, device, pin_memory=is_pin_memory
+        )
+        # row -> (vLLM's live output-token list, the request's k)
+        self._rows: dict[int, tuple[list[int], int]] = {}
+        self._failed = False
+
+    def is_argmax_invariant(self) -> bool:
+        """Forcing EOS changes the argmax, so greedy rows must see it."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        try:
+            if batch_update is not None:
+                self._apply_batch_update(batch_update)
+            if self._rows:
+                rows = list(self._rows)
+                gen = [len(self._rows[r][0]) for r in rows]
+                self._state.table.set_column(ConfCol.GEN, rows, gen)
+            self._state.table.flush()
+        except Exception:
+            self._fail("update_state")
+
+    def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
+        state = self._state
+        for row in batch_update.removed:
+            if self._rows.pop(row, None) is not None:
+                state.table.clear(row)
+        for row, params, _prompt, out in batch_update.added:
+            self._rows.pop(row, None)
+            state.table.clear(row)
+            parsed = self._parse(params)
+            if parsed is None:
+                continue
+            values = row_values(parsed)
+            values[ConfCol.START] = len(out)  # a resumed row restarts its window here
+            state.table.write(row, values)
+            state.reset_slot(row)
+            self._rows[row] = (out, parsed.top_k)
+        for src, dst, direction in batch_update.moved:
+            if direction == MoveDirectionality.SWAP:
+                state.swap(src, dst)
+                a, b = self._rows.pop(src, None), self._rows.pop(dst, None)
+                if a is not None:
+                    self._rows[dst] = a
+                if b is not None:
+                    self._rows[src] = b
+            else:
+                state.move(src, dst)
+                self._rows.pop(dst, None)
+                if (moved := self._rows.pop(src, None)) is not None:
+                    self._rows[dst] = moved
+
+    def _parse(self, params: SamplingParams) -> conf_args.ConfidenceArgs | None:
+        try:
+            parsed = conf_args.parse(params.extra_args)
+        except ValueError as exc:  # validate_params should have refused it already
+            logger.warning("thinkgate confidence: ignoring bad extra_args: %s", exc)
+            return None
+        if parsed is not None and parsed.eos_id >= self._vocab_size:
+            logger.warning("thinkgate confidence: EOS id outside the vocab; not applied")
+            return None
+        return parsed
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Once per step on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
+        if not self._rows:
+            return logits
+        try:
+            rows = logits.shape[0]
+            table = self._state.table.device
+            slots = torch.arange(rows, device=logits.device)
+            max_k = min(max(k for _, k in self._rows.values()), logits.shape[1])
+            confidence_step(logits, self._state, slots, table[ConfCol.GEN, :rows], max_k)
+        except Exception:
+            self._fail("apply")
+        return logits
+
+    def _fail(self, where: str) -> None:
+        """Log once and deactivate every row: unguarded traces beat a dead engine."""
+        if not self._failed:
+            logger.exception("thinkgate confidence: %s failed; early stop disabled", where)
+            self._failed = True
+        for row in list(self._rows):
+            self._state.table.clear(row)
+        self._rows.clear()
+        try:
+            self._state.table.flush()
+        except Exception:
+            self._state.table.active_count = 0

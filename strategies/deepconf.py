@@ -1,0 +1,271 @@
+"""``deepconf``: self-consistency that stops low-confidence traces inside the engine.
+
+DeepConf online (Fu et al. 2025, "Deep Think with Confidence", Algorithm 2), with the
+sample budget ``N`` of the request (``X-Budget-Samples``):
+
+1. warm-up: ``warmup`` traces drawn in full, reporting per-token confidences; each
+   trace's confidence is its lowest sliding-window mean (``strategies.confidence``);
+2. threshold: a percentile of the warm-up confidences: ``variant`` ``low`` keeps the
+   top 10% (the 90th percentile, aggressive), ``high`` the top 90% (the 10th);
+3. the other ``N - warmup`` traces run as one engine request with the ``confidence``
+   logits processor, which forces EOS in a trace as soon as its window mean falls
+   below the threshold (``kernels.confidence``);
+4. votes are confidence-weighted over the warm-up and the traces that were not stopped;
+   sampling ends once the leading answer holds ``consensus`` (0.95) of the weight,
+   aborting the traces still running, or when every trace has ended.
+
+Usage counts every token generated, stopped and aborted traces included. Budgets
+compose: thinking and solution budgets apply to every trace (one-pass only: the
+online stop needs the processor, so an engine without it answers 503).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from kernels.confidence import args as conf_args
+from strategies.base import JSON, Progress, StrategyContext, StrategyRequest
+from strategies.base import Final as FinalEvent
+from strategies.confidence import lowest_group, percentile
+from strategies.engine import Engine, Sample
+from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
+from strategies.sampling import (
+    Draw,
+    Pool,
+    analyse,
+    defaults_of,
+    draw,
+    final_event,
+    requested_k,
+    requested_samples,
+    start_draw,
+    validate_common,
+)
+from strategies.selection import select_weighted, weighted_share
+from strategies.voting import (
+    VoteOptions,
+    share_option,
+    trace_confidences,
+    vote_options,
+    voting_classes,
+)
+
+PROCESSOR: Final = "confidence"  # Engine.processors name of kernels.confidence
+VARIANTS: Final = {"low": 90.0, "high": 10.0}  # variant -> percentile of the warm-up
+DEFAULT_CONSENSUS: Final = 0.95
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OnlinePlan:
+    samples: int  # N: the most traces drawn
+    warmup: int
+    variant: str
+    consensus: float
+    votes: VoteOptions
+
+
+def _warmup(request: StrategyRequest, n: int) -> int:
+    value = request.options.get("warmup")
+    if value is None:
+        # A quarter of the budget (at least 2): the threshold is a percentile of these.
+        return min(n, max(2, math.ceil(n / 4)))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n:
+        raise InvalidRequest(f"warmup must be an integer in [1, samples={n}]", param="warmup")
+    return value
+
+
+def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
+    variant = request.options.get("variant", "low")
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise InvalidRequest(
+            f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}", param="variant"
+        )
+    votes = vote_options(request, default="confidence")
+    if votes.vote == "majority":
+        raise InvalidRequest(
+            "deepconf votes by confidence (confidence or confidence-top)", param="vote"
+        )
+    return OnlinePlan(
+        samples=n,
+        warmup=_warmup(request, n),
+        variant=variant,
+        consensus=share_option(request, "consensus", DEFAULT_CONSENSUS),
+        votes=votes,
+    )
+
+
+class DeepConf:
+    name: ClassVar[str] = "deepconf"
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
+    streams_live: ClassVar[bool] = False
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        validate_common(request, engine, uses_scorer=False, uses_vote=True)
+        n = request.budget.samples or 1
+        online_plan(request, max(n, requested_k(request)))
+        if request.budget.samples is not None and request.budget.samples < 2:
+            raise InvalidBudget(
+                "deepconf needs samples >= 2 (a warm-up and a vote)", param="samples"
+            )
+
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+        request, engine = ctx.request, ctx.engine
+        n = requested_samples(request, defaults_of(ctx))
+        k = requested_k(request)
+        if k > n:
+            raise InvalidBudget(f"k={k} exceeds samples={n}", param="k")
+        plan = online_plan(request, n)
+        if PROCESSOR not in engine.processors:
+            raise BackendUnavailable(
+                "deepconf stops traces inside the engine: this server's engine has no "
+                "confidence logits processor (start it with --logits-processors including "
+                "'confidence'; replicas: thinkgate replica --processors)",
+                param="strategy",
+                code="resource_unavailable",
+            )
+        top_k, window = plan.votes.top_k, plan.votes.window
+
+        # 1. warm-up, drawn in full
+        warm = start_draw(ctx, plan.warmup, logprobs=False, top_logprobs=top_k, suffix="warmup")
+        _check_one_pass(warm)
+        pool = Pool(samples=[])
+        async for p in draw(warm, pool):
+            yield _progress(p, "warmup", plan)
+        samples = list(pool.samples)
+        confs = trace_confidences(samples, window)
+        threshold = percentile(confs, VARIANTS[plan.variant])
+        voters = [True] * len(samples)
+        stopped = aborted = 0
+        answers = list(analyse(ctx, samples).answers)
+        share = weighted_share(voting_classes(answers, confs, plan.votes, voters))
+
+        # 2. the rest, guarded by the threshold, until consensus or the budget is spent
+        rest = n - plan.warmup
+        if rest > 0 and share < plan.consensus:
+            args = conf_args.ConfidenceArgs(
+                threshold=threshold,
+                window=window,
+                top_k=top_k,
+                eos_id=engine.tokens.eos_token_ids[0],
+            )
+            online = start_draw(
+                ctx,
+                rest,
+                logprobs=False,
+                top_logprobs=top_k,
+                extra_args=conf_args.extra_args(args),
+                suffix="online",
+            )
+            ids: list[list[int]] = [[] for _ in range(rest)]
+            cs: list[list[float]] = [[] for _ in range(rest)]
+            done: dict[int, Sample] = {}
+            async with aclosing(online.deltas) as deltas:
+                async for delta in deltas:
+                    ids[delta.index].extend(delta.token_ids)
+                    if delta.confidences is not None:
+                        cs[delta.index].extend(delta.confidences)
+                    if delta.finish_reason is None or delta.index in done:
+                        continue
+                    sample = Sample(
+                        index=len(samples),
+                        token_ids=tuple(ids[delta.index]),
+                        finish_reason=delta.finish_reason,
+                        stop_reason=delta.stop_reason,
+                        confidences=tuple(cs[delta.index]),
+                    )
+                    done[delta.index] = sample
+                    samples.append(sample)
+                    conf = max(lowest_group(sample.confidences or (), window), 0.0)
+                    confs.append(conf)
+                    # The processor stops a trace once a full window is below the
+                    # threshold; such a trace does not vote (it ended mid-thought).
+                    was_stopped = len(sample.token_ids) >= window and conf < threshold
+                    stopped += was_stopped
+                    voters.append(not was_stopped)
+                    answers.append(analyse(ctx, [sample]).answers[0])
+                    share = weighted_share(voting_classes(answers, confs, plan.votes, voters))
+                    yield _progress(
+                        Progress(data={"samples_done": len(done), "samples": rest}), "online", plan
+                    )
+                    if share >= plan.consensus:
+                        break  # closing the stream aborts the traces still running
+            # Traces cut by the consensus stop: their tokens were generated, so they count.
+            for i in range(rest):
+                if i not in done:
+                    aborted += 1
+                    samples.append(
+                        Sample(
+                            index=len(samples),
+                            token_ids=tuple(ids[i]),
+                            finish_reason="abort",
+                            confidences=tuple(cs[i]),
+                        )
+                    )
+                    confs.append(0.0)
+                    voters.append(False)
+                    answers.append(None)
+
+        analysed = analyse(ctx, samples)
+        classes = voting_classes(answers, confs, plan.votes, voters)
+        selection = select_weighted(classes, k)
+        info: dict[str, JSON] = {
+            "strategy": self.name,
+            "samples": len(samples),
+            "samples_budget": n,
+            "engine_requests": 1 + (len(samples) > plan.warmup),
+            "k": k,
+            "scorer": None,
+            "vote": plan.votes.vote,
+            "variant": plan.variant,
+            "warmup": plan.warmup,
+            "threshold": round(threshold, 6),
+            "window": window,
+            "top_k": top_k,
+            "consensus": round(share, 6),
+            "consensus_target": plan.consensus,
+            "stopped_early": stopped,
+            "aborted_at_consensus": aborted,
+            "sample_confidences": [round(c, 6) for c in confs],
+            "sample_voted": voters,
+            **_savings(samples, voters, n),
+        }
+        if warm.plan is not None:
+            info["per_sample_budget"] = {
+                "thinking": warm.plan.thinking,
+                "solution": warm.plan.solution,
+                "mode": warm.mode,
+            }
+        yield final_event(ctx, analysed, confs, classes, selection, warm.plan, info)
+
+
+def _check_one_pass(source: Draw) -> None:
+    if source.mode == "two-pass":
+        raise BackendUnavailable(
+            "deepconf with thinking/solution budgets needs the elastic logits processor "
+            "(one pass per trace)",
+            param="strategy",
+            code="resource_unavailable",
+        )
+
+
+def _progress(p: Progress, phase: str, plan: OnlinePlan) -> Progress:
+    return Progress(data={**p.data, "phase": phase, "budget": plan.samples})
+
+
+def _savings(samples: Sequence[Sample], voters: Sequence[bool], budget: int) -> Mapping[str, JSON]:
+    """Tokens saved against running every trace of the budget to its end, estimated with
+    the mean length of the traces that did end naturally (an estimate: a stopped trace's
+    natural length is unknowable)."""
+    full = [len(s.token_ids) for s, v in zip(samples, voters, strict=True) if v]
+    if not full:
+        return {"tokens_saved_estimate": None}
+    mean = sum(full) / len(full)
+    cut = sum(
+        max(0.0, mean - len(s.token_ids)) for s, v in zip(samples, voters, strict=True) if not v
+    )
+    never = max(0, budget - len(samples)) * mean
+    return {"tokens_saved_estimate": round(cut + never), "mean_full_trace_tokens": round(mean, 1)}

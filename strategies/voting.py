@@ -1,0 +1,118 @@
+"""How a pool of samples votes: plain majority, or weighted by trace confidence (DeepConf
+offline). Body options, shared by ``self-consistency`` and ``deepconf``:
+
+* ``vote``: ``majority`` (default; one sample, one vote), ``confidence`` (each sample
+  votes with its trace confidence: the lowest sliding-window mean of its token
+  confidences), or ``confidence-top`` (only the ``vote_filter`` share of most confident
+  samples vote, confidence-weighted);
+* ``vote_filter``: the share kept by ``confidence-top`` (default 0.7, the paper's
+  reported ``top70``);
+* ``confidence_window`` (tokens per group) and ``confidence_top_k`` (candidates per
+  token confidence): defaults chosen for the testbed's ~100-400-token traces, see
+  ``benchmarks/results/confidence.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from kernels.confidence.args import MAX_TOP_K, MAX_WINDOW
+from strategies.base import StrategyRequest
+from strategies.confidence import keep_top, lowest_group
+from strategies.engine import Sample
+from strategies.errors import BackendError, InvalidRequest
+from strategies.selection import AnswerClass, build_classes
+
+Vote = Literal["majority", "confidence", "confidence-top"]
+VOTES: Final = ("majority", "confidence", "confidence-top")
+DEFAULT_FILTER: Final = 0.7
+DEFAULT_WINDOW: Final = 32
+DEFAULT_TOP_K: Final = 20
+OPTIONS: Final = ("vote", "vote_filter", "confidence_window", "confidence_top_k")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteOptions:
+    vote: Vote = "majority"
+    share: float = DEFAULT_FILTER
+    window: int = DEFAULT_WINDOW
+    top_k: int = DEFAULT_TOP_K
+
+    @property
+    def needs_confidence(self) -> bool:
+        return self.vote != "majority"
+
+
+def _int_option(request: StrategyRequest, name: str, default: int, hi: int) -> int:
+    value = request.options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise InvalidRequest(f"{name} must be an integer in [1, {hi}], got {value!r}", param=name)
+    return value
+
+
+def share_option(request: StrategyRequest, name: str, default: float) -> float:
+    """A share in (0, 1] from the body (``vote_filter``, ``consensus``)."""
+    value = request.options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"{name} must be a number in (0, 1]", param=name)
+    if not 0.0 < value <= 1.0:
+        raise InvalidRequest(f"{name} must be in (0, 1], got {value}", param=name)
+    return float(value)
+
+
+def vote_options(request: StrategyRequest, *, default: Vote = "majority") -> VoteOptions:
+    """The request's vote options; 400 naming the field for a bad one."""
+    vote = request.options.get("vote", default)
+    if not isinstance(vote, str) or vote not in VOTES:
+        raise InvalidRequest(f"vote must be one of {', '.join(VOTES)}, got {vote!r}", param="vote")
+    if "vote_filter" in request.options and vote != "confidence-top":
+        raise InvalidRequest("vote_filter applies to vote confidence-top only", param="vote_filter")
+    return VoteOptions(
+        vote=vote,  # type: ignore[arg-type]
+        share=share_option(request, "vote_filter", DEFAULT_FILTER),
+        window=_int_option(request, "confidence_window", DEFAULT_WINDOW, MAX_WINDOW),
+        top_k=_int_option(request, "confidence_top_k", DEFAULT_TOP_K, MAX_TOP_K),
+    )
+
+
+def trace_confidences(samples: Sequence[Sample], window: int) -> list[float]:
+    """Each sample's lowest group confidence (the engine must have reported per-token
+    confidences: ``SamplingConfig.top_logprobs``)."""
+    out: list[float] = []
+    for s in samples:
+        if s.confidences is None:
+            raise BackendError("the engine returned no token confidences (top_logprobs)")
+        # An empty trace (-inf) weighs nothing rather than poisoning the sums.
+        out.append(max(lowest_group(s.confidences, window), 0.0))
+    return out
+
+
+def voting_classes(
+    answers: Sequence[str | None],
+    confidences: Sequence[float] | None,
+    options: VoteOptions,
+    voters: Sequence[bool] | None = None,
+) -> tuple[AnswerClass, ...]:
+    """Answer classes whose members are the samples that vote, weighted by confidence
+    (``rewards``) unless the vote is plain majority. ``voters`` leaves samples out
+    beforehand (DeepConf's stopped traces)."""
+    allowed = list(voters) if voters is not None else [True] * len(answers)
+    if options.vote == "confidence-top":
+        assert confidences is not None
+        idx = [i for i in range(len(answers)) if allowed[i]]
+        kept = (
+            {idx[j] for j in keep_top([confidences[i] for i in idx], options.share)}
+            if idx
+            else set()
+        )
+        allowed = [i in kept for i in range(len(answers))]
+    masked = [a if ok else None for a, ok in zip(answers, allowed, strict=True)]
+    weights = None if options.vote == "majority" else confidences
+    return build_classes(masked, weights)

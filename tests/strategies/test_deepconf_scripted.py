@@ -1,0 +1,228 @@
+"""DeepConf (online strategy, offline votes) over HTTP without vLLM: the real app in
+process and a scripted engine that behaves as the confidence processor does (it ends a
+trace with EOS where its window mean first falls below the request's threshold). The
+processor itself is tested in ``tests/kernels/test_confidence_processor.py``, and the
+whole path on the real engine in ``test_deepconf_api.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from kernels.confidence import args as conf_args
+from strategies.confidence import group_confidences, lowest_group, percentile
+from strategies.engine import GenerateRequest, Sample
+
+QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
+WINDOW = 4
+
+
+def _chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": QUESTION, **extra}
+
+
+def _trace(tokens: Any, answer: int, confs: Sequence[float], index: int = 0) -> Sample:
+    """A trace thinking a few tokens then answering \\boxed{answer}, EOS; its token
+    confidences are ``confs`` stretched/padded to its length (last value repeated)."""
+    ids = (*tokens.encode(f"{answer}+0={answer}\n"), tokens.think_end_id)
+    ids = (*ids, *tokens.encode(f"\\boxed{{{answer}}}"), tokens.eos_token_ids[0])
+    c = list(confs)[: len(ids)]
+    c += [c[-1]] * (len(ids) - len(c))
+    return Sample(index=index, token_ids=ids, finish_reason="stop", confidences=tuple(c))
+
+
+def _processor_cut(tokens: Any, s: Sample, threshold: float, window: int) -> Sample:
+    """What the processor does to ``s``: EOS at the first full window below threshold."""
+    confs = list(s.confidences or ())
+    for end in range(window, len(confs) + 1):
+        if group_confidences(confs[end - window : end], window)[0] < threshold:
+            ids = (*s.token_ids[: end - 1], tokens.eos_token_ids[0])
+            return Sample(
+                index=s.index, token_ids=ids, finish_reason="stop", confidences=tuple(confs[:end])
+            )
+    return s
+
+
+def _model(tokens: Any, warm: list[tuple[int, float]], online: list[tuple[int, float]]) -> Any:
+    """Warm-up traces (answer, confidence) for the first call, then the online ones."""
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        extra = request.sampling.extra_args
+        assert request.sampling.top_logprobs == 20
+        if conf_args.THRESHOLD not in extra:
+            assert request.request_id.endswith("-warmup")
+            n = request.sampling.n
+            return [_trace(tokens, a, [c], i) for i, (a, c) in enumerate(warm[:n])]
+        assert extra[conf_args.WINDOW] == WINDOW and extra[conf_args.TOP_K] == 20
+        assert extra[conf_args.EOS_ID] == tokens.eos_token_ids[0]
+        thr = float(extra[conf_args.THRESHOLD])
+        # Online traces start confident then drift to ``c`` (a low c gets them cut).
+        return [
+            _processor_cut(tokens, _trace(tokens, a, [9.0, 9.0, c, c], i), thr, WINDOW)
+            for i, (a, c) in enumerate(online[: request.sampling.n])
+        ]
+
+    return handler
+
+
+DEEPCONF = frozenset({"confidence", "elastic"})
+
+
+async def test_online_threshold_stop_and_weighted_vote(scripted_app: Any, testbed_tokens: Any) -> None:
+    tokens = testbed_tokens
+    warm = [(7, 5.0), (3, 2.0)]
+    # 6 online traces: three unsure 3s (cut by the low threshold), three sure 7s.
+    online = [(3, 1.0), (7, 8.0), (3, 1.5), (7, 9.0), (3, 1.0), (7, 8.5)]
+    async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
+        body = _chat(app.model, confidence_window=WINDOW, consensus=1.0)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = r.json()
+    tg = out["thinkgate"]
+    warm_confs = [lowest_group(_trace(tokens, a, [c]).confidences or (), WINDOW) for a, c in warm]
+    assert tg["warmup"] == 2  # ceil(8 / 4)
+    # The default variant "low" keeps the top 10%: the 90th percentile of the warm-up.
+    assert tg["threshold"] == pytest.approx(percentile(warm_confs[:2], 90.0), abs=1e-6)
+    calls = app.engine.calls
+    assert len(calls) == 2 and calls[0].sampling.n == 2 and calls[1].sampling.n == 6
+    assert tg["samples"] == 8 and tg["engine_requests"] == 2
+    voted = tg["sample_voted"]
+    assert len(voted) == 8 and voted[:2] == [True, True]
+    assert tg["stopped_early"] == voted.count(False) > 0
+    # Usage: every token generated, stopped traces included.
+    assert out["usage"]["completion_tokens"] == sum(tg["sample_tokens"])
+    assert tg["rule"] == "weighted-majority"
+    assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
+
+
+async def test_consensus_in_the_warm_up_draws_nothing_more(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    tokens = testbed_tokens
+    warm = [(7, 5.0)] * 4
+    async with scripted_app(_model(tokens, warm, []), processors=DEEPCONF) as app:
+        body = _chat(app.model, confidence_window=WINDOW, warmup=4)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "16"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        tg = r.json()["thinkgate"]
+    assert len(app.engine.calls) == 1
+    assert tg["samples"] == 4 and tg["consensus"] == 1.0
+    # 12 traces never drawn, each worth the mean finished length.
+    mean = tg["mean_full_trace_tokens"]
+    assert tg["tokens_saved_estimate"] == round(12 * mean)
+
+
+async def test_consensus_while_drawing_aborts_the_rest_and_counts_their_tokens(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    tokens = testbed_tokens
+    warm = [(7, 5.0), (3, 5.0)]
+    # The first online trace to finish is the shortest (one-digit answers are all one
+    # length, so make the rest longer): 7 reaches 0.95 only with many confident votes.
+    online = [(7, 100.0)] + [(123456, 6.0)] * 5
+    async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
+        body = _chat(app.model, confidence_window=WINDOW, variant="high", consensus=0.9)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = r.json()
+    tg = out["thinkgate"]
+    assert tg["aborted_at_consensus"] == 5
+    assert tg["samples"] == 8
+    assert out["usage"]["completion_tokens"] == sum(tg["sample_tokens"])
+    # The aborted traces were cut mid-way: fewer tokens than the full 123456 trace.
+    full = len(_trace(tokens, 123456, [6.0]).token_ids)
+    assert all(0 < t < full for t in tg["sample_tokens"][3:])
+    assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
+
+
+async def test_without_the_processor_it_is_a_503(scripted_app: Any, testbed_tokens: Any) -> None:
+    async with scripted_app(_model(testbed_tokens, [], []), processors=frozenset()) as app:
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+        r = await app.client.post("/v1/chat/completions", json=_chat(app.model), headers=headers)
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "resource_unavailable"
+    assert "confidence" in r.json()["error"]["message"]
+    assert app.engine.calls == []
+
+
+@pytest.mark.parametrize(
+    ("strategy", "fields", "samples", "param"),
+    [
+        ("deepconf", {"variant": "mid"}, 8, "variant"),
+        ("deepconf", {"warmup": 0}, 8, "warmup"),
+        ("deepconf", {"warmup": 9}, 8, "warmup"),
+        ("deepconf", {"consensus": 1.5}, 8, "consensus"),
+        ("deepconf", {"vote": "majority"}, 8, "vote"),
+        ("deepconf", {"vote_filter": 0.5}, 8, "vote_filter"),
+        ("deepconf", {"confidence_window": 0}, 8, "confidence_window"),
+        ("deepconf", {"confidence_top_k": 21}, 8, "confidence_top_k"),
+        ("deepconf", {}, 1, "samples"),
+        ("self-consistency", {"vote": "loudest"}, 4, "vote"),
+        ("best-of-majority", {"vote": "confidence"}, 4, "vote"),
+        ("best-of-n", {"confidence_window": 8}, 4, "confidence_window"),
+    ],
+)
+async def test_bad_options_are_400s_naming_the_field(
+    scripted_app: Any,
+    testbed_tokens: Any,
+    strategy: str,
+    fields: dict[str, Any],
+    samples: int,
+    param: str,
+) -> None:
+    async with scripted_app(_model(testbed_tokens, [], []), processors=DEEPCONF) as app:
+        headers = {"X-Strategy": strategy, "X-Budget-Samples": str(samples)}
+        r = await app.client.post(
+            "/v1/chat/completions", json=_chat(app.model, **fields), headers=headers
+        )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert app.engine.calls == []
+
+
+def _pool_model(tokens: Any, pool: list[tuple[int, float]]) -> Any:
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        assert request.sampling.top_logprobs == (20 if request.sampling.n == len(pool) else 0)
+        return [_trace(tokens, a, [c], i) for i, (a, c) in enumerate(pool)]
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("vote", "extra", "want"),
+    [
+        ("majority", {}, "3"),  # three 3s outvote two 7s
+        ("confidence", {}, "7"),  # 2 x 9.0 > 3 x 2.0
+        ("confidence-top", {"vote_filter": 0.4}, "7"),  # the two most confident: 7s
+    ],
+)
+async def test_self_consistency_votes(
+    scripted_app: Any, testbed_tokens: Any, vote: str, extra: dict[str, Any], want: str
+) -> None:
+    pool = [(3, 2.0), (7, 9.0), (3, 2.0), (7, 9.0), (3, 2.0)]
+    tokens = testbed_tokens
+    handler = _pool_model(tokens, pool) if vote != "majority" else None
+
+    def plain(request: GenerateRequest) -> Sequence[Sample]:
+        assert request.sampling.top_logprobs == 0
+        return [_trace(tokens, a, [c], i) for i, (a, c) in enumerate(pool)]
+
+    async with scripted_app(handler or plain) as app:
+        headers = {"X-Strategy": "self-consistency", "X-Budget-Samples": "5"}
+        body = _chat(app.model, vote=vote, **extra)
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = r.json()
+    assert out["choices"][0]["message"]["content"] == f"\\boxed{{{want}}}"
+    tg = out["thinkgate"]
+    if vote == "majority":
+        assert tg["rule"] == "majority" and "vote" not in tg
+    else:
+        assert tg["rule"] == "weighted-majority" and tg["vote"] == vote
+        assert tg["sample_rewards"] == [c for _, c in pool]
