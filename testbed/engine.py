@@ -82,13 +82,15 @@ def generate(
     n: int = 1,
     temperature: float = 0.0,
     max_tokens: int = 420,
+    seed: int | None = None,
 ) -> list[list[Completion]]:
-    """`n` completions per question (greedy when temperature is 0), in question order."""
+    """`n` completions per question (greedy when temperature is 0), in question order;
+    ``seed`` makes sampled completions repeatable."""
     from vllm import SamplingParams
 
     codec = CharCodec()
     params = SamplingParams(
-        n=n, temperature=temperature, max_tokens=max_tokens, skip_special_tokens=False
+        n=n, temperature=temperature, max_tokens=max_tokens, skip_special_tokens=False, seed=seed
     )
     prompts = [chat_prompt(q.prompt) for q in questions]
     outputs = llm.generate(prompts, params, use_tqdm=False)

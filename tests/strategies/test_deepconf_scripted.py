@@ -71,7 +71,9 @@ def _model(tokens: Any, warm: list[tuple[int, float]], online: list[tuple[int, f
 DEEPCONF = frozenset({"confidence", "elastic"})
 
 
-async def test_online_threshold_stop_and_weighted_vote(scripted_app: Any, testbed_tokens: Any) -> None:
+async def test_online_threshold_stop_and_weighted_vote(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
     tokens = testbed_tokens
     warm = [(7, 5.0), (3, 2.0)]
     # 6 online traces: three unsure 3s (cut by the low threshold), three sure 7s.

@@ -142,7 +142,7 @@ def test_base_answers_after_a_forced_close(base: LLM) -> None:
 
 def test_reward_model_separates_right_from_wrong(base: LLM, reward: LLM) -> None:
     # All difficulties, as on the card (AUROC ~0.8 on 480 answers); 144 answers here.
-    groups = generate(base, per_ops(3, 1, 12, seed=12), n=4, temperature=1.0)
+    groups = generate(base, per_ops(3, 1, 12, seed=12), n=4, temperature=1.0, seed=12)
     picked = [c for g in groups for c in g]
     scores = classify(reward, [reward_text(c.question, c.text) for c in picked])
     labels = [c.correct for c in picked]

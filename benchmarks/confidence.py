@@ -1,0 +1,340 @@
+"""DeepConf: accuracy against generated tokens, self-consistency vs confidence votes vs
+online early stopping, all through the live HTTP API (openai SDK) of one server.
+
+Per held-out testbed question (test split, 9-12 operations, temperature 1), for each
+sample budget N of ``--ns``:
+
+  sc            ``self-consistency`` N, majority vote (the baseline)
+  conf-offline  the same pool, confidence-weighted vote (``vote: confidence``); and
+  conf-top      the same pool, the most confident ``--filter`` share votes (DeepConf
+                offline): both read from the one ``self-consistency`` answer, whose
+                ``thinkgate`` object lists every sample's answer and confidence, so they
+                cost exactly the tokens of sc
+  online-low    ``deepconf`` N, variant low (threshold at the warm-up's 90th percentile)
+  online-high   ``deepconf`` N, variant high (its 10th percentile)
+  pets          ``pets`` with N as its cap (the shipped table plans an average of 16)
+
+Accuracy is the share of questions whose returned answer equals the gold one; tokens are
+the mean ``usage.completion_tokens`` per question (every sample, stopped traces
+included). The headline: tokens each method spends to reach sc@max(N)'s accuracy.
+
+Also measured, in-process and before the server starts: the confidence processor's
+cost on an undecided batch (threshold never reached, so nothing is stopped), as decode
+throughput relative to the same engine with the processor idle, interleaved repeats.
+
+    .venv/bin/python -m benchmarks.confidence [--questions 24] [--ns 8,16]
+
+Writes ``benchmarks/results/confidence.{md,json,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.servers import ROOT, machine, thinkgate
+from strategies.answers import equivalent
+from strategies.selection import select_weighted, top_by_count
+from strategies.voting import VoteOptions, voting_classes
+from testbed import model_path
+from testbed.task import Question, make_questions
+
+RESULTS = ROOT / "benchmarks" / "results"
+METHODS = ("sc", "conf-offline", "conf-top", "online-low", "online-high", "pets")
+
+
+def _right(answer: str | None, q: Question) -> bool:
+    return answer is not None and equivalent(answer, str(q.answer))
+
+
+async def _ask(
+    client: Any, model: str, q: Question, headers: dict[str, str], body: dict[str, Any]
+) -> Any:
+    return await client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": q.prompt}],
+        temperature=1.0,
+        extra_headers=headers,
+        extra_body=body,
+    )
+
+
+def _answer_of(r: Any) -> str | None:
+    info = r.choices[0].model_extra.get("thinkgate") or {}
+    answer = info.get("answer")
+    return answer if isinstance(answer, str) else None
+
+
+async def run_questions(
+    url: str, questions: Sequence[Question], ns: Sequence[int], window: int, share: float
+) -> list[dict[str, Any]]:
+    import openai
+    from tqdm import tqdm
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
+    model = (await client.models.list()).data[0].id
+    gate = asyncio.Semaphore(2)
+    bar = tqdm(total=len(questions) * len(ns), desc="questions x budgets", unit="q")
+
+    async def one(q: Question, n: int) -> dict[str, Any]:
+        async with gate:
+            samples = {"X-Budget-Samples": str(n)}
+            sc = await _ask(
+                client,
+                model,
+                q,
+                {"X-Strategy": "self-consistency", **samples},
+                {"vote": "confidence", "confidence_window": window},
+            )
+            tg = sc.model_extra["thinkgate"]
+            answers, confs = tg["sample_answers"], tg["sample_rewards"]
+            tokens = sc.usage.completion_tokens
+            row: dict[str, Any] = {"q": q.answer, "n": n}
+            majority = top_by_count(voting_classes(answers, None, VoteOptions()), 1)
+            row["sc"] = (_right(majority[0].answer if majority else None, q), tokens)
+            for name, vote in (("conf-offline", "confidence"), ("conf-top", "confidence-top")):
+                opts = VoteOptions(vote=vote, share=share, window=window)  # type: ignore[arg-type]
+                chosen = select_weighted(voting_classes(answers, confs, opts), 1).chosen
+                row[name] = (_right(chosen[0].answer if chosen else None, q), tokens)
+            for name, variant in (("online-low", "low"), ("online-high", "high")):
+                r = await _ask(
+                    client,
+                    model,
+                    q,
+                    {"X-Strategy": "deepconf", **samples},
+                    {"variant": variant, "confidence_window": window},
+                )
+                t = r.model_extra["thinkgate"]
+                row[name] = (_right(_answer_of(r), q), r.usage.completion_tokens)
+                row[f"{name}-stopped"] = t["stopped_early"]
+                row[f"{name}-drawn"] = t["samples"]
+            r = await _ask(client, model, q, {"X-Strategy": "pets", **samples}, {})
+            row["pets"] = (_right(_answer_of(r), q), r.usage.completion_tokens)
+        bar.update(1)
+        return row
+
+    rows = await asyncio.gather(*(one(q, n) for q in questions for n in ns))
+    bar.close()
+    return list(rows)
+
+
+def summarise(
+    rows: Sequence[dict[str, Any]], ns: Sequence[int]
+) -> dict[str, dict[int, dict[str, float]]]:
+    table: dict[str, dict[int, dict[str, float]]] = {}
+    for m in METHODS:
+        table[m] = {}
+        for n in ns:
+            mine = [r[m] for r in rows if r["n"] == n]
+            table[m][n] = {
+                "accuracy": 100.0 * statistics.fmean(ok for ok, _ in mine),
+                "tokens": statistics.fmean(t for _, t in mine),
+            }
+    for m in ("online-low", "online-high"):
+        for n in ns:
+            mine = [r for r in rows if r["n"] == n]
+            table[m][n]["stopped"] = statistics.fmean(r[f"{m}-stopped"] for r in mine)
+            table[m][n]["drawn"] = statistics.fmean(r[f"{m}-drawn"] for r in mine)
+    return table
+
+
+def to_reach(
+    table: dict[str, dict[int, dict[str, float]]], ns: Sequence[int]
+) -> dict[str, float | None]:
+    """Per method: the fewest mean tokens at which it reaches sc@max(N)'s accuracy,
+    relative to sc@max(N)'s tokens (None: it never does at the budgets tried)."""
+    top = max(ns)
+    goal, cost = table["sc"][top]["accuracy"], table["sc"][top]["tokens"]
+    out: dict[str, float | None] = {}
+    for m in METHODS:
+        ok = [v["tokens"] for v in table[m].values() if v["accuracy"] >= goal]
+        out[m] = min(ok) / cost if ok else None
+    return out
+
+
+def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, float]:
+    """Decode throughput of one engine with the confidence processor loaded: requests
+    that opt in with a threshold no window reaches (every row computed, none stopped)
+    vs the same requests not opting in, alternating, ``repeats`` pairs. Also the cost of
+    asking vLLM for the top-20 logprobs (what the strategy reads per token)."""
+    from vllm import LLM, SamplingParams
+
+    from kernels.confidence import args as conf_args
+    from kernels.confidence.vllm_v1 import ConfidenceLogitsProcessor
+    from testbed.tokenizer import chat_prompt
+
+    llm = LLM(
+        model=str(model_path("base")),
+        dtype="float32",
+        max_model_len=512,
+        enforce_eager=True,
+        logits_processors=[ConfidenceLogitsProcessor],
+        seed=0,
+    )
+    texts = [
+        chat_prompt(q.prompt)
+        for q in make_questions("test", prompts, seed=5, min_ops=9, max_ops=12)
+    ]
+    guard = conf_args.extra_args(
+        conf_args.ConfidenceArgs(threshold=-1e9, window=32, top_k=20, eos_id=0)
+    )
+    modes = {
+        "idle": SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=1.0, seed=1),
+        "active": SamplingParams(
+            max_tokens=tokens, ignore_eos=True, temperature=1.0, seed=1, extra_args=guard
+        ),
+        "active+logprobs20": SamplingParams(
+            max_tokens=tokens,
+            ignore_eos=True,
+            temperature=1.0,
+            seed=1,
+            extra_args=guard,
+            logprobs=20,
+            flat_logprobs=True,
+        ),
+    }
+    llm.generate(texts[:2], modes["idle"], use_tqdm=False)  # warm-up
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(repeats):
+        for name, params in modes.items():
+            t0 = time.perf_counter()
+            outs = llm.generate(texts, params, use_tqdm=False)
+            dt = time.perf_counter() - t0
+            rates[name].append(sum(len(o.outputs[0].token_ids) for o in outs) / dt)
+    del llm
+    base = statistics.median(rates["idle"])
+    return {
+        **{f"{m}_tok_s": statistics.median(v) for m, v in rates.items()},
+        **{f"{m}_ratio": statistics.median(v) / base for m, v in rates.items()},
+        "pairs": repeats,
+    }
+
+
+def plot(table: dict[str, dict[int, dict[str, float]]], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in METHODS:
+        pts = sorted((v["tokens"], v["accuracy"], n) for n, v in table[m].items())
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
+        for x, y, n in pts:
+            ax.annotate(f"N={n}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("generated tokens per question (mean)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("DeepConf on the testbed: accuracy vs tokens (9-12 operations, T=1)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_report(
+    args: argparse.Namespace,
+    table: dict[str, dict[int, dict[str, float]]],
+    reach: dict[str, float | None],
+    overhead: dict[str, float] | None,
+    seconds: float,
+) -> str:
+    ns = sorted({n for v in table.values() for n in v})
+    lines = [
+        "# DeepConf: accuracy vs generated tokens (thinkgate bench confidence)",
+        "",
+        f"Machine: {machine()}. Command: `.venv/bin/python -m benchmarks.confidence "
+        f"--questions {args.questions} --ns {args.ns} --window {args.window}`. "
+        f"{args.questions} held-out questions (test split, 9-12 operations), temperature 1, "
+        f"testbed `base`, all through the live HTTP API; {seconds / 60:.1f} min.",
+        "",
+        "| method | " + " | ".join(f"N={n} acc % | N={n} tokens" for n in ns) + " |",
+        "|---|" + "---|---|" * len(ns),
+    ]
+    for m in METHODS:
+        cells = " | ".join(
+            f"{table[m][n]['accuracy']:.1f} | {table[m][n]['tokens']:.0f}" for n in ns
+        )
+        lines.append(f"| {m} | {cells} |")
+    lines += ["", "Online traces stopped in the engine (mean per question, of traces drawn):", ""]
+    for m in ("online-low", "online-high"):
+        parts = [f"N={n}: {table[m][n]['stopped']:.1f} of {table[m][n]['drawn']:.1f}" for n in ns]
+        lines.append(f"- {m}: " + ", ".join(parts))
+    top = max(ns)
+    lines += [
+        "",
+        f"Tokens to reach sc@{top}'s accuracy ({table['sc'][top]['accuracy']:.1f}%), relative "
+        f"to sc@{top}'s {table['sc'][top]['tokens']:.0f} tokens (lower is better; "
+        "'never': not reached at the budgets tried):",
+        "",
+    ]
+    for m, v in reach.items():
+        lines.append(
+            f"- {m}: " + ("never" if v is None else f"{v:.2f}x ({(1 - v) * 100:.0f}% fewer)")
+        )
+    if overhead:
+        lines += [
+            "",
+            "Processor cost on an undecided batch (in process, vLLM `LLM`, "
+            f"{args.overhead_prompts} prompts x {args.overhead_tokens} tokens, ignore_eos, "
+            f"median of {int(overhead['pairs'])} interleaved runs): decode tok/s relative to "
+            "the same engine with the processor idle:",
+            "",
+            f"- threshold set, never reached: {overhead['active_ratio']:.3f}x "
+            f"({overhead['active_tok_s']:.0f} vs {overhead['idle_tok_s']:.0f} tok/s)",
+            f"- and top-20 logprobs returned (what deepconf reads): "
+            f"{overhead['active+logprobs20_ratio']:.3f}x",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--questions", type=int, default=24)
+    parser.add_argument("--ns", default="8,16")
+    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--filter", type=float, default=0.7, help="conf-top's kept share")
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--overhead-prompts", type=int, default=16)
+    parser.add_argument("--overhead-tokens", type=int, default=128)
+    parser.add_argument("--overhead-repeats", type=int, default=3)
+    parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    ns = [int(x) for x in args.ns.split(",")]
+    questions = make_questions("test", args.questions, seed=args.seed, min_ops=9, max_ops=12)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    overhead = None
+    if not args.skip_overhead:
+        overhead = processor_overhead(
+            args.overhead_prompts, args.overhead_tokens, args.overhead_repeats
+        )
+        print(json.dumps(overhead, indent=1))
+    t0 = time.perf_counter()
+    if args.url:
+        rows = asyncio.run(run_questions(args.url, questions, ns, args.window, args.filter))
+    else:
+        log = RESULTS / "logs" / "confidence-server.log"
+        with thinkgate(model_path("base"), log=log) as url:
+            rows = asyncio.run(run_questions(url, questions, ns, args.window, args.filter))
+    seconds = time.perf_counter() - t0
+    table = summarise(rows, ns)
+    reach = to_reach(table, ns)
+    report = write_report(args, table, reach, overhead, seconds)
+    (RESULTS / "confidence.md").write_text(report)
+    (RESULTS / "confidence.json").write_text(
+        json.dumps(
+            {"table": table, "to_reach": reach, "overhead": overhead, "rows": rows}, indent=1
+        )
+    )
+    plot(table, RESULTS / "confidence.png")
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""DeepConf end to end: the openai SDK against the live server (the real vLLM engine with
+the confidence processor inside it: in process for ``local``, in ``thinkgate replica``
+servers for ``remote``), on hard testbed questions at temperature 1.
+
+Audited from outside through the ``thinkgate`` object: usage is the exact sum over every
+trace drawn (stopped ones included); the threshold is the variant's percentile of the
+warm-up's confidences; traces the engine stopped are shorter than the ones that ran to
+their end and never carry an answer to the vote; budgets still apply to every trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from strategies.confidence import percentile
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+
+HARD = make_questions("test", 2, seed=33, min_ops=9, max_ops=12)
+WINDOW = 16
+
+
+def _ask(client: Any, prompt: str, headers: dict[str, str], **body: Any) -> tuple[Any, Any]:
+    r = client.chat.completions.create(
+        model="testbed-base",
+        messages=[{"role": "user", "content": prompt}],
+        extra_headers=headers,
+        extra_body=body,
+        temperature=1.0,
+        seed=7,
+    )
+    return r, r.model_extra["thinkgate"]
+
+
+def test_online_stops_traces_in_the_engine_and_counts_every_token(openai_client: Any) -> None:
+    headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "12"}
+    stopped_total = 0
+    for q in HARD:
+        # consensus 1.0: no early end of the draw, so every online trace is judged.
+        r, tg = _ask(openai_client, q.prompt, headers, confidence_window=WINDOW, consensus=1.0)
+        warmup = tg["warmup"]
+        assert warmup == 3 and tg["samples"] == 12 and tg["engine_requests"] == 2
+        confs, voted = tg["sample_confidences"], tg["sample_voted"]
+        # The "low" threshold: the 90th percentile of the warm-up's trace confidences.
+        assert tg["threshold"] == pytest.approx(percentile(confs[:warmup], 90.0), abs=1e-4)
+        assert all(voted[:warmup])
+        # Usage is every token generated, stopped traces included.
+        assert r.usage.completion_tokens == sum(tg["sample_tokens"])
+        assert len(tg["sample_tokens"]) == 12
+        stopped = [i for i in range(warmup, 12) if not voted[i]]
+        assert tg["stopped_early"] == len(stopped) and tg["aborted_at_consensus"] == 0
+        for i in stopped:
+            # Stopped where its window mean fell below the threshold: no answer to vote.
+            assert confs[i] < tg["threshold"]
+        for i in range(warmup, 12):
+            if voted[i]:
+                assert confs[i] >= tg["threshold"] or tg["sample_tokens"][i] < WINDOW
+        stopped_total += len(stopped)
+        if stopped and len(stopped) < 12 - warmup:
+            ran = [tg["sample_tokens"][i] for i in range(12) if voted[i]]
+            cut = [tg["sample_tokens"][i] for i in stopped]
+            assert sum(cut) / len(cut) < sum(ran) / len(ran)
+        assert tg["rule"] == "weighted-majority"
+        assert r.choices[0].message.content
+    # With the threshold at the warm-up's 90th percentile most online traces fall below.
+    assert stopped_total >= 4
+
+
+def test_high_variant_and_budgets_compose(openai_client: Any) -> None:
+    headers = {
+        "X-Strategy": "deepconf",
+        "X-Budget-Samples": "6",
+        "X-Budget-Thinking": "40",
+        "X-Budget-Solution": "16",
+    }
+    r, tg = _ask(openai_client, HARD[0].prompt, headers, variant="high", warmup=2)
+    assert tg["variant"] == "high" and tg["warmup"] == 2
+    confs = tg["sample_confidences"]
+    assert tg["threshold"] == pytest.approx(percentile(confs[:2], 10.0), abs=1e-4)
+    assert tg["per_sample_budget"]["thinking"] == 40
+    assert all(t <= 40 for t in tg["sample_reasoning_tokens"])
+    assert all(t <= 40 + 1 + 16 + 1 for t in tg["sample_tokens"])
+    assert r.usage.completion_tokens == sum(tg["sample_tokens"])
+
+
+def test_self_consistency_confidence_vote(openai_client: Any) -> None:
+    headers = {"X-Strategy": "self-consistency", "X-Budget-Samples": "6"}
+    r, tg = _ask(openai_client, HARD[1].prompt, headers, vote="confidence-top", vote_filter=0.5)
+    assert tg["rule"] == "weighted-majority" and tg["vote"] == "confidence-top"
+    weights = tg["sample_rewards"]
+    assert len(weights) == 6 and all(w > 0 for w in weights)
+    # Only the 3 most confident samples vote: the chosen class holds one of them.
+    top = sorted(range(6), key=lambda i: (-weights[i], i))[:3]
+    chosen = r.choices[0].model_extra["thinkgate"]["sample_index"]
+    assert chosen in top
+    assert r.usage.completion_tokens == sum(tg["sample_tokens"])
