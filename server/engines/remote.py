@@ -31,6 +31,7 @@ import structlog
 
 from kernels import args as elastic_args
 from kernels import guidance_args
+from kernels.confidence import args as conf_args
 from server.engines.balancer import PrefixIndex, block_hashes, choose
 from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_error
 from server.engines.tokens import TokenizerTokens
@@ -65,6 +66,8 @@ def needed_processors(extra_args: dict[str, object]) -> frozenset[str]:
         need.add("elastic")
     if guidance_args.BUDGET in extra_args:
         need.add(guidance_args.PROCESSOR_NAME)
+    if conf_args.THRESHOLD in extra_args:
+        need.add("confidence")
     return frozenset(need)
 
 

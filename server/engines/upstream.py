@@ -19,6 +19,7 @@ import httpx
 
 from kernels import args as elastic_args
 from kernels import guidance_args
+from kernels.confidence import args as conf_args
 from server.engines.remote_wire import PATHS, Protocol, error_message
 from strategies.engine import ModelTokens
 
@@ -32,6 +33,7 @@ PROBES: Final[dict[str, tuple[str, dict[str, object]]]] = {
         {elastic_args.THINKING_BUDGET: PROBE_VALUE, elastic_args.THINK_END_ID: 0},
     ),
     guidance_args.PROCESSOR_NAME: (guidance_args.BUDGET, {guidance_args.BUDGET: PROBE_VALUE}),
+    "confidence": (conf_args.THRESHOLD, {conf_args.THRESHOLD: PROBE_VALUE}),
 }
 # Answers of a server that does not expose the scale-out routes (403 without
 # --enable-scale-out; 404/405 behind a router that passes only the OpenAI routes).

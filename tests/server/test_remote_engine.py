@@ -65,8 +65,8 @@ def test_ready_and_metrics_list_every_server(remote_stack: RemoteStack) -> None:
     assert set(servers) == {r.url for r in remote_stack.replicas}
     for s in servers.values():
         assert s["state"] == "up" and s["protocol"] == "generate"
-        # thinkgate replica loads both processors (the testbed base ships a predictor).
-        assert s["processors"] == ["budget-guidance", "elastic"]
+        # thinkgate replica loads all three processors (the testbed base ships a predictor).
+        assert s["processors"] == ["budget-guidance", "confidence", "elastic"]
     m = remote_stack.gateway.metrics()
     for r in remote_stack.replicas:
         assert m[f'thinkgate_upstream_up{{server="{r.url}"}}'] == 1.0
