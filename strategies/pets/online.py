@@ -7,13 +7,15 @@ With an allocation table (``Resources`` item ``"pets_table"``, a ``PetsTable``):
    picks the bucket, whose calibrated budget ``B_t`` includes the warm-up;
 3. draw ``B_t - 4`` more (one engine request), and return the majority answer.
 
-``X-Budget-Samples`` (budget field ``samples``) is a cap: a question never gets more,
-and a cap below ``K0`` shrinks the warm-up to the cap. The average budget is not a
-request knob: it is the server's, baked into the table by ``thinkgate calibrate pets``.
-Without a table the strategy falls back to the adaptive rule of
-:mod:`strategies.pets.adaptive` (rounds of 4 until the posterior says the majority is
-settled, or the cap). Without a samples budget the cap is the table's ``b_max``
-(adaptive: ``ADAPTIVE_CAP``).
+With a table, ``X-Budget-Samples`` (budget field ``samples``) is the **average** number
+of samples per question the request is planned for: the bucket plan is solved again for
+that average from the table's fit (``PetsTable.replanned``; the table's own average when
+absent), and ``thinkgate.planned_average`` reports what the plan spends on average over
+the calibration questions. The body field ``cap`` bounds one question's samples (default
+the table's ``b_max``); a cap below ``K0`` shrinks the warm-up to the cap. Without a
+table the strategy falls back to the adaptive rule of :mod:`strategies.pets.adaptive`
+(rounds of 4 until the posterior says the majority is settled, or the cap), where there
+is no average to plan and ``samples`` (else ``cap``, else ``ADAPTIVE_CAP``) is the cap.
 """
 
 from __future__ import annotations
@@ -55,13 +57,19 @@ class Pets:
             raise InvalidBudget("samples must be >= 1", param="samples")
         if request.n != 1:
             raise InvalidRequest("pets returns one answer; n must be 1", param="n")
+        option_cap(request)
 
     async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
         table = table_of(ctx)
+        request = ctx.request
+        cap_option = option_cap(request)
         if table is not None:
-            cap = ctx.request.budget.samples or table.b_max
+            cap = cap_option or table.b_max
+            average = request.budget.samples or table.average_budget
+            # The plan needs k0 <= cap; a smaller cap only shrinks the warm-up below.
+            table = table.replanned(average, max(cap, table.k0))
         else:
-            cap = ctx.request.budget.samples or ADAPTIVE_CAP
+            cap = request.budget.samples or cap_option or ADAPTIVE_CAP
         samples: list[Sample] = []
         warm = await _generate(ctx, min(K0, cap), round_no=0)
         samples.extend(warm)
@@ -77,6 +85,8 @@ class Pets:
                 bucket=warm_pattern,
                 allocated=allocated,
                 table={"average_budget": table.average_budget, "b_max": table.b_max},
+                average_budget=table.average_budget,
+                planned_average=round(table.expected_budget, 4),
             )
             rounds = 1
             if target > len(samples):
@@ -124,6 +134,16 @@ async def _generate(ctx: StrategyContext, n: int, *, round_no: int) -> list[Samp
     if len(got) != n:
         raise BackendError(f"engine returned {len(got)} of {n} samples")
     return got
+
+
+def option_cap(request: StrategyRequest) -> int | None:
+    """The body field ``cap``: the most samples one question may get (None: absent)."""
+    value = request.options.get("cap")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(f"cap must be an integer >= 1, got {value!r}", param="cap")
+    return value
 
 
 def _labels(pool: Analysed) -> Sequence[Label]:

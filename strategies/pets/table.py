@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
@@ -94,6 +95,25 @@ class PetsTable:
             calibration=dict(calibration or {}),
         )
 
+    def replanned(self, average_budget: float, b_max: int) -> PetsTable:
+        """The same fit solved for another average budget and cap (a request's own
+        plan): ``allocate`` over the stored ``pi, a, b``, memoised."""
+        if average_budget == self.average_budget and b_max == self.b_max:
+            return self
+        budgets = _plan(
+            tuple(bk.pi for bk in self.buckets),
+            tuple(bk.a for bk in self.buckets),
+            tuple(bk.b for bk in self.buckets),
+            float(average_budget),
+            self.k0,
+            b_max,
+        )
+        buckets = tuple(
+            Bucket(pattern=bk.pattern, budget=n, pi=bk.pi, a=bk.a, b=bk.b)
+            for bk, n in zip(self.buckets, budgets, strict=True)
+        )
+        return replace(self, average_budget=float(average_budget), b_max=b_max, buckets=buckets)
+
     def to_json(self) -> dict[str, object]:
         return {
             "format": FORMAT,
@@ -145,6 +165,18 @@ class PetsTable:
     @classmethod
     def load(cls, path: Path) -> PetsTable:
         return cls.from_json(json.loads(path.read_text()))
+
+
+@lru_cache(maxsize=256)
+def _plan(
+    pi: tuple[float, ...],
+    a: tuple[float, ...],
+    b: tuple[float, ...],
+    average_budget: float,
+    k0: int,
+    b_max: int,
+) -> tuple[int, ...]:
+    return allocate(pi, a, b, average_budget=average_budget, k0=k0, b_max=b_max)
 
 
 # The table calibrated on the testbed's base model (train split), loaded by default.

@@ -79,3 +79,30 @@ def test_table_round_trips_and_rejects_foreign_documents(tmp_path: object) -> No
         PetsTable.from_json({**doc, "format": "other"})
     with pytest.raises(ValueError, match="version"):
         PetsTable.from_json({**doc, "version": 99})
+
+
+def test_a_table_replanned_for_another_average_is_the_plan_solved_for_it() -> None:
+    from strategies.pets.table import DEFAULT_TABLE, PetsTable
+
+    table = PetsTable.load(DEFAULT_TABLE)
+    assert table.replanned(table.average_budget, table.b_max) is table
+    previous = None
+    for avg in (4, 6, 8, 16, 32):
+        plan = table.replanned(avg, table.b_max)
+        assert plan.expected_budget <= avg + 1e-9
+        assert all(table.k0 <= bk.budget <= table.b_max for bk in plan.buckets)
+        want = allocate(
+            [bk.pi for bk in table.buckets],
+            [bk.a for bk in table.buckets],
+            [bk.b for bk in table.buckets],
+            average_budget=avg,
+            k0=table.k0,
+            b_max=table.b_max,
+        )
+        assert tuple(bk.budget for bk in plan.buckets) == want
+        if previous is not None:  # a larger average never takes a sample from a bucket
+            assert all(n >= p for n, p in zip(want, previous, strict=True))
+        previous = want
+    assert all(bk.budget == table.k0 for bk in table.replanned(2, table.b_max).buckets)
+    capped = table.replanned(32, 8)
+    assert max(bk.budget for bk in capped.buckets) <= 8

@@ -16,14 +16,22 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "
 QUESTIONS = make_questions("test", 3, seed=5, min_ops=2, max_ops=6)
 
 
-def ask(client: Any, model: str, prompt: str, cap: int | None, **extra: Any) -> Any:
+def ask(
+    client: Any,
+    model: str,
+    prompt: str,
+    cap: int | None,
+    average: int | None = None,
+    **extra: Any,
+) -> Any:
     headers = {"X-Strategy": "pets"}
-    if cap is not None:
-        headers["X-Budget-Samples"] = str(cap)
+    if average is not None:
+        headers["X-Budget-Samples"] = str(average)
     return client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": prompt}],
         extra_headers=headers,
+        extra_body={"cap": cap} if cap is not None else None,
         **extra,
     )
 
@@ -58,7 +66,8 @@ def test_pets_answers_with_warmup_bucket_and_respects_cap(
         assert info["bucket"] in PATTERNS
         if table is not None:
             assert info["mode"] == "table"
-            assert info["allocated"] == table.budget(info["bucket"])
+            planned = table.replanned(table.average_budget, max(limit, table.k0))
+            assert info["allocated"] == planned.budget(info["bucket"])
             assert samples == min(info["allocated"], limit)
         else:
             assert info["mode"] == "adaptive"
@@ -68,10 +77,29 @@ def test_pets_answers_with_warmup_bucket_and_respects_cap(
             assert next(v for v in info["votes"] if v["answer"] == info["answer"])["count"] == top
 
 
+@pytest.mark.skipif(not DEFAULT_TABLE.exists(), reason="no shipped PETS table")
+def test_two_averages_spend_what_they_planned(openai_client: Any, served_model: str) -> None:
+    """X-Budget-Samples is the average the request is planned for: each question gets
+    its bucket's budget under the plan solved for that average, and the plans differ."""
+    table = PetsTable.load(DEFAULT_TABLE)
+    plans = {avg: table.replanned(avg, table.b_max) for avg in (6, 16)}
+    assert plans[6].expected_budget <= 6 + 1e-9 < plans[16].expected_budget <= 16 + 1e-9
+    for avg, plan in plans.items():
+        for q in QUESTIONS[:2]:
+            info = thinkgate(ask(openai_client, served_model, q.prompt, None, avg, temperature=1.0))
+            assert info["average_budget"] == avg
+            assert info["planned_average"] == pytest.approx(plan.expected_budget, abs=1e-3)
+            assert info["allocated"] == plan.budget(info["bucket"])
+            assert info["samples"] == info["allocated"]
+
+
 def test_pets_rejects_bad_budgets_before_sampling(openai_client: Any, served_model: str) -> None:
     with pytest.raises(openai.BadRequestError) as err:
-        ask(openai_client, served_model, QUESTIONS[0].prompt, 0)
+        ask(openai_client, served_model, QUESTIONS[0].prompt, None, 0)
     assert err.value.status_code == 400
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, served_model, QUESTIONS[0].prompt, 0)
+    assert err.value.body["param"] == "cap"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError):
         ask(openai_client, served_model, QUESTIONS[0].prompt, None, n=2)
 
