@@ -24,6 +24,7 @@ from server.loop_lag import LoopProbe
 from server.metrics import Metrics
 from server.resources import build_resources
 from server.routes import ROUTERS
+from server.scoring import preflight
 from server.settings import Settings
 from server.state import Gateway
 from strategies.engine import Engine
@@ -62,6 +63,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = load_registry(settings)
+        if engine is None:
+            preflight(settings)  # refusals that need no engine come before its long start
         async with AsyncExitStack() as stack:
             metrics = Metrics()
             # An engine passed in belongs to the caller; otherwise settings pick one.

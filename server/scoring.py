@@ -55,6 +55,25 @@ def reward_model_path(settings: Settings) -> Path | None:
     return Path(value)
 
 
+def preflight(settings: Settings) -> None:
+    """Before any engine starts: a reward model named by path must share the served
+    model's tokenizer (both local directories: two tokenizer loads, seconds instead of
+    an engine start before the same refusal). The full check, with the engine's own
+    tokenizer and the remote cases, still runs in ``_reward_model``."""
+    named = settings.reward_model
+    if named is None or named.strip().lower() in ("", "none") or settings.reward_url:
+        return
+    served, reward = Path(settings.model_path), Path(named)
+    if not (served / "config.json").exists() or not (reward / "config.json").exists():
+        return
+    trust = settings.trust_remote_code
+    policy = model_match.local_probe(served, trust_remote_code=trust)
+    if not model_match.same_tokenizer(
+        policy, model_match.local_probe(reward, trust_remote_code=trust)
+    ):
+        raise model_match.mismatch("reward_model", str(reward), settings.model_name)
+
+
 async def _reward_model(
     settings: Settings, engine: Engine, stack: AsyncExitStack
 ) -> SequenceScorer | None:
