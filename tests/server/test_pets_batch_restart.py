@@ -18,7 +18,7 @@ from testbed.task import make_questions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-QUESTIONS = make_questions("test", 12, seed=21, min_ops=2, max_ops=8)
+QUESTIONS = make_questions("test", 8, seed=21, min_ops=2, max_ops=8)
 JSONL = "\n".join(
     json.dumps(
         {
@@ -28,7 +28,7 @@ JSONL = "\n".join(
     )
     for i, q in enumerate(QUESTIONS)
 )
-BUDGET = 60  # 12 warm-up samples, then 24 rounds of 2: long enough to be killed in
+BUDGET = 32  # 8 warm-up samples, then 12 rounds of 2: long enough to be killed in
 
 
 def job_of(base_url: str, job_id: str) -> dict[str, Any]:
@@ -75,8 +75,8 @@ def test_a_gateway_killed_mid_batch_resumes_it_on_restart(
     out = httpx.get(f"{second.base_url}/v1/pets/batches/{job_id}/output", timeout=30)
     assert out.status_code == 200, out.text
     lines = [json.loads(x) for x in out.text.splitlines()]
-    assert sorted(x["custom_id"] for x in lines) == sorted(f"q{i}" for i in range(12))
-    assert len(lines) == 12  # every question exactly once
+    assert sorted(x["custom_id"] for x in lines) == sorted(f"q{i}" for i in range(len(QUESTIONS)))
+    assert len(lines) == len(QUESTIONS)  # every question exactly once
     samples = [x["response"]["body"]["thinkgate"]["samples"] for x in lines]
     assert all(n >= 1 for n in samples)  # the warm-up reached every question
     assert sum(samples) == pets["samples_drawn"]
