@@ -9,14 +9,8 @@ keeps serving afterwards.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,51 +28,13 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _root_cause(text: str) -> str:
-    """The error lines of a failed start (the root cause sits far above the tail)."""
-    errors = [line for line in text.splitlines() if "Error" in line or "error" in line]
-    return "\n".join(errors[:20]) + "\n...\n" + text[-1500:]
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        *("--model", str(MODEL), "--host", "127.0.0.1", "--port", str(port)),
-        *("--dtype", "float32", "--max-model-len", "256", "--enforce-eager"),
-        *("--logits-processors", "kernels.vllm_v1:ElasticLogitsProcessor"),
-    ]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 900  # engine start is ~40 s, far more on busy cores
-        while True:
-            assert proc.poll() is None, _root_cause(log.read_text())
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def server(remote_stack: Any) -> str:
+    """A replica of the shared remote stack: ``thinkgate replica`` is vLLM's own OpenAI
+    server started with our processors' FQCNs (its command is tested in
+    test_replica_command.py); one more server of its own cost ~70 s of the suite."""
+    url: str = remote_stack.replicas[0].url
+    return url
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -94,6 +50,11 @@ def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return int(exc.code), json.loads(exc.read())
 
 
+def _served_model(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as response:
+        return str(json.loads(response.read())["data"][0]["id"])
+
+
 def test_budgets_and_errors_over_http(server: str) -> None:
     from transformers import AutoTokenizer
 
@@ -105,7 +66,7 @@ def test_budgets_and_errors_over_http(server: str) -> None:
         tokenize=False,
     )
     base = {
-        "model": str(MODEL),
+        "model": _served_model(server),
         "prompt": prompt,
         "max_tokens": 40,
         "temperature": 1.0,

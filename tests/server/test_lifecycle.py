@@ -141,7 +141,8 @@ def _load(model: str) -> list[dict[str, Any]]:
 def test_engine_death_exit_policy_answers_in_flight_then_exits_4(
     spawn_server: Callable[..., Any],
 ) -> None:
-    server = spawn_server()  # the default policy: exit
+    # The default policy (exit); no reward engine: unused here, and its start is slow.
+    server = spawn_server("--reward-model", "none")
     load = _load(server.model)
     outcomes, join = _in_flight(server.base_url, load)
     _wait_streams_admitted(load, outcomes)  # the requests then run for seconds more
@@ -171,7 +172,14 @@ def _orphan(p: psutil.Process, base_url: str) -> bool:
 def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
     """One server for the restart test, then the drain test (which ends it)."""
     return start_gateway_for_module(
-        "--on-engine-death", "restart", "--drain-timeout-s", "8", "--sse-keepalive-s", "0.3"
+        "--on-engine-death",
+        "restart",
+        "--drain-timeout-s",
+        "8",
+        "--sse-keepalive-s",
+        "0.3",
+        "--reward-model",
+        "none",
     )
 
 

@@ -97,6 +97,7 @@ def sampled(base: LLM) -> list[list[Completion]]:
     return generate(base, per_ops(4, 8, 12), n=16, temperature=1.0)
 
 
+@pytest.mark.acceptance
 def test_base_voting_beats_one_sample(sampled: list[list[Completion]]) -> None:
     # One sample at T=1 is right 0.5-0.9 of the time here and its errors scatter over the
     # other digits, so a majority of 16 recovers them (see the card's 6-12 numbers). The
@@ -107,6 +108,7 @@ def test_base_voting_beats_one_sample(sampled: list[list[Completion]]) -> None:
     assert vote >= single + 0.10, (single, vote)
 
 
+@pytest.mark.acceptance
 def test_base_sampled_lines_follow_the_training_rates(sampled: list[list[Completion]]) -> None:
     stats = line_stats(c for g in sampled for c in g)
     assert 0.45 <= stats.check_rate <= 0.8, stats  # trained 0.6 (0.64 in the focus phase)
@@ -118,6 +120,7 @@ def test_base_sampled_lines_follow_the_training_rates(sampled: list[list[Complet
     assert stats.step_correct / stats.step_lines >= 0.97, stats
 
 
+@pytest.mark.acceptance
 def test_elastic_beats_base_under_a_thinking_cut(base: LLM, elastic: LLM) -> None:
     qs = per_ops(3, 6, 12)
     b = generate_with_cut(base, qs, tokens_per_op=8)
@@ -140,6 +143,7 @@ def test_base_answers_after_a_forced_close(base: LLM) -> None:
     assert answered >= 3 * len(qs) - 1, curve
 
 
+@pytest.mark.acceptance
 def test_reward_model_separates_right_from_wrong(base: LLM, reward: LLM) -> None:
     # All difficulties, as on the card (AUROC ~0.8 on 480 answers); 144 answers here.
     groups = generate(base, per_ops(3, 1, 12, seed=12), n=4, temperature=1.0, seed=12)
