@@ -215,6 +215,52 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
     }
 
 
+def choose_measure(
+    questions: int, samples: int, windows: Sequence[int], ks: Sequence[int]
+) -> dict[str, float]:
+    """How well each trace-confidence definition tells right traces from wrong ones:
+    AUROC of the lowest group confidence, per window ``w`` and top-k ``k``, over
+    ``samples`` temperature-1 traces of ``questions`` validation questions (never the
+    test ones the rest of the benchmark scores). What chose the defaults."""
+    from vllm import SamplingParams
+
+    from strategies.confidence import lowest_group
+    from strategies.confidence import token_confidence as conf_of
+    from testbed.engine import load_llm, to_completion
+    from testbed.metrics import auroc
+    from testbed.tokenizer import CharCodec, chat_prompt
+
+    qs = make_questions("validation", questions, seed=9, min_ops=9, max_ops=12)
+    llm = load_llm(model_path("base"), seed=0)
+    params = SamplingParams(
+        n=samples,
+        temperature=1.0,
+        max_tokens=420,
+        logprobs=max(ks),
+        seed=4,
+        skip_special_tokens=False,
+    )
+    outs = llm.generate([chat_prompt(q.prompt) for q in qs], params, use_tqdm=True)
+    del llm
+    codec = CharCodec()
+    traces: list[tuple[list[list[float]], bool]] = []  # per token: its top logprobs
+    for q, out in zip(qs, outs, strict=True):
+        for o in out.outputs:
+            tops = [
+                sorted((lp.logprob for lp in pos.values()), reverse=True)
+                for pos in o.logprobs or []
+            ]
+            traces.append((tops, to_completion(codec, q, o.token_ids).correct))
+    labels = [ok for _, ok in traces]
+    scores: dict[str, float] = {"traces": float(len(traces)), "right": float(sum(labels))}
+    for k in ks:
+        confs = [[conf_of(t[:k], k) for t in tops] for tops, _ in traces]
+        for w in windows:
+            scores[f"w={w},k={k}"] = auroc([lowest_group(c, w) for c in confs], labels)
+        scores[f"mean,k={k}"] = auroc([sum(c) / max(1, len(c)) for c in confs], labels)
+    return scores
+
+
 def plot(table: dict[str, dict[int, dict[str, float]]], path: Any) -> None:
     import matplotlib
 
@@ -242,6 +288,7 @@ def write_report(
     reach: dict[str, float | None],
     overhead: dict[str, float] | None,
     seconds: float,
+    choose: dict[str, float] | None = None,
 ) -> str:
     ns = sorted({n for v in table.values() for n in v})
     lines = [
@@ -276,6 +323,20 @@ def write_report(
         lines.append(
             f"- {m}: " + ("never" if v is None else f"{v:.2f}x ({(1 - v) * 100:.0f}% fewer)")
         )
+    if choose:
+        keys = [key for key in choose if key.startswith(("w=", "mean"))]
+        lines += [
+            "",
+            f"Choosing the measure (validation questions, 9-12 operations, "
+            f"{int(choose['traces'])} traces at T=1, {int(choose['right'])} right): AUROC of "
+            "each trace confidence for telling right traces from wrong ones (lowest group "
+            "confidence over windows of w tokens, top-k logprobs per token; `mean`: the "
+            "whole-trace mean):",
+            "",
+            "| measure | AUROC |",
+            "|---|---|",
+            *[f"| {key} | {choose[key]:.3f} |" for key in keys],
+        ]
     if overhead:
         lines += [
             "",
@@ -303,11 +364,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overhead-tokens", type=int, default=128)
     parser.add_argument("--overhead-repeats", type=int, default=3)
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--choose-questions", type=int, default=24)
+    parser.add_argument("--skip-choose", action="store_true")
     parser.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     ns = [int(x) for x in args.ns.split(",")]
     questions = make_questions("test", args.questions, seed=args.seed, min_ops=9, max_ops=12)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    choose = None
+    if not args.skip_choose:
+        choose = choose_measure(args.choose_questions, 8, (8, 16, 32, 64, 128), (1, 5, 20))
+        print(json.dumps(choose, indent=1))
     overhead = None
     if not args.skip_overhead:
         overhead = processor_overhead(
@@ -324,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     table = summarise(rows, ns)
     reach = to_reach(table, ns)
-    report = write_report(args, table, reach, overhead, seconds)
+    report = write_report(args, table, reach, overhead, seconds, choose)
     (RESULTS / "confidence.md").write_text(report)
     (RESULTS / "confidence.json").write_text(
         json.dumps(

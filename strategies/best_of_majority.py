@@ -19,6 +19,7 @@ from strategies.selection import AnswerClass, Selection, select_best_of_majority
 class BestOfMajority(SamplingStrategy):
     name: ClassVar[str] = "best-of-majority"
     uses_alpha: ClassVar[bool] = True
+    uses_vote: ClassVar[bool] = True
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
@@ -27,4 +28,19 @@ class BestOfMajority(SamplingStrategy):
         if alpha is None:
             alpha = defaults_of(ctx).alpha
         selection = select_best_of_majority(classes, k, alpha=alpha, total=total)
+        return selection, {"alpha": alpha}
+
+    def select_by_confidence(
+        self,
+        ctx: StrategyContext,
+        classes: Sequence[AnswerClass],
+        k: int,
+        shares: Mapping[int, float],
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        """A confidence vote: the frequency filter reads each class's share of the
+        voting confidence instead of its count share; the scorer still ranks."""
+        alpha = option_alpha(ctx.request)
+        if alpha is None:
+            alpha = defaults_of(ctx).alpha
+        selection = select_best_of_majority(classes, k, alpha=alpha, total=0, shares=shares)
         return selection, {"alpha": alpha}

@@ -44,7 +44,13 @@ from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import SCORER_KINDS, MeanLogprob, ScoreQuery, Scorer, ScorerSet
 from strategies.selection import AnswerClass, Selection, build_classes, select_weighted
 from strategies.voting import OPTIONS as VOTE_OPTIONS
-from strategies.voting import VoteOptions, trace_confidences, vote_options, voting_classes
+from strategies.voting import (
+    VoteOptions,
+    confidence_shares,
+    trace_confidences,
+    vote_options,
+    voting_classes,
+)
 
 DEFAULTS_KEY: Final = "sampling"  # Resources item holding SamplingDefaults
 
@@ -370,6 +376,16 @@ class SamplingStrategy:
         """The rule; returns the selection and rule-specific ``thinkgate`` fields."""
         raise NotImplementedError
 
+    def select_by_confidence(
+        self,
+        ctx: StrategyContext,
+        classes: Sequence[AnswerClass],
+        k: int,
+        shares: Mapping[int, float],
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        """The rule under a confidence vote (``uses_vote``): weighted majority by default."""
+        return select_weighted(classes, k), {}
+
     async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
         request = ctx.request
         k = requested_k(request)
@@ -391,11 +407,17 @@ class SamplingStrategy:
         rewards = await score(ctx, scorer, analysed) if scorer is not None else None
         extra: Mapping[str, JSON]
         if votes.needs_confidence:
-            # DeepConf offline: confidence-weighted votes; the weights stand in for rewards.
-            rewards = trace_confidences(pool.samples, votes.window)
-            classes = voting_classes(analysed.answers, rewards, votes)
-            selection = select_weighted(classes, k)
-            extra = {"vote": votes.vote, "window": votes.window, "top_k": votes.top_k}
+            # DeepConf offline: confidence-weighted votes. Without a scorer the weights
+            # stand in for rewards; with one (Best-of-Majority) they weigh the filter.
+            confidences = trace_confidences(pool.samples, votes.window)
+            if rewards is None:
+                rewards = confidences
+            classes = voting_classes(analysed.answers, confidences, votes, rewards=rewards)
+            selection, extra = self.select_by_confidence(
+                ctx, classes, k, confidence_shares(classes, confidences)
+            )
+            extra = {**extra, "vote": votes.vote, "window": votes.window, "top_k": votes.top_k}
+            extra["sample_confidences"] = [round(c, 6) for c in confidences]
             if votes.vote == "confidence-top":
                 extra = {**extra, "vote_filter": votes.share}
         else:

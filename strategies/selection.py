@@ -13,7 +13,7 @@ result depends on sample order only through ties.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -134,16 +134,25 @@ def select_best_of_n(classes: Sequence[AnswerClass], k: int) -> Selection:
 
 
 def select_best_of_majority(
-    classes: Sequence[AnswerClass], k: int, *, alpha: float, total: int
+    classes: Sequence[AnswerClass],
+    k: int,
+    *,
+    alpha: float,
+    total: int,
+    shares: Mapping[int, float] | None = None,
 ) -> Selection:
     """Best-of-Majority: classes with ``count / total >= alpha``, top-k by mean reward.
 
-    ``total`` is the number of samples drawn (N). An empty filter falls back to
-    majority (``fallback`` says so); no classes at all give an empty selection.
+    ``total`` is the number of samples drawn (N). ``shares`` (by ``first_seen``) replaces
+    the count share (a confidence vote). An empty filter falls back to majority
+    (``fallback`` says so); no classes at all give an empty selection.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    kept = [c for c in classes if c.frequency(total) >= alpha]
+    if shares is None:
+        kept = [c for c in classes if c.frequency(total) >= alpha]
+    else:
+        kept = [c for c in classes if shares.get(c.first_seen, 0.0) >= alpha]
     if not kept and classes:
         return Selection(
             chosen=top_by_count(classes, k), rule="majority", fallback=FALLBACK_EMPTY_FILTER

@@ -1,5 +1,5 @@
 """How a pool of samples votes: plain majority, or weighted by trace confidence (DeepConf
-offline). Body options, shared by ``self-consistency`` and ``deepconf``:
+offline). Body options of ``self-consistency``, ``best-of-majority``, ``pets`` and ``deepconf``:
 
 * ``vote``: ``majority`` (default; one sample, one vote), ``confidence`` (each sample
   votes with its trace confidence: the lowest sliding-window mean of its token
@@ -99,10 +99,13 @@ def voting_classes(
     confidences: Sequence[float] | None,
     options: VoteOptions,
     voters: Sequence[bool] | None = None,
+    rewards: Sequence[float] | None = None,
 ) -> tuple[AnswerClass, ...]:
     """Answer classes whose members are the samples that vote, weighted by confidence
     (``rewards``) unless the vote is plain majority. ``voters`` leaves samples out
-    beforehand (DeepConf's stopped traces)."""
+    beforehand (DeepConf's stopped traces); ``rewards`` replaces the weights the classes
+    carry (Best-of-Majority keeps its scorer's rewards and reads the confidence shares
+    with :func:`confidence_shares`)."""
     allowed = list(voters) if voters is not None else [True] * len(answers)
     if options.vote == "confidence-top":
         assert confidences is not None
@@ -115,4 +118,14 @@ def voting_classes(
         allowed = [i in kept for i in range(len(answers))]
     masked = [a if ok else None for a, ok in zip(answers, allowed, strict=True)]
     weights = None if options.vote == "majority" else confidences
-    return build_classes(masked, weights)
+    return build_classes(masked, rewards if rewards is not None else weights)
+
+
+def confidence_shares(
+    classes: Sequence[AnswerClass], confidences: Sequence[float]
+) -> dict[int, float]:
+    """Each class's share of the voting confidence (by ``first_seen``): what replaces the
+    count share in Best-of-Majority's frequency filter under a confidence vote."""
+    weight = {c.first_seen: sum(confidences[m] for m in c.members) for c in classes}
+    total = sum(weight.values())
+    return {key: (w / total if total > 0 else 0.0) for key, w in weight.items()}

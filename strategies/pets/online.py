@@ -34,7 +34,8 @@ from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
 from strategies.pets.labels import K0, Label, label_answers, pattern
 from strategies.pets.table import PetsTable
 from strategies.sampling import Analysed, analyse, class_info, usage_of
-from strategies.selection import build_classes, select_majority
+from strategies.selection import build_classes, select_majority, select_weighted
+from strategies.voting import trace_confidences, vote_options, voting_classes
 
 TABLE_KEY: Final = "pets_table"  # Resources item: PetsTable
 RULE_KEY: Final = "pets_adaptive"  # Resources item: AdaptiveRule (optional)
@@ -58,6 +59,7 @@ class Pets:
         if request.n != 1:
             raise InvalidRequest("pets returns one answer; n must be 1", param="n")
         option_cap(request)
+        vote_options(request)
 
     async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
         table = table_of(ctx)
@@ -122,6 +124,9 @@ class Pets:
 async def _generate(ctx: StrategyContext, n: int, *, round_no: int) -> list[Sample]:
     """``n`` samples of the request's prompt as ONE engine request (shared prefix)."""
     sampling = ctx.request.sampling
+    votes = vote_options(ctx.request)
+    if votes.needs_confidence:  # per-token confidences for the final vote
+        sampling = replace(sampling, top_logprobs=votes.top_k)
     if sampling.seed is not None:
         # Children j of a request get seed + j: keep rounds on disjoint streams.
         sampling = replace(sampling, seed=sampling.seed + 1000 * round_no)
@@ -152,8 +157,16 @@ def _labels(pool: Analysed) -> Sequence[Label]:
 
 def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> FinalEvent:
     total = len(pool.samples)
-    classes = build_classes(pool.answers)
-    chosen = select_majority(classes, 1).chosen if classes else ()
+    votes = vote_options(ctx.request)
+    if votes.needs_confidence:
+        # The buckets read warm-up counts; only the final answer is confidence-weighted.
+        confidences = trace_confidences(pool.samples, votes.window)
+        classes = voting_classes(pool.answers, confidences, votes)
+        chosen = select_weighted(classes, 1).chosen if classes else ()
+        info.update(vote=votes.vote, sample_confidences=[round(c, 6) for c in confidences])
+    else:
+        classes = build_classes(pool.answers)
+        chosen = select_majority(classes, 1).chosen if classes else ()
     pick = chosen[0].representative if chosen else 0
     split, sample = pool.splits[pick], pool.samples[pick]
     tokens = ctx.engine.tokens
@@ -171,7 +184,9 @@ def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Final
     info.update(
         samples=total,
         answer=answer,
-        rule="majority" if chosen else "no-answer",
+        rule=("weighted-majority" if votes.needs_confidence else "majority")
+        if chosen
+        else "no-answer",
         unanswered=sum(1 for a in pool.answers if a is None),
         votes=[class_info(c, total) for c in classes],
     )

@@ -166,7 +166,8 @@ async def test_without_the_processor_it_is_a_503(scripted_app: Any, testbed_toke
         ("deepconf", {"confidence_top_k": 21}, 8, "confidence_top_k"),
         ("deepconf", {}, 1, "samples"),
         ("self-consistency", {"vote": "loudest"}, 4, "vote"),
-        ("best-of-majority", {"vote": "confidence"}, 4, "vote"),
+        ("best-of-majority", {"vote": "most"}, 4, "vote"),
+        ("pets", {"vote": "confidence-top", "vote_filter": 0}, 4, "vote_filter"),
         ("best-of-n", {"confidence_window": 8}, 4, "confidence_window"),
     ],
 )
@@ -228,3 +229,76 @@ async def test_self_consistency_votes(
     else:
         assert tg["rule"] == "weighted-majority" and tg["vote"] == vote
         assert tg["sample_rewards"] == [c for _, c in pool]
+
+
+async def test_best_of_majority_filters_by_confidence_share(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    """Count shares keep both classes and the scorer prefers 3; confidence shares drop
+    the unsure 3s (1.5 of 19.5 < alpha) and 7 wins."""
+    tokens = testbed_tokens
+    pool = [(3, 0.5), (7, 9.0), (3, 0.5), (7, 9.0), (3, 0.5)]
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        out = []
+        for i, (a, c) in enumerate(pool):
+            s = _trace(tokens, a, [c], i)
+            # The logprob scorer: 3s look likelier per token than 7s.
+            lp = (-0.1 if a == 3 else -2.0) * len(s.token_ids)
+            conf = s.confidences if request.sampling.top_logprobs else None
+            out.append(
+                Sample(
+                    index=i,
+                    token_ids=s.token_ids,
+                    finish_reason="stop",
+                    cumulative_logprob=lp,
+                    confidences=conf,
+                )
+            )
+        return out
+
+    chosen = {}
+    async with scripted_app(handler) as app:
+        headers = {"X-Strategy": "best-of-majority", "X-Budget-Samples": "5"}
+        for vote in ("majority", "confidence"):
+            body = _chat(app.model, scorer="logprob", alpha=0.2, vote=vote)
+            r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            chosen[vote] = r.json()["choices"][0]["message"]["content"]
+    assert chosen == {"majority": "\\boxed{3}", "confidence": "\\boxed{7}"}
+
+
+async def test_pets_final_vote_by_confidence(scripted_app: Any, testbed_tokens: Any) -> None:
+    """Buckets still read the warm-up counts; only the final answer is weighted."""
+    tokens = testbed_tokens
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        k = request.sampling.top_logprobs
+        out = []
+        for i in range(request.sampling.n):
+            s = _trace(tokens, 7 if i == 0 else 3, [50.0 if i == 0 else 1.0], i)
+            out.append(
+                Sample(
+                    index=i,
+                    token_ids=s.token_ids,
+                    finish_reason="stop",
+                    confidences=s.confidences if k else None,
+                )
+            )
+        return out
+
+    got = {}
+    async with scripted_app(handler) as app:
+        for vote in ("majority", "confidence"):
+            r = await app.client.post(
+                "/v1/chat/completions",
+                json=_chat(app.model, vote=vote, cap=8),
+                headers={"X-Strategy": "pets", "X-Budget-Samples": "6"},
+            )
+            assert r.status_code == 200, r.text
+            tg = r.json()["thinkgate"]
+            assert tg["bucket"] == "3+1"
+            got[vote] = (tg["answer"], tg["rule"])
+        assert all(c.sampling.top_logprobs == 20 for c in app.engine.calls[-2:])
+    assert got["majority"] == ("3", "majority")
+    assert got["confidence"][1] == "weighted-majority" and got["confidence"][0] == "7"
