@@ -161,7 +161,7 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
     """Decode throughput of one engine with the confidence processor loaded: requests
     that opt in with a threshold no window reaches (every row computed, none stopped)
     vs the same requests not opting in, alternating, ``repeats`` pairs. Also the cost of
-    asking vLLM for the top-20 logprobs (what the strategy reads per token)."""
+    asking vLLM for the top-5 logprobs (what the strategy reads per token)."""
     from vllm import LLM, SamplingParams
 
     from kernels.confidence import args as conf_args
@@ -181,20 +181,20 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
         for q in make_questions("test", prompts, seed=5, min_ops=9, max_ops=12)
     ]
     guard = conf_args.extra_args(
-        conf_args.ConfidenceArgs(threshold=-1e9, window=32, top_k=20, eos_id=0)
+        conf_args.ConfidenceArgs(threshold=-1e9, window=16, top_k=5, eos_id=0)
     )
     modes = {
         "idle": SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=1.0, seed=1),
         "active": SamplingParams(
             max_tokens=tokens, ignore_eos=True, temperature=1.0, seed=1, extra_args=guard
         ),
-        "active+logprobs20": SamplingParams(
+        "active+logprobs": SamplingParams(
             max_tokens=tokens,
             ignore_eos=True,
             temperature=1.0,
             seed=1,
             extra_args=guard,
-            logprobs=20,
+            logprobs=5,
             flat_logprobs=True,
         ),
     }
@@ -347,8 +347,8 @@ def write_report(
             "",
             f"- threshold set, never reached: {overhead['active_ratio']:.3f}x "
             f"({overhead['active_tok_s']:.0f} vs {overhead['idle_tok_s']:.0f} tok/s)",
-            f"- and top-20 logprobs returned (what deepconf reads): "
-            f"{overhead['active+logprobs20_ratio']:.3f}x",
+            f"- and top-5 logprobs returned (what deepconf reads): "
+            f"{overhead['active+logprobs_ratio']:.3f}x",
         ]
     return "\n".join(lines) + "\n"
 
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--ns", default="8,16")
-    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--filter", type=float, default=0.7, help="conf-top's kept share")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--overhead-prompts", type=int, default=16)
@@ -386,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = asyncio.run(run_questions(args.url, questions, ns, args.window, args.filter))
     else:
         log = RESULTS / "logs" / "confidence-server.log"
-        with thinkgate(model_path("base"), log=log) as url:
+        # No reward engine: nothing here scores with it, and it would share the 2 cores.
+        with thinkgate(model_path("base"), "--reward-model", "none", log=log) as url:
             rows = asyncio.run(run_questions(url, questions, ns, args.window, args.filter))
     seconds = time.perf_counter() - t0
     table = summarise(rows, ns)

@@ -15,6 +15,7 @@ import pytest
 from kernels.confidence import args as conf_args
 from strategies.confidence import group_confidences, lowest_group, percentile
 from strategies.engine import GenerateRequest, Sample
+from strategies.voting import DEFAULT_TOP_K
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
 WINDOW = 4
@@ -51,12 +52,12 @@ def _model(tokens: Any, warm: list[tuple[int, float]], online: list[tuple[int, f
 
     def handler(request: GenerateRequest) -> Sequence[Sample]:
         extra = request.sampling.extra_args
-        assert request.sampling.top_logprobs == 20
+        assert request.sampling.top_logprobs == DEFAULT_TOP_K
         if conf_args.THRESHOLD not in extra:
             assert request.request_id.endswith("-warmup")
             n = request.sampling.n
             return [_trace(tokens, a, [c], i) for i, (a, c) in enumerate(warm[:n])]
-        assert extra[conf_args.WINDOW] == WINDOW and extra[conf_args.TOP_K] == 20
+        assert extra[conf_args.WINDOW] == WINDOW and extra[conf_args.TOP_K] == DEFAULT_TOP_K
         assert extra[conf_args.EOS_ID] == tokens.eos_token_ids[0]
         thr = float(extra[conf_args.THRESHOLD])
         # Online traces start confident then drift to ``c`` (a low c gets them cut).
@@ -191,7 +192,9 @@ async def test_bad_options_are_400s_naming_the_field(
 
 def _pool_model(tokens: Any, pool: list[tuple[int, float]]) -> Any:
     def handler(request: GenerateRequest) -> Sequence[Sample]:
-        assert request.sampling.top_logprobs == (20 if request.sampling.n == len(pool) else 0)
+        assert request.sampling.top_logprobs == (
+            DEFAULT_TOP_K if request.sampling.n == len(pool) else 0
+        )
         return [_trace(tokens, a, [c], i) for i, (a, c) in enumerate(pool)]
 
     return handler
@@ -299,6 +302,6 @@ async def test_pets_final_vote_by_confidence(scripted_app: Any, testbed_tokens: 
             tg = r.json()["thinkgate"]
             assert tg["bucket"] == "3+1"
             got[vote] = (tg["answer"], tg["rule"])
-        assert all(c.sampling.top_logprobs == 20 for c in app.engine.calls[-2:])
+        assert all(c.sampling.top_logprobs == DEFAULT_TOP_K for c in app.engine.calls[-2:])
     assert got["majority"] == ("3", "majority")
     assert got["confidence"][1] == "weighted-majority" and got["confidence"][0] == "7"
