@@ -198,10 +198,13 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
             flat_logprobs=True,
         ),
     }
-    llm.generate(texts[:2], modes["idle"], use_tqdm=False)  # warm-up
+    llm.generate(texts, modes["idle"], use_tqdm=False)  # warm-up: every prompt cached
     rates: dict[str, list[float]] = {m: [] for m in modes}
-    for _ in range(repeats):
-        for name, params in modes.items():
+    names = list(modes)
+    for r in range(repeats):
+        # Rotate the order each repeat: no mode always runs first (or after another).
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            params = modes[name]
             t0 = time.perf_counter()
             outs = llm.generate(texts, params, use_tqdm=False)
             dt = time.perf_counter() - t0
@@ -366,13 +369,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--choose-questions", type=int, default=24)
     parser.add_argument("--skip-choose", action="store_true")
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="only the processor cost (a JSON line)"
+    )
     parser.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     ns = [int(x) for x in args.ns.split(",")]
     questions = make_questions("test", args.questions, seed=args.seed, min_ops=9, max_ops=12)
     RESULTS.mkdir(parents=True, exist_ok=True)
     choose = None
-    if not args.skip_choose:
+    if not args.skip_choose and not args.overhead_only:
         choose = choose_measure(args.choose_questions, 8, (8, 16, 32, 64, 128), (1, 5, 20))
         print(json.dumps(choose, indent=1))
     overhead = None
@@ -381,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.overhead_prompts, args.overhead_tokens, args.overhead_repeats
         )
         print(json.dumps(overhead, indent=1))
+        if args.overhead_only:
+            (RESULTS / "confidence-overhead.json").write_text(json.dumps(overhead, indent=1))
+            return 0
     t0 = time.perf_counter()
     if args.url:
         rows = asyncio.run(run_questions(args.url, questions, ns, args.window, args.filter))

@@ -34,7 +34,6 @@ from strategies.confidence import lowest_group, percentile
 from strategies.engine import Engine, Sample
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.sampling import (
-    Draw,
     Pool,
     analyse,
     defaults_of,
@@ -57,6 +56,7 @@ from strategies.voting import (
 PROCESSOR: Final = "confidence"  # Engine.processors name of kernels.confidence
 VARIANTS: Final = {"low": 90.0, "high": 10.0}  # variant -> percentile of the warm-up
 DEFAULT_CONSENSUS: Final = 0.95
+MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bound yet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,8 +105,8 @@ class DeepConf:
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         validate_common(request, engine, uses_scorer=False, uses_vote=True)
-        n = request.budget.samples or 1
-        online_plan(request, max(n, requested_k(request)))
+        # Without a samples budget the server default applies: run() checks warmup then.
+        online_plan(request, request.budget.samples or MAX_WARMUP_BOUND)
         if request.budget.samples is not None and request.budget.samples < 2:
             raise InvalidBudget(
                 "deepconf needs samples >= 2 (a warm-up and a vote)", param="samples"
@@ -130,8 +130,8 @@ class DeepConf:
         top_k, window = plan.votes.top_k, plan.votes.window
 
         # 1. warm-up, drawn in full
+        # (two-pass budgets cannot carry confidences: start_draw answers 503 for them)
         warm = start_draw(ctx, plan.warmup, logprobs=False, top_logprobs=top_k, suffix="warmup")
-        _check_one_pass(warm)
         pool = Pool(samples=[])
         async for p in draw(warm, pool):
             yield _progress(p, "warmup", plan)
@@ -240,16 +240,6 @@ class DeepConf:
                 "mode": warm.mode,
             }
         yield final_event(ctx, analysed, confs, classes, selection, warm.plan, info)
-
-
-def _check_one_pass(source: Draw) -> None:
-    if source.mode == "two-pass":
-        raise BackendUnavailable(
-            "deepconf with thinking/solution budgets needs the elastic logits processor "
-            "(one pass per trace)",
-            param="strategy",
-            code="resource_unavailable",
-        )
 
 
 def _progress(p: Progress, phase: str, plan: OnlinePlan) -> Progress:
