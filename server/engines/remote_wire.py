@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from server.engines.vllm_errors import param_for
-from strategies.confidence import token_confidence
+from strategies.confidence import MAX_TOP_K, token_confidence
 from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
 from strategies.errors import BackendError, GatewayError, InvalidRequest, Overloaded
 
@@ -56,8 +56,12 @@ def body(
         params["stop_token_ids"] = list(s.stop_token_ids)
     if s.top_logprobs > 0:
         # The top-k candidates per token (confidences); the sampled token's logprob and
-        # so cumulative_logprob come with them.
-        params["logprobs"] = s.top_logprobs
+        # so cumulative_logprob come with them. ``generate`` lists only the first
+        # ``logprobs`` entries of vLLM's per-token dict, the sampled token first: one
+        # more than k keeps the true top k listed when the sampled token is not among
+        # them (exact up to vLLM's cap of MAX_TOP_K).
+        extra_one = protocol == "generate" and s.top_logprobs < MAX_TOP_K
+        params["logprobs"] = s.top_logprobs + 1 if extra_one else s.top_logprobs
     elif s.logprobs:
         params["logprobs"] = 0  # the sampled token's logprob only
     extra = dict(s.extra_args)
@@ -109,9 +113,10 @@ def _logprob_sum(protocol: Protocol, choice: Mapping[str, Any]) -> float | None:
 def _confidences(protocol: Protocol, choice: Mapping[str, Any], k: int) -> tuple[float, ...] | None:
     """Per-token confidences of a choice when ``top_logprobs = k`` was asked for.
 
-    ``generate`` lists per token its dict's first k entries, the sampled token first: the
-    true top k when it is among them, else it stands in for the k-th candidate (vLLM
-    sends no more; a small bias, in rare low-probability steps only). ``completions``
+    ``generate`` lists per token its dict's first entries, the sampled token first; asked
+    for k + 1 (``body``), they always hold the true top k, whose mean this takes (at
+    k = MAX_TOP_K vLLM allows no extra one: a sampled token outside the top k then
+    stands in for the k-th, a small bias in rare low-probability steps). ``completions``
     sends the whole dict: the top k, plus the sampled token when it is not among them.
     """
     if k <= 0:

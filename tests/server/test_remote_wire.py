@@ -179,7 +179,8 @@ def test_top_logprobs_ask_for_the_top_k_on_both_protocols() -> None:
     for logprobs in (False, True):
         req = _request(top_logprobs=5, logprobs=logprobs)
         gen = body("generate", req, max_tokens=4, upstream_model="m", stream=False)
-        assert gen["sampling_params"]["logprobs"] == 5
+        # One more than k: generate lists the sampled token first, then the top k.
+        assert gen["sampling_params"]["logprobs"] == 6
         comp = body("completions", req, max_tokens=4, upstream_model="m", stream=True)
         # Candidates keyed by token id: tokens that decode alike stay apart.
         assert comp["logprobs"] == 5 and comp["return_tokens_as_token_ids"] is True
@@ -187,6 +188,10 @@ def test_top_logprobs_ask_for_the_top_k_on_both_protocols() -> None:
         "completions", _request(logprobs=True), max_tokens=4, upstream_model="m", stream=False
     )
     assert plain["logprobs"] == 0 and "return_tokens_as_token_ids" not in plain
+    top = body(
+        "generate", _request(top_logprobs=20), max_tokens=4, upstream_model="m", stream=False
+    )
+    assert top["sampling_params"]["logprobs"] == 20  # vLLM's cap: no extra one
 
 
 def _generate_content(*steps: tuple[int, list[tuple[int, float]]]) -> list[dict[str, object]]:
@@ -251,3 +256,24 @@ def test_missing_or_misaligned_top_logprobs_are_upstream_faults() -> None:
     }
     with pytest.raises(tree.BackendError, match="1 top logprobs for 2 tokens"):
         deltas("generate", short, top_k=2)
+
+
+def test_generate_with_one_extra_candidate_reads_the_true_top_k() -> None:
+    """Asked for k + 1, generate lists the sampled token (outside the top k here) and the
+    top k: the confidence is the mean of the top k alone, not of k - 1 and the sample."""
+    tops = [(7, -0.1), (8, -0.5), (9, -1.0)]  # the top k = 2, then the third best
+    content = [{"token_id": 3, "logprob": -7.0, "top_logprobs": [
+        {"token_id": 3, "logprob": -7.0}, *({"token_id": t, "logprob": v} for t, v in tops[:2])
+    ]}]  # fmt: skip
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": [3],
+                "finish_reason": "stop",
+                "logprobs": {"content": content},
+            }
+        ]
+    }
+    (got,) = samples("generate", answer, 1, top_k=2)
+    assert got.confidences == pytest.approx((0.3,))  # -(-0.1 - 0.5) / 2
