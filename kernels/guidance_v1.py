@@ -45,6 +45,7 @@ from vllm.v1.sample.logits_processor import (
 )
 
 from kernels import guidance_args
+from kernels.batch_moves import move_row
 from kernels.gamma import apply_gamma_reweight
 from kernels.guidance_stash import STASH, GuidanceModel
 from kernels.guidance_state import GuidanceCol, new_state, row_values
@@ -181,18 +182,9 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
             st.write(row, row_values(parsed))
             self._tracks[row] = _Track(out, thinking=parsed.thinking_open)
         for src, dst, direction in batch_update.moved:
-            if direction == MoveDirectionality.SWAP:
-                st.swap(src, dst)
-                a, b = self._tracks.pop(src, None), self._tracks.pop(dst, None)
-                if a is not None:
-                    self._tracks[dst] = a
-                if b is not None:
-                    self._tracks[src] = b
-            else:
-                st.move(src, dst)
-                self._tracks.pop(dst, None)
-                if (moved := self._tracks.pop(src, None)) is not None:
-                    self._tracks[dst] = moved
+            swap = direction == MoveDirectionality.SWAP
+            (st.swap if swap else st.move)(src, dst)
+            move_row(self._tracks, src, dst, swap=swap)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""

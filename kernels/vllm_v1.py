@@ -33,6 +33,7 @@ from vllm.v1.sample.logits_processor import (
 )
 
 from kernels import args as elastic_args
+from kernels.batch_moves import move_row
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
 from kernels.sequence import SequenceMatcher
@@ -141,18 +142,9 @@ class ElasticLogitsProcessor(LogitsProcessor):
             closing = SequenceMatcher(parsed.think_end_ids)
             self._tracks[row] = _Track(out, closing, parsed.thinking_open)
         for src, dst, direction in batch_update.moved:
-            if direction == MoveDirectionality.SWAP:
-                self._state.swap(src, dst)
-                a, b = self._tracks.pop(src, None), self._tracks.pop(dst, None)
-                if a is not None:
-                    self._tracks[dst] = a
-                if b is not None:
-                    self._tracks[src] = b
-            else:
-                self._state.move(src, dst)
-                self._tracks.pop(dst, None)
-                if (moved := self._tracks.pop(src, None)) is not None:
-                    self._tracks[dst] = moved
+            swap = direction == MoveDirectionality.SWAP
+            (self._state.swap if swap else self._state.move)(src, dst)
+            move_row(self._tracks, src, dst, swap=swap)
 
     def _parse(self, params: SamplingParams) -> elastic_args.ElasticArgs | None:
         """The row's args, or None (row left free) when absent or unusable here."""

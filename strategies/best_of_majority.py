@@ -24,9 +24,7 @@ class BestOfMajority(SamplingStrategy):
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
     ) -> tuple[Selection, Mapping[str, JSON]]:
-        alpha = option_alpha(ctx.request)
-        if alpha is None:
-            alpha = defaults_of(ctx).alpha
+        alpha = _alpha(ctx)
         selection = select_best_of_majority(classes, k, alpha=alpha, total=total)
         return selection, {"alpha": alpha}
 
@@ -39,8 +37,12 @@ class BestOfMajority(SamplingStrategy):
     ) -> tuple[Selection, Mapping[str, JSON]]:
         """A confidence vote: the frequency filter reads each class's share of the
         voting confidence instead of its count share; the scorer still ranks."""
-        alpha = option_alpha(ctx.request)
-        if alpha is None:
-            alpha = defaults_of(ctx).alpha
+        alpha = _alpha(ctx)
         selection = select_best_of_majority(classes, k, alpha=alpha, total=0, shares=shares)
         return selection, {"alpha": alpha}
+
+
+def _alpha(ctx: StrategyContext) -> float:
+    """The request's ``alpha``, else the server default."""
+    alpha = option_alpha(ctx.request)
+    return defaults_of(ctx).alpha if alpha is None else alpha

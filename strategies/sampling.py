@@ -37,6 +37,7 @@ from strategies.engine import (
     ModelTokens,
     Sample,
     SampleDelta,
+    SamplingConfig,
 )
 from strategies.errors import BackendError, BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.reasoning import Split, split_ids
@@ -208,36 +209,29 @@ def start_draw(
     request, engine = ctx.request, ctx.engine
     widened = replace(request, n=n)
     extra = dict(extra_args or {})
-    if not has_token_budget(request):
+
+    def one_request(base: SamplingConfig) -> AsyncGenerator[SampleDelta, None]:
         sampling = replace(
-            request.sampling,
+            base,
             n=n,
-            logprobs=logprobs or request.sampling.logprobs,
+            logprobs=logprobs or base.logprobs,
             top_logprobs=top_logprobs,
-            extra_args={**request.sampling.extra_args, **extra},
+            extra_args={**base.extra_args, **extra},
         )
         gen = GenerateRequest(
             request_id=f"{request.request_id}-{suffix}",
             prompt_token_ids=request.prompt_token_ids,
             sampling=sampling,
         )
-        return Draw(n=n, deltas=engine.stream(gen), plan=None, mode="plain", engine_requests=1)
+        return engine.stream(gen)
+
+    if not has_token_budget(request):
+        deltas = one_request(request.sampling)
+        return Draw(n=n, deltas=deltas, plan=None, mode="plain", engine_requests=1)
     p = elastic.plan(widened, engine)
     mode = elastic.requested_mode(widened, engine)
     if mode == "one-pass":
-        sampling = replace(
-            p.sampling,
-            n=n,
-            logprobs=logprobs or p.sampling.logprobs,
-            top_logprobs=top_logprobs,
-            extra_args={**p.sampling.extra_args, **extra},
-        )
-        gen = GenerateRequest(
-            request_id=f"{request.request_id}-{suffix}",
-            prompt_token_ids=request.prompt_token_ids,
-            sampling=sampling,
-        )
-        return Draw(n=n, deltas=engine.stream(gen), plan=p, mode=mode, engine_requests=1)
+        return Draw(n=n, deltas=one_request(p.sampling), plan=p, mode=mode, engine_requests=1)
     if top_logprobs or extra:
         raise BackendUnavailable(
             "confidence votes and early stops need one-pass budgets (an engine with the "

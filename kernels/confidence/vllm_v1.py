@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from kernels.batch_moves import move_row
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import confidence_step
 from kernels.confidence.state import ConfCol, new_state, row_values
@@ -48,6 +49,7 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         )
         # row -> (vLLM's live output-token list, the request's k)
         self._rows: dict[int, tuple[list[int], int]] = {}
+        self._max_k = 1  # the largest top-k among the rows (the op's topk width)
         self._failed = False
 
     def is_argmax_invariant(self) -> bool:
@@ -58,6 +60,8 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         try:
             if batch_update is not None:
                 self._apply_batch_update(batch_update)
+                # Known on the host, once per batch change: apply() stays loop-free.
+                self._max_k = max((k for _, k in self._rows.values()), default=1)
             if self._rows:
                 rows = list(self._rows)
                 gen = [len(self._rows[r][0]) for r in rows]
@@ -83,18 +87,9 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
             state.reset_slot(row)
             self._rows[row] = (out, parsed.top_k)
         for src, dst, direction in batch_update.moved:
-            if direction == MoveDirectionality.SWAP:
-                state.swap(src, dst)
-                a, b = self._rows.pop(src, None), self._rows.pop(dst, None)
-                if a is not None:
-                    self._rows[dst] = a
-                if b is not None:
-                    self._rows[src] = b
-            else:
-                state.move(src, dst)
-                self._rows.pop(dst, None)
-                if (moved := self._rows.pop(src, None)) is not None:
-                    self._rows[dst] = moved
+            swap = direction == MoveDirectionality.SWAP
+            (state.swap if swap else state.move)(src, dst)
+            move_row(self._rows, src, dst, swap=swap)
 
     def _parse(self, params: SamplingParams) -> conf_args.ConfidenceArgs | None:
         try:
@@ -115,7 +110,7 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
             rows = logits.shape[0]
             table = self._state.table.device
             slots = torch.arange(rows, device=logits.device)
-            max_k = min(max(k for _, k in self._rows.values()), logits.shape[1])
+            max_k = min(self._max_k, logits.shape[1])
             confidence_step(logits, self._state, slots, table[ConfCol.GEN, :rows], max_k)
         except Exception:
             self._fail("apply")
