@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 
-from strategies.base import Final
+from strategies.base import Result
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -87,7 +87,7 @@ class Metrics:
         """Per-server gauges of a remote engine (``RemoteEngine.servers``), read at scrape."""
         self.registry.register(_ServerCollector(servers))
 
-    def record_final(self, strategy: str, final: Final) -> None:
+    def record_final(self, strategy: str, final: Result) -> None:
         usage = final.usage
         self.tokens.labels("thinking").inc(usage.reasoning_tokens)
         self.tokens.labels("answer").inc(usage.completion_tokens - usage.reasoning_tokens)

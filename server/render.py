@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from strategies.base import JSON, Choice, Final, Usage
+from strategies.base import JSON, Choice, Result, Usage
 from strategies.budget import Budget
 
 Kind = Literal["chat", "completion"]
@@ -46,8 +46,8 @@ class Envelope:
             budget=budget,
         )
 
-    def thinkgate(self, final: Final) -> dict[str, object]:
-        """The extension object: strategy, samples drawn, budget applied, Final.info."""
+    def thinkgate(self, final: Result) -> dict[str, object]:
+        """The extension object: strategy, samples drawn, budget applied, Result.info."""
         info: dict[str, object] = {
             "strategy": self.strategy,
             "samples": final.samples,
@@ -66,7 +66,7 @@ def usage_body(usage: Usage) -> Body:
     }
 
 
-def response_body(env: Envelope, final: Final) -> Body:
+def response_body(env: Envelope, final: Result) -> Body:
     """The whole non-streamed response."""
     choices = [_choice(env.kind, c) for c in sorted(final.choices, key=lambda c: c.index)]
     return {

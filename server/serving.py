@@ -36,7 +36,7 @@ from server.streaming import (
     StreamRun,
     sse_body,
 )
-from strategies.base import Choice, Final, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.base import Choice, Result, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.engine import SamplingConfig
 from strategies.errors import (
     BackendError,
@@ -265,7 +265,7 @@ async def _disconnected(request: Request) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Final:
+async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Result:
     """One prompt's result, or several run side by side and merged (a prompt list):
     their choices in prompt order, indexed on from the previous prompt's last."""
     if len(runs) == 1:
@@ -284,7 +284,7 @@ async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Final:
     usage = finals[0].usage
     for f in finals[1:]:
         usage = usage + f.usage
-    return Final(
+    return Result(
         choices=tuple(choices),
         usage=usage,
         samples=sum(f.samples for f in finals),
@@ -292,10 +292,10 @@ async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Final:
     )
 
 
-async def _drain(events: AsyncIterator[StrategyEvent]) -> Final:
+async def _drain(events: AsyncIterator[StrategyEvent]) -> Result:
     async with closing(events):
         async for event in events:
-            if isinstance(event, Final):
+            if isinstance(event, Result):
                 return event
     raise BackendError("the strategy ended without a result")
 

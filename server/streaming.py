@@ -1,9 +1,9 @@
 """Strategy events -> SSE bytes, and the task that produces them.
 
 Live strategies: a role chunk per choice, then its reasoning deltas, then its content
-deltas. Multi-sample strategies: each ``Progress`` as a comment line, then ``Final``'s
+deltas. Multi-sample strategies: each ``Progress`` as a comment line, then ``Result``'s
 choices replayed as normal chunks (reasoning, then content). In both, the chunks with
-``finish_reason`` come once ``Final`` is known; the last one carries ``thinkgate``.
+``finish_reason`` come once ``Result`` is known; the last one carries ``thinkgate``.
 Then a usage chunk (``stream_options.include_usage``) and ``[DONE]``. A failure after
 the first byte is one ``data: {"error": ...}`` frame, then the stream closes.
 
@@ -22,7 +22,7 @@ import collections
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final as FinalType
+from typing import Final
 
 import structlog
 from starlette.responses import StreamingResponse
@@ -32,12 +32,12 @@ from server import render, sse
 from server.aio import closing
 from server.render import Body, Envelope
 from server.state import Gateway
-from strategies.base import ChoiceDelta, Final, Progress, StrategyEvent
+from strategies.base import ChoiceDelta, Progress, Result, StrategyEvent
 from strategies.errors import BackendError, BackendUnavailable, GatewayError
 
 log = structlog.get_logger("thinkgate.http")
 
-FIRST_EVENT_WAIT_S: FinalType = 1.0  # headers wait this long at most for the first event
+FIRST_EVENT_WAIT_S: Final = 1.0  # headers wait this long at most for the first event
 
 # Detached clean-ups (strong references until they finish).
 _CLEANUPS: set[asyncio.Task[None]] = set()
@@ -48,7 +48,7 @@ class Done:
     """The last frames of a stream and the result they came from."""
 
     frames: bytes
-    final: Final
+    final: Result
 
 
 class Signal:
@@ -61,8 +61,8 @@ class Signal:
         return self.name
 
 
-KEEPALIVE: FinalType = Signal("KEEPALIVE")  # nothing came in time: send a keep-alive
-ABORTED: FinalType = Signal("ABORTED")  # the server stopped waiting (drain time is up)
+KEEPALIVE: Final = Signal("KEEPALIVE")  # nothing came in time: send a keep-alive
+ABORTED: Final = Signal("ABORTED")  # the server stopped waiting (drain time is up)
 
 Item = bytes | Done | Exception | Signal
 
@@ -97,7 +97,7 @@ class StreamRun:
             async with closing(self._events):
                 async for event in self._events:
                     frames = b"".join(self._encoder.encode(event))
-                    if isinstance(event, Final):
+                    if isinstance(event, Result):
                         self._put(Done(frames, event))
                         return
                     self._put(frames)
@@ -206,7 +206,7 @@ class StreamEncoder:
             out.append(render.delta_choice(kind, d.index, content=d.content))
         return out
 
-    def _final(self, final: Final) -> list[bytes]:
+    def _final(self, final: Result) -> list[bytes]:
         frames: list[bytes] = []
         choices = sorted(final.choices, key=lambda c: c.index)
         for c in choices:

@@ -1,7 +1,7 @@
 """The strategy contract: what a strategy receives, what it yields.
 
 One ``run`` serves both modes: the server drains it for a JSON response, or
-forwards its events as SSE. The last event is always ``Final``.
+forwards its events as SSE. The last event is always ``Result``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Final:
+class Result:
     """The result. ``samples`` is the number of trajectories drawn."""
 
     choices: tuple[Choice, ...]
@@ -85,7 +85,7 @@ class Final:
     info: Mapping[str, JSON] = field(default_factory=dict)  # merged into ``thinkgate``
 
 
-StrategyEvent = ChoiceDelta | Progress | Final
+StrategyEvent = ChoiceDelta | Progress | Result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +119,7 @@ class Strategy(Protocol):
     # a request that sets another one is a 400 naming it, never silently ignored.
     budget_fields: ClassVar[frozenset[str]]
     # Whether it streams live ChoiceDelta events (single trajectory) or progress
-    # events then the chosen answer (the server replays Final's choices as chunks).
+    # events then the chosen answer (the server replays Result's choices as chunks).
     streams_live: ClassVar[bool]
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
@@ -127,5 +127,5 @@ class Strategy(Protocol):
         ...
 
     def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
-        """An async generator of events; the last one is ``Final``."""
+        """An async generator of events; the last one is ``Result``."""
         ...

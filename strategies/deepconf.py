@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from kernels.confidence import args as conf_args
-from strategies.base import JSON, Progress, StrategyContext, StrategyRequest
-from strategies.base import Final as FinalEvent
+from strategies.base import JSON, Progress, Result, StrategyContext, StrategyRequest
 from strategies.confidence import lowest_group, percentile
 from strategies.engine import Engine, Sample
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
@@ -112,7 +111,7 @@ class DeepConf:
                 "deepconf needs samples >= 2 (a warm-up and a vote)", param="samples"
             )
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
         request, engine = ctx.request, ctx.engine
         n = requested_samples(request, defaults_of(ctx))
         k = requested_k(request)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from strategies.base import (
     Choice,
-    Final,
+    Result,
     StrategyContext,
     StrategyEvent,
     StrategyRequest,
@@ -65,12 +65,12 @@ class Plain:
             for traj in (trajectories.get(i) for i in range(req.n))
         )
         usage = trajectories.usage(len(req.prompt_token_ids))
-        yield Final(choices=choices, usage=usage, samples=req.n)
+        yield Result(choices=choices, usage=usage, samples=req.n)
 
 
 def final_from_samples(
     samples: list[Sample], request: StrategyRequest, tokens: ModelTokens, *, with_ids: bool = False
-) -> Final:
+) -> Result:
     """Each sample becomes the choice of its index; usage is exact, from token ids."""
     choices = []
     reasoning_tokens = 0
@@ -91,4 +91,4 @@ def final_from_samples(
         completion_tokens=sum(len(s.token_ids) for s in samples),
         reasoning_tokens=reasoning_tokens,
     )
-    return Final(choices=tuple(choices), usage=usage, samples=len(samples))
+    return Result(choices=tuple(choices), usage=usage, samples=len(samples))

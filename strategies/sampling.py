@@ -21,12 +21,10 @@ from strategies.base import (
     JSON,
     Choice,
     Progress,
+    Result,
     StrategyContext,
     StrategyRequest,
     Usage,
-)
-from strategies.base import (
-    Final as FinalEvent,
 )
 from strategies.elastic import ElasticPlan
 from strategies.engine import (
@@ -380,7 +378,7 @@ class SamplingStrategy:
         """The rule under a confidence vote (``uses_vote``): weighted majority by default."""
         return select_weighted(classes, k), {}
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
         request = ctx.request
         k = requested_k(request)
         n = requested_samples(request, defaults_of(ctx))
@@ -472,7 +470,7 @@ def final_event(
     selection: Selection,
     plan: ElasticPlan | None,
     info: dict[str, JSON],
-) -> FinalEvent:
+) -> Result:
     """The response: one choice per chosen class (its representative sample), best
     first, and the ``thinkgate`` object describing every class."""
     total = len(pool.samples)
@@ -518,4 +516,4 @@ def final_event(
         "sample_answers": list(pool.answers),
         "sample_rewards": [_round(r) for r in rewards] if rewards is not None else None,
     }
-    return FinalEvent(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)
+    return Result(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from strategies.base import JSON, Choice, ChoiceDelta, Final, Usage
+from strategies.base import JSON, Choice, ChoiceDelta, Result, Usage
 from strategies.engine import FinishReason, ModelTokens, SampleDelta
 from strategies.reasoning import StreamSplitter
 
@@ -106,7 +106,7 @@ class TrajectorySet:
     def ordered(self) -> list[Trajectory]:
         return [self.by_index[i] for i in sorted(self.by_index)]
 
-    def final(self, prompt_tokens: int, outcome: Outcome, info: Mapping[str, JSON]) -> Final:
+    def final(self, prompt_tokens: int, outcome: Outcome, info: Mapping[str, JSON]) -> Result:
         """The result: a choice per trajectory, finish reason and details from ``outcome``;
         the details of every choice are also listed in ``info["choices"]``."""
         choices: list[Choice] = []
@@ -115,7 +115,7 @@ class TrajectorySet:
             reason, detail = outcome(traj)
             choices.append(traj.choice(finish_reason=reason, info=detail))
             details.append(detail)
-        return Final(
+        return Result(
             choices=tuple(choices),
             usage=self.usage(prompt_tokens),
             samples=len(choices),

@@ -26,8 +26,7 @@ from typing import ClassVar, Final
 
 import numpy as np
 
-from strategies.base import JSON, Choice, Progress, StrategyContext, StrategyRequest, Usage
-from strategies.base import Final as FinalEvent
+from strategies.base import JSON, Choice, Progress, Result, StrategyContext, StrategyRequest, Usage
 from strategies.engine import Engine, GenerateRequest, Sample
 from strategies.errors import BackendError, InvalidBudget, InvalidRequest
 from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
@@ -61,7 +60,7 @@ class Pets:
         option_cap(request)
         vote_options(request)
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | FinalEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
         table = table_of(ctx)
         request = ctx.request
         cap_option = option_cap(request)
@@ -155,7 +154,7 @@ def _labels(pool: Analysed) -> Sequence[Label]:
     return label_answers(pool.answers)[0]
 
 
-def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> FinalEvent:
+def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Result:
     total = len(pool.samples)
     votes = vote_options(ctx.request)
     if votes.needs_confidence:
@@ -190,7 +189,7 @@ def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Final
         unanswered=sum(1 for a in pool.answers if a is None),
         votes=[class_info(c, total) for c in classes],
     )
-    return FinalEvent(choices=(choice,), usage=_usage(ctx, pool, info), samples=total, info=info)
+    return Result(choices=(choice,), usage=_usage(ctx, pool, info), samples=total, info=info)
 
 
 def _usage(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Usage:

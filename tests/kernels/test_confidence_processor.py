@@ -111,7 +111,7 @@ def test_bit_identical_when_no_row_opts_in() -> None:
     gen = torch.Generator().manual_seed(2)
     proc = _processor()
     outs: list[list[int]] = [[], []]
-    update = BatchUpdate(
+    update: BatchUpdate | None = BatchUpdate(
         2, [], [(0, _params(None), None, outs[0]), (1, _params(None), None, outs[1])], []
     )
     for _ in range(6):
@@ -217,7 +217,7 @@ def test_fuzz_against_the_gateways_definition(seed: int) -> None:
 
 
 def test_validate_params_refuses_bad_arguments() -> None:
-    bad = [
+    bad: list[dict[str, Any]] = [
         {conf_args.THRESHOLD: "5"},
         {
             conf_args.THRESHOLD: float("nan"),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from server.metrics import Metrics
-from strategies.base import Choice, Final, Usage
+from strategies.base import Choice, Result, Usage
 
 
 def test_record_final_counts_phases_samples_and_cutins() -> None:
     m = Metrics()
-    final = Final(
+    final = Result(
         choices=(
             Choice(
                 index=0,

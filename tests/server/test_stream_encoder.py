@@ -10,7 +10,7 @@ import orjson
 
 from server.render import Envelope
 from server.streaming import StreamEncoder
-from strategies.base import Choice, ChoiceDelta, Final, Progress, StrategyEvent, Usage
+from strategies.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from strategies.budget import Budget
 from strategies.errors import BackendUnavailable
 
@@ -38,7 +38,7 @@ def test_multi_sample_progress_then_replayed_choices() -> None:
     enc = StreamEncoder(_env(), include_usage=True)
     progress = _frames(enc.encode(Progress(data={"drawn": 2, "of": 4})))
     assert progress == [("thinkgate.progress", {"drawn": 2, "of": 4})]
-    final = Final(
+    final = Result(
         choices=(
             Choice(index=1, reasoning="r1", content="c1", finish_reason="length"),
             Choice(index=0, reasoning="r0", content="c0", finish_reason="stop", info={"votes": 3}),
@@ -84,7 +84,7 @@ def test_live_deltas_are_not_replayed_and_finish_waits_for_final() -> None:
     last = _frames(enc.encode(ChoiceDelta(index=0, content="ans", finish_reason="stop")))
     assert [c["choices"][0]["delta"] for c in last] == [{"content": "ans"}]  # type: ignore[index]
     assert all(c["choices"][0]["finish_reason"] is None for c in last)  # type: ignore[index]
-    final = Final(
+    final = Result(
         choices=(Choice(index=0, reasoning="thin", content="ans", finish_reason="stop"),),
         usage=USAGE,
         samples=1,
@@ -183,7 +183,7 @@ async def _slow_samples(gap_s: float) -> AsyncIterator[StrategyEvent]:
     await asyncio.sleep(gap_s)
     yield Progress(data={"samples_done": 1, "samples": 2})
     await asyncio.sleep(gap_s)
-    yield Final(
+    yield Result(
         choices=(Choice(index=0, reasoning="r", content="c", finish_reason="stop"),),
         usage=USAGE,
         samples=2,

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from strategies.base import Final, StrategyContext, StrategyEvent, StrategyRequest, Usage
+from strategies.base import Result, StrategyContext, StrategyEvent, StrategyRequest, Usage
 from strategies.engine import Engine
 from strategies.errors import UnknownStrategy
 from strategies.registry import PluginValidationError, Registry
@@ -22,7 +22,7 @@ class Good:
         return None
 
     async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
-        yield Final(
+        yield Result(
             choices=(),
             usage=Usage(prompt_tokens=0, completion_tokens=0, reasoning_tokens=0),
             samples=0,
