@@ -94,9 +94,8 @@ class Metrics:
         self.prompt_tokens.inc(usage.prompt_tokens)
         self.samples.labels(strategy).inc(final.samples)
         for choice in final.choices:
-            cut = choice.info.get("budget_cut")
-            if cut:  # "thinking", "solution", "thinking+solution"; a bare True is "any"
-                self.budget_cutins.labels(strategy, cut if isinstance(cut, str) else "any").inc()
+            if choice.budget_cut:  # "thinking", "solution" or "thinking+solution"
+                self.budget_cutins.labels(strategy, "+".join(choice.budget_cut)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

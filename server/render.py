@@ -104,8 +104,11 @@ def _choice(kind: Kind, c: Choice) -> Body:
             "finish_reason": c.finish_reason,
             "logprobs": None,
         }
-    if c.info:
-        body["thinkgate"] = dict(c.info)
+    if c.info or c.budget_cut is not None:
+        info = dict(c.info)
+        if c.budget_cut is not None:
+            info["budget_cut"] = list(c.budget_cut)
+        body["thinkgate"] = info
     return body
 
 

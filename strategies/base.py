@@ -8,13 +8,26 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, SamplingConfig
 
 # A JSON-ready value for the ``thinkgate`` extension object.
 JSON = None | bool | int | float | str | Sequence["JSON"] | Mapping[str, "JSON"]
+
+# A budget that can cut a choice short (the budget cut-in metric's label parts).
+BudgetName = Literal["thinking", "solution"]
+
+
+def budget_cuts(*, thinking: bool, solution: bool) -> tuple[BudgetName, ...]:
+    """The budgets that cut, in label order (``Choice.budget_cut``)."""
+    cuts: list[BudgetName] = []
+    if thinking:
+        cuts.append("thinking")
+    if solution:
+        cuts.append("solution")
+    return tuple(cuts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +53,9 @@ class Choice:
     content: str
     finish_reason: FinishReason
     info: Mapping[str, JSON] = field(default_factory=dict)  # per-choice thinkgate details
+    # The budgets that cut this choice short, in order (empty: none did); None where no
+    # budget applies. Rendered as the choice's ``thinkgate.budget_cut`` list.
+    budget_cut: tuple[BudgetName, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

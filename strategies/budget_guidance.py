@@ -42,7 +42,7 @@ from strategies.engine import Engine, ExtraArg, FinishReason, GenerateRequest, S
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.sampling import Draw, Pool, analyse, draw, final_event
 from strategies.selection import build_classes, select_majority
-from strategies.trajectories import Trajectory, TrajectorySet
+from strategies.trajectories import Ending, Trajectory, TrajectorySet
 
 PROCESSOR = guidance_args.PROCESSOR_NAME
 
@@ -236,7 +236,7 @@ def _plan_info(p: GuidancePlan) -> dict[str, JSON]:
     }
 
 
-def _outcome(traj: Trajectory, p: GuidancePlan) -> tuple[FinishReason, dict[str, JSON]]:
+def _outcome(traj: Trajectory, p: GuidancePlan) -> Ending:
     reason: FinishReason = traj.finish_reason or "abort"
     info: dict[str, JSON] = {
         "thinking_tokens": traj.reasoning_tokens,
@@ -247,8 +247,9 @@ def _outcome(traj: Trajectory, p: GuidancePlan) -> tuple[FinishReason, dict[str,
             else None
         ),
     }
-    if p.elastic is not None:
-        reason, e_info = elastic.outcome(traj, p.elastic)
-        info["cut"] = e_info["cut"]
-        info["solution_cut"] = e_info["solution_cut"]
-    return reason, info
+    if p.elastic is None:
+        return Ending(reason, info)
+    end = elastic.outcome(traj, p.elastic)
+    info["cut"] = end.info["cut"]
+    info["solution_cut"] = end.info["solution_cut"]
+    return Ending(end.finish_reason, info, end.budget_cut)

@@ -20,11 +20,11 @@ from typing import ClassVar, Final
 
 from kernels import args as elastic_args
 from kernels.sequence import SequenceMatcher
-from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest, budget_cuts
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
 from strategies.errors import InvalidBudget, InvalidRequest, first_error
-from strategies.trajectories import Trajectory, TrajectorySet
+from strategies.trajectories import Ending, Trajectory, TrajectorySet
 
 PROCESSOR: Final = "elastic"  # the name LocalEngine reports when kernels' processor is loaded
 MODES: Final = ("auto", "one-pass", "two-pass")
@@ -124,7 +124,7 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
     )
 
 
-def outcome(traj: Trajectory, p: ElasticPlan) -> tuple[FinishReason, dict[str, JSON]]:
+def outcome(traj: Trajectory, p: ElasticPlan) -> Ending:
     """Honest finish_reason and per-choice details of a finished trajectory.
 
     ``length`` when the answer was cut (the solution budget or the context ran out);
@@ -146,13 +146,8 @@ def outcome(traj: Trajectory, p: ElasticPlan) -> tuple[FinishReason, dict[str, J
         "answer_tokens": traj.content_tokens,
         "cut": thinking_cut,
         "solution_cut": solution_cut,
-        # Which budget cut in (the gateway's budget cut-in metric reads this).
-        "budget_cut": "+".join(
-            name for name, hit in (("thinking", thinking_cut), ("solution", solution_cut)) if hit
-        )
-        or None,
     }
-    return reason, info
+    return Ending(reason, info, budget_cuts(thinking=thinking_cut, solution=solution_cut))
 
 
 class Elastic:
@@ -196,9 +191,11 @@ class Elastic:
                     yield event
         with_ids = request.options.get("return_token_ids") is True  # as ``plain`` offers
 
-        def finished(traj: Trajectory) -> tuple[FinishReason, dict[str, JSON]]:
-            reason, info = outcome(traj, p)
-            return reason, {**info, "token_ids": list(traj.token_ids)} if with_ids else info
+        def finished(traj: Trajectory) -> Ending:
+            end = outcome(traj, p)
+            if not with_ids:
+                return end
+            return replace(end, info={**end.info, "token_ids": list(traj.token_ids)})
 
         final = trajectories.final(
             len(request.prompt_token_ids),

@@ -19,12 +19,14 @@ from strategies import elastic
 from strategies.answers import extract_answer
 from strategies.base import (
     JSON,
+    BudgetName,
     Choice,
     Progress,
     Result,
     StrategyContext,
     StrategyRequest,
     Usage,
+    budget_cuts,
 )
 from strategies.elastic import ElasticPlan
 from strategies.engine import (
@@ -492,8 +494,9 @@ def final_event(
         if cls is not None:
             choice_info.update(class_info(cls, total))
         finish = finish_of(sample, split, plan, tokens)
+        cuts: tuple[BudgetName, ...] | None = None
         if plan is not None:  # counted by the budget cut-in metric
-            choice_info["budget_cut"] = thinking_cut(split, plan) or finish == "length"
+            cuts = budget_cuts(thinking=thinking_cut(split, plan), solution=finish == "length")
         choices.append(
             Choice(
                 index=rank,
@@ -501,6 +504,7 @@ def final_event(
                 content=tokens.decode(split.content_ids),
                 finish_reason=finish,
                 info=choice_info,
+                budget_cut=cuts,
             )
         )
     chosen = {c.first_seen for c in selection.chosen}

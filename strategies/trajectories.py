@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from strategies.base import JSON, Choice, ChoiceDelta, Result, Usage
+from strategies.base import JSON, BudgetName, Choice, ChoiceDelta, Result, Usage
 from strategies.engine import FinishReason, ModelTokens, SampleDelta
 from strategies.reasoning import StreamSplitter
 
@@ -42,7 +42,11 @@ class Trajectory:
         return self.splitter.content_tokens
 
     def choice(
-        self, *, finish_reason: FinishReason | None = None, info: dict[str, JSON] | None = None
+        self,
+        *,
+        finish_reason: FinishReason | None = None,
+        info: dict[str, JSON] | None = None,
+        budget_cut: tuple[BudgetName, ...] | None = None,
     ) -> Choice:
         return Choice(
             index=self.index,
@@ -50,11 +54,20 @@ class Trajectory:
             content="".join(self.content),
             finish_reason=finish_reason or self.finish_reason or "abort",
             info=info or {},
+            budget_cut=budget_cut,
         )
 
 
-# Finish reason and per-choice details of a finished trajectory (strategy-specific).
-Outcome = Callable[[Trajectory], tuple[FinishReason, dict[str, JSON]]]
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a finished trajectory ended, as its strategy judges it."""
+
+    finish_reason: FinishReason
+    info: dict[str, JSON]  # per-choice details
+    budget_cut: tuple[BudgetName, ...] | None = None  # as ``Choice.budget_cut``
+
+
+Outcome = Callable[[Trajectory], Ending]
 
 
 class TrajectorySet:
@@ -112,9 +125,16 @@ class TrajectorySet:
         choices: list[Choice] = []
         details: list[JSON] = []
         for traj in self.ordered():
-            reason, detail = outcome(traj)
-            choices.append(traj.choice(finish_reason=reason, info=detail))
-            details.append(detail)
+            end = outcome(traj)
+            choices.append(
+                traj.choice(
+                    finish_reason=end.finish_reason, info=end.info, budget_cut=end.budget_cut
+                )
+            )
+            cut: JSON = list(end.budget_cut) if end.budget_cut is not None else None
+            details.append(
+                {**end.info, "budget_cut": cut} if end.budget_cut is not None else end.info
+            )
         return Result(
             choices=tuple(choices),
             usage=self.usage(prompt_tokens),

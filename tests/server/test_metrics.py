@@ -15,14 +15,17 @@ def test_record_final_counts_phases_samples_and_cutins() -> None:
                 reasoning="",
                 content="",
                 finish_reason="length",
-                info={"budget_cut": "thinking"},
+                budget_cut=("thinking",),
             ),
+            Choice(index=1, reasoning="", content="", finish_reason="stop", budget_cut=()),
             Choice(
-                index=1, reasoning="", content="", finish_reason="stop", info={"budget_cut": None}
+                index=2,
+                reasoning="",
+                content="",
+                finish_reason="length",
+                budget_cut=("thinking", "solution"),
             ),
-            Choice(
-                index=2, reasoning="", content="", finish_reason="stop", info={"budget_cut": True}
-            ),
+            Choice(index=3, reasoning="", content="", finish_reason="stop"),
         ),
         usage=Usage(prompt_tokens=7, completion_tokens=50, reasoning_tokens=30),
         samples=6,
@@ -34,6 +37,9 @@ def test_record_final_counts_phases_samples_and_cutins() -> None:
     assert "thinkgate_prompt_tokens_total 7.0" in text
     assert 'thinkgate_samples_total{strategy="elastic"} 6.0' in text
     assert 'thinkgate_budget_cutins_total{budget="thinking",strategy="elastic"} 1.0' in text
-    assert 'thinkgate_budget_cutins_total{budget="any",strategy="elastic"} 1.0' in text
+    assert (
+        'thinkgate_budget_cutins_total{budget="thinking+solution",strategy="elastic"} 1.0' in text
+    )
+    assert 'budget="any"' not in text
     m.watch_engine(lambda: 3)
     assert "thinkgate_engine_unfinished_requests 3.0" in m.render().decode()

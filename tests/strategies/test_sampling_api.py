@@ -279,7 +279,7 @@ def test_budgets_compose_per_sample(openai_client: Any, hf_tokenizer: Any) -> No
     assert budget == {"thinking": t, "solution": s, "mode": "one-pass", "thinking_cut": n}
     audit_usage(r, tg, hf_tokenizer, n, HARD[3])
     assert all(rt <= t for rt in tg["sample_reasoning_tokens"])
-    assert choice_info(r.choices[0])["budget_cut"] is True  # thinking was cut at t
+    assert choice_info(r.choices[0])["budget_cut"][0] == "thinking"  # thinking was cut at t
     assert all(ct <= t + 1 + s for ct in tg["sample_tokens"])
     assert sum(a is not None for a in tg["sample_answers"]) >= n // 2  # cut, yet they answer
 
