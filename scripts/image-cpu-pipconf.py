@@ -7,11 +7,12 @@ local find-links directory; a TLS-inspecting proxy whose CA only the host bundle
 
 Reads the host's effective settings (`pip config list`: files and PIP_* environment, the
 latter winning as in pip), copies the small files they name (CA bundle, constraints) into
-OUTDIR, rewrites those paths to where OUTDIR is mounted in the build (DEST), and writes
-OUTDIR/pip.conf. Prints the local directories the settings point at (find-links,
-file:// indexes), one per line: the caller mounts each read-only at its own path, so
-relative links inside local indexes keep working. Writes nothing when pip has no settings
-and no CA bundle is given, so a plain host builds exactly as `docker build` would.
+OUTDIR, which the caller mounts at DEST/conf, and writes OUTDIR/pip.conf. The local
+directories the settings point at (find-links, file:// indexes) are printed as
+"HOST_DIR<TAB>DEST/dirN" lines for the caller to mount read-only; the config names them
+there. Everything sits under DEST, so the mount points the build leaves in the image are
+empty directories under one path, not copies of the host's paths. Writes nothing when pip
+has no settings and no CA bundle is given, so a plain host builds as `docker build` would.
 
     python3 scripts/image-cpu-pipconf.py OUTDIR DEST [CA_BUNDLE]
 """
@@ -42,34 +43,35 @@ for line in listed.splitlines():
     (env if section == ":env:" else sections.setdefault(section, {}))[key] = value
 sections.setdefault("global", {}).update(env)
 
-mounts: list[str] = []
+mounts: dict[str, str] = {}  # host directory -> where the build sees it
 
 
-def local_dir(item: str, index: bool) -> str | None:
-    path = unquote(urlparse(item).path) if item.startswith("file:") else item
-    path = os.path.normpath(path)
+def relocate(item: str, index: bool) -> str:
+    is_url = item.startswith("file:")
+    path = os.path.normpath(unquote(urlparse(item).path) if is_url else item)
     if not (os.path.isabs(path) and os.path.isdir(path)):
-        return None
+        return item  # a remote index, or nothing there: left as it is
     # A local index (ROOT/simple/NAME/index.html) usually links its files relatively, as
     # ../../files/...: mount ROOT, not only ROOT/simple.
-    return os.path.dirname(path) if index and os.path.basename(path) == "simple" else path
+    root = os.path.dirname(path) if index and os.path.basename(path) == "simple" else path
+    seen = mounts.setdefault(root, f"{dest}/dir{len(mounts)}")
+    moved = seen + path[len(root) :]
+    return f"file://{moved}" if is_url else moved
 
 
 def copy_in(path: str) -> str:
-    # Small files are copied, not mounted: the config then names one directory only.
+    # Small files are copied, not mounted: the config names one directory for them.
     target = os.path.join(out_dir, os.path.basename(path))
     shutil.copyfile(path, target)
-    return os.path.join(dest, os.path.basename(path))
+    return f"{dest}/conf/{os.path.basename(path)}"
 
 
 os.makedirs(out_dir, exist_ok=True)
 for values in sections.values():
     for key, value in values.items():
         if key in ("find-links", "index-url", "extra-index-url"):
-            for item in value.split():
-                path = local_dir(item, index=key != "find-links")
-                if path and path not in mounts:
-                    mounts.append(path)
+            index = key != "find-links"
+            values[key] = " ".join(relocate(item, index) for item in value.split())
         elif key in ("constraint", "requirement"):
             values[key] = " ".join(copy_in(p) if os.path.isfile(p) else p for p in value.split())
         elif key == "cert" and os.path.isfile(value) and not ca:
@@ -83,4 +85,4 @@ config = configparser.ConfigParser(interpolation=None)
 config.read_dict(sections)
 with open(os.path.join(out_dir, "pip.conf"), "w") as f:
     config.write(f)
-print("\n".join(mounts))
+print("\n".join(f"{host}\t{seen}" for host, seen in mounts.items()))

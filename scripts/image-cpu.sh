@@ -31,11 +31,13 @@ cleanup() {
 }
 trap cleanup EXIT
 started=$(date +%s)
+base_made=pulled
 
 base=${BASE:-python:3.11-slim}
 if ! "${B[@]}" pull -q "docker.io/library/$base" >/dev/null 2>&1; then
   echo "image-cpu: cannot pull $base; building a stand-in from Debian bookworm" >&2
   base=localhost/thinkgate-base:bookworm
+  base_made="reused (made by an earlier run)"
   if ! "${B[@]}" inspect --type image "$base" >/dev/null 2>&1; then
     rootfs=$work/rootfs
     debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
@@ -48,6 +50,7 @@ if ! "${B[@]}" pull -q "docker.io/library/$base" >/dev/null 2>&1; then
     "${B[@]}" rm "$ctr" >/dev/null
     ctr=""
     rm -rf "$rootfs"
+    base_made=made
   fi
 fi
 based=$(date +%s)
@@ -55,12 +58,12 @@ based=$(date +%s)
 # The host's pip settings, when it has any, reach pip inside the build via build args.
 pip_args=()
 ca=${PIP_CERT:-}
-while read -r dir; do
-  [[ -n "$dir" ]] && pip_args+=(-v "$dir:$dir:ro")
+while IFS=$'\t' read -r dir seen; do
+  [[ -n "$dir" ]] && pip_args+=(-v "$dir:$seen:ro")
 done < <(python3 scripts/image-cpu-pipconf.py "$work/pip" /run/host-pip "$ca")
 if [[ -f "$work/pip/pip.conf" ]]; then
-  pip_args+=(-v "$work/pip:/run/host-pip:ro" --build-arg PIP_CONFIG_FILE=/run/host-pip/pip.conf
-             --build-arg TORCH_INDEX=)
+  pip_args+=(-v "$work/pip:/run/host-pip/conf:ro"
+             --build-arg PIP_CONFIG_FILE=/run/host-pip/conf/pip.conf --build-arg TORCH_INDEX=)
 fi
 echo "image-cpu: building $TAG on $base ${pip_args[*]}" >&2
 "${B[@]}" bud --isolation chroot -f Dockerfile.cpu -t "$TAG" --build-arg BASE="$base" \
@@ -99,7 +102,7 @@ pip settings: $([[ -f "$work/pip/pip.conf" ]] && echo "yes (local indexes / whee
 | figure | value |
 |---|---|
 | image size | $size |
-| base image (s) | $((based - started)) |
+| base image (s) | $((based - started)), $base_made |
 | image build (s) | $((built - based)) |
 | \`thinkgate serve\` start to /ready 200 (s) | $((up - launched)) |
 | one chat completion (s) | $((answered - up)) |

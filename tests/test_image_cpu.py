@@ -41,13 +41,16 @@ def test_pip_settings_are_rewritten_for_the_build(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert sorted(done.stdout.split()) == sorted([str(tmp_path / "pypi"), str(wheels)])
+    mounts = dict(line.split("\t") for line in done.stdout.splitlines())
+    assert set(mounts) == {str(tmp_path / "pypi"), str(wheels)}
+    assert all(seen.startswith("/run/host-pip/dir") for seen in mounts.values())
     written = configparser.ConfigParser(interpolation=None)
     written.read(out / "pip.conf")
     settings = written["global"]
-    assert settings["constraint"] == "/run/host-pip/constraints.txt"
-    assert settings["cert"] == "/run/host-pip/ca.pem"
-    assert settings["find-links"] == str(wheels)
-    assert settings["extra-index-url"] == f"file://{index} https://example.org/simple"
+    assert settings["constraint"] == "/run/host-pip/conf/constraints.txt"
+    assert settings["cert"] == "/run/host-pip/conf/ca.pem"
+    assert settings["find-links"] == mounts[str(wheels)]
+    seen_index = mounts[str(tmp_path / "pypi")] + "/simple"
+    assert settings["extra-index-url"] == f"file://{seen_index} https://example.org/simple"
     assert (out / "constraints.txt").read_text() == "torch<=9\n"
     assert (out / "ca.pem").read_text() == "not a real bundle\n"
