@@ -137,9 +137,10 @@ def generation_request(model: type[BaseModel]) -> Schema:
     return {
         "requestBody": {
             "required": True,
-            "description": "A JSON object. Fields not listed are passed to the strategy as "
-            "options; OpenAI features thinkgate does not implement (`tools`, `logprobs`, "
-            "...) are a 400 unless neutral.",
+            "description": "A JSON object. Fields not listed must be options of the chosen "
+            "strategy (its `body_options`, e.g. `alpha` for best-of-majority), else a 400 "
+            "naming them; OpenAI features thinkgate does not implement (`tools`, "
+            "`logprobs`, ...) are a 400 unless neutral.",
             "content": {"application/json": {"schema": inline_schema(model)}},
         },
         "parameters": REQUEST_HEADERS,

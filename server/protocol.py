@@ -1,9 +1,13 @@
 """Request bodies of the OpenAI surface (pydantic stays here, at the edge).
 
 Bodies are validated strictly from raw JSON: ``"5"`` is not an int and ``true`` is not
-1. Fields we do not know are kept as strategy options (``StrategyRequest.options``);
-OpenAI features we do not implement are refused with a 400 naming them, not ignored.
-Responses are built as plain dicts in ``server/render.py`` (orjson on the hot path).
+1. Every field a body may carry is one of: an OpenAI field we honour; an OpenAI field that
+is harmless to ignore (``store``, ``metadata`` ...); an OpenAI feature we do
+not implement (``UNSUPPORTED``: a 400 naming it unless neutral); one of vLLM's sampling
+extras its clients send (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``:
+passed to the engine); or an option of the chosen strategy (``Strategy.body_options``,
+checked by ``Registry.check_options`` once the strategy is known). Anything else is a
+400 naming the field. Responses are built as plain dicts in ``server/render.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ BUDGET_SCHEMA: dict[str, JsonValue] = {
     ],
     "description": "Budget per field; an X-Budget-* header wins over its field here.",
 }
+
+# OpenAI fields accepted and ignored: they change nothing about the answer (storage,
+# tracing and routing hints of OpenAI's platform).
+_IGNORED_DOC = "Accepted and ignored (OpenAI platform field)."
 
 # Set to anything but their neutral value, these are refused (we cannot honour them).
 UNSUPPORTED: dict[str, object] = {
@@ -130,7 +138,19 @@ class _Common(BaseModel):
     budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
     reasoning_effort: Effort | None = None
     user: str | None = None
-    ignore_eos: bool = False  # vLLM extension: sample up to max_tokens regardless of EOS
+    # OpenAI platform fields, accepted and ignored.
+    store: Annotated[bool | None, Field(description=_IGNORED_DOC)] = None
+    metadata: Annotated[dict[str, str] | None, Field(description=_IGNORED_DOC)] = None
+    service_tier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
+    parallel_tool_calls: Annotated[bool | None, Field(description=_IGNORED_DOC)] = None
+    prompt_cache_key: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
+    safety_identifier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
+    # vLLM's extensions, as vLLM's own server takes them (its clients send them).
+    ignore_eos: bool = False  # sample up to max_tokens regardless of EOS
+    top_k: Annotated[int, Field(ge=-1, description="vLLM: 0 or -1 keeps every token")] = 0
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    min_tokens: Annotated[int, Field(ge=0)] = 0
 
     @property
     def stop_list(self) -> tuple[str, ...]:

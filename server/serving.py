@@ -88,6 +88,8 @@ async def serve(request: Request, kind: Kind) -> Response:
     request.state.budget = budget
     request.state.strategy = name
     strategy = gw.registry.get(name)
+    options = body.options()
+    gw.registry.check_options(name, options)
     if body.n > settings.max_n:
         raise InvalidRequest(f"n is {body.n}; this server's cap is {settings.max_n}", param="n")
     prompts = _prompts(gw, body)
@@ -115,7 +117,7 @@ async def serve(request: Request, kind: Kind) -> Response:
             sampling=_sampling(gw, body, len(prompt_ids)),
             budget=budget,
             stream=body.stream,
-            options=body.options(),
+            options=options,
         )
         for prompt_ids in prompts
     ]
@@ -369,6 +371,10 @@ def _sampling(
         max_tokens=max_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        min_tokens=body.min_tokens,
         seed=body.seed,
         stop=body.stop_list,
         ignore_eos=body.ignore_eos,

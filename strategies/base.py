@@ -134,6 +134,10 @@ class Strategy(Protocol):
     # Budget fields this strategy honours ("thinking", "solution", "samples", "k");
     # a request that sets another one is a 400 naming it, never silently ignored.
     budget_fields: ClassVar[frozenset[str]]
+    # Body fields of its own it reads from ``StrategyRequest.options`` (e.g. ``alpha``);
+    # any other field that is neither OpenAI's nor a vLLM sampling field is a 400 naming
+    # it, so a misspelt option is never silently ignored.
+    body_options: ClassVar[frozenset[str]]
     # Whether it streams live ChoiceDelta events (single trajectory) or progress
     # events then the chosen answer (the server replays Result's choices as chunks).
     streams_live: ClassVar[bool]

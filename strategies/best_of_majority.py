@@ -14,12 +14,16 @@ from typing import ClassVar
 from strategies.base import JSON, StrategyContext
 from strategies.sampling import SamplingStrategy, defaults_of, option_alpha
 from strategies.selection import AnswerClass, Selection, select_best_of_majority
+from strategies.voting import OPTIONS as VOTE_OPTIONS
 
 
 class BestOfMajority(SamplingStrategy):
     name: ClassVar[str] = "best-of-majority"
     uses_alpha: ClassVar[bool] = True
     uses_vote: ClassVar[bool] = True
+    body_options: ClassVar[frozenset[str]] = frozenset(
+        {"elastic_mode", "scorer", "alpha", *VOTE_OPTIONS}
+    )
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

@@ -144,6 +144,7 @@ class BudgetGuidance:
 
     name: ClassVar[str] = "budget-guidance"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution", "samples"})
+    body_options: ClassVar[frozenset[str]] = frozenset({"hard_cap_factor", "guidance_mask"})
     streams_live: ClassVar[bool] = True  # with one sample; a vote streams progress events
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:

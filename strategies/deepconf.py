@@ -44,6 +44,7 @@ from strategies.sampling import (
     validate_common,
 )
 from strategies.selection import select_weighted, weighted_share
+from strategies.voting import OPTIONS as VOTE_OPTIONS
 from strategies.voting import (
     VoteOptions,
     share_option,
@@ -100,6 +101,9 @@ def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
 class DeepConf:
     name: ClassVar[str] = "deepconf"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
+    body_options: ClassVar[frozenset[str]] = frozenset(
+        {"warmup", "variant", "consensus", "elastic_mode", *VOTE_OPTIONS}
+    )
     streams_live: ClassVar[bool] = False
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:

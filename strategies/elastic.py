@@ -82,6 +82,14 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
             "by forcing one",
             param="strategy",
         )
+    if request.sampling.min_tokens > 0:
+        # vLLM holds EOS back below min_tokens, while a solution budget ends the answer
+        # by forcing EOS: the two would fight over the same logits.
+        raise InvalidRequest(
+            "min_tokens cannot be combined with thinking or solution budgets (a budget "
+            "may end the completion first)",
+            param="min_tokens",
+        )
     end_ids = tokens.think_end_ids
     if len(end_ids) > elastic_args.MAX_THINK_END_TOKENS:
         raise InvalidRequest(
@@ -155,6 +163,7 @@ class Elastic:
 
     name: ClassVar[str] = "elastic"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution"})
+    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "return_token_ids"})
     streams_live: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:

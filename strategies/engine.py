@@ -24,6 +24,11 @@ class SamplingConfig:
     max_tokens: int | None = None  # None: up to the model's context
     temperature: float = 1.0
     top_p: float = 1.0
+    # vLLM's sampling extras, as its clients send them (neutral by default).
+    top_k: int = 0  # 0 (or -1): every token
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0  # EOS and stop tokens are held back until this many tokens
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()

@@ -32,6 +32,7 @@ from strategies.trajectories import TrajectorySet
 class Plain:
     name: ClassVar[str] = "plain"
     budget_fields: ClassVar[frozenset[str]] = frozenset()
+    body_options: ClassVar[frozenset[str]] = frozenset({"return_token_ids"})
     streams_live: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:

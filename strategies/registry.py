@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 
 from strategies.base import Strategy
-from strategies.errors import UnknownStrategy
+from strategies.errors import InvalidRequest, UnknownStrategy
 
 GROUP = "thinkgate.strategies"
 
@@ -38,8 +38,10 @@ class Registry:
             raise ValueError(f"strategy {cls_name!r} registered twice")
         if not inspect.isasyncgenfunction(getattr(cls, "run", None)):
             raise PluginValidationError(f"{cls.__qualname__}.run must be an async generator")
-        if not isinstance(getattr(cls, "budget_fields", None), frozenset):
-            raise PluginValidationError(f"{cls.__qualname__}.budget_fields must be a frozenset")
+        for attr in ("budget_fields", "body_options"):
+            value = getattr(cls, attr, None)
+            if not isinstance(value, frozenset) or not all(isinstance(v, str) for v in value):
+                raise PluginValidationError(f"{cls.__qualname__}.{attr} must be a frozenset of str")
         if not callable(getattr(cls, "validate", None)):
             raise PluginValidationError(f"{cls.__qualname__} has no validate()")
         self._classes[cls_name] = cls
@@ -73,6 +75,29 @@ class Registry:
                 f"unknown strategy {name!r}; available: {', '.join(sorted(self._classes))}",
                 param="strategy",
             ) from None
+
+    def options_of(self, name: str) -> frozenset[str]:
+        """The body options strategy ``name`` declares."""
+        return self._classes[name].body_options
+
+    def check_options(self, name: str, fields: Iterable[str]) -> None:
+        """A 400 naming the first body field that strategy ``name`` does not take (the
+        server has already taken OpenAI's fields and vLLM's sampling fields out)."""
+        accepted = self.options_of(name)
+        for field in sorted(set(fields) - accepted):
+            owners = sorted(n for n, cls in self._classes.items() if field in cls.body_options)
+            if owners:
+                hint = f"it is an option of {', '.join(owners)}, not of {name}"
+            else:
+                hint = (
+                    "it is not an OpenAI field thinkgate honours, a vLLM sampling field it "
+                    f"passes on, or an option of {name}"
+                )
+            takes = ", ".join(sorted(accepted)) or "none"
+            raise InvalidRequest(
+                f"unknown body field {field!r}: {hint} (options of {name}: {takes})",
+                param=field,
+            )
 
     def names(self) -> list[str]:
         return sorted(self._classes)

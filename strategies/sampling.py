@@ -354,6 +354,8 @@ class SamplingStrategy:
     uses_scorer: ClassVar[bool] = True
     uses_alpha: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = False  # takes the ``vote`` options (strategies.voting)
+    # elastic_mode applies with token budgets (per-sample elastic plans).
+    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "scorer"})
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         validate_common(

@@ -14,12 +14,14 @@ from typing import ClassVar
 from strategies.base import JSON, StrategyContext
 from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_majority
+from strategies.voting import OPTIONS as VOTE_OPTIONS
 
 
 class SelfConsistency(SamplingStrategy):
     name: ClassVar[str] = "self-consistency"
     uses_scorer: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = True
+    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", *VOTE_OPTIONS})
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

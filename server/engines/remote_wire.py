@@ -48,6 +48,15 @@ def body(
         "top_p": s.top_p,
         "ignore_eos": s.ignore_eos,
     }
+    # vLLM's sampling extras: sent only when set, as its own clients do.
+    for name, value, neutral in (
+        ("top_k", s.top_k, 0),
+        ("min_p", s.min_p, 0.0),
+        ("repetition_penalty", s.repetition_penalty, 1.0),
+        ("min_tokens", s.min_tokens, 0),
+    ):
+        if value != neutral:
+            params[name] = value
     if s.seed is not None:
         params["seed"] = s.seed
     if s.stop:

@@ -34,6 +34,7 @@ from strategies.pets.labels import K0, Label, label_answers, pattern
 from strategies.pets.table import PetsTable
 from strategies.sampling import Analysed, analyse, class_info, usage_of
 from strategies.selection import build_classes, select_majority, select_weighted
+from strategies.voting import OPTIONS as VOTE_OPTIONS
 from strategies.voting import trace_confidences, vote_options, voting_classes
 
 TABLE_KEY: Final = "pets_table"  # Resources item: PetsTable
@@ -49,6 +50,7 @@ def table_of(ctx: StrategyContext) -> PetsTable | None:
 class Pets:
     name: ClassVar[str] = "pets"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples"})
+    body_options: ClassVar[frozenset[str]] = frozenset({"cap", *VOTE_OPTIONS})
     streams_live: ClassVar[bool] = False
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:

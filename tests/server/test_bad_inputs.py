@@ -142,6 +142,41 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         "max_completion_tokens",
     ),
     ("tools", {"model": M, "messages": MSG, "tools": [{"type": "function"}]}, {}, 400, "tools"),
+    # Every field has a place (server/protocol.py); anything else is named.
+    ("unknown field", {"model": M, "messages": MSG, "colour": "red"}, {}, 400, "colour"),
+    (
+        "misspelt option",
+        {"model": M, "messages": MSG, "strategy": "best-of-majority", "alhpa": 0.1},
+        {},
+        400,
+        "alhpa",
+    ),
+    ("top_k below -1", {"model": M, "messages": MSG, "top_k": -2}, {}, 400, "top_k"),
+    ("top_k not int", {"model": M, "messages": MSG, "top_k": 1.5}, {}, 400, "top_k"),
+    ("min_p above 1", {"model": M, "messages": MSG, "min_p": 1.5}, {}, 400, "min_p"),
+    (
+        "repetition_penalty 0",
+        {"model": M, "messages": MSG, "repetition_penalty": 0},
+        {},
+        400,
+        "repetition_penalty",
+    ),
+    ("min_tokens negative", {"model": M, "messages": MSG, "min_tokens": -1}, {}, 400, "min_tokens"),
+    (
+        "min_tokens past max_tokens",  # vLLM's own check, named
+        {"model": M, "messages": MSG, "min_tokens": 9, "max_tokens": 4},
+        {},
+        400,
+        "min_tokens",
+    ),
+    (
+        "min_tokens with a budget",
+        {"model": M, "messages": MSG, "min_tokens": 4, "budget": {"thinking": 8}},
+        {},
+        400,
+        "min_tokens",
+    ),
+    ("metadata not strings", {"model": M, "messages": MSG, "metadata": {"a": 1}}, {}, 400, None),
     (
         "prompt too long",
         {"model": M, "messages": [{"role": "user", "content": "1+" * 400}]},

@@ -46,6 +46,18 @@ def test_completions_body_uses_token_prompt_and_vllm_xargs() -> None:
     assert "seed" not in out and "extra_args" not in out and "logprobs" not in out
 
 
+def test_vllm_sampling_extras_travel_only_when_set() -> None:
+    for protocol in ("generate", "completions"):
+        plain = body(protocol, _request(), max_tokens=4, upstream_model="m", stream=False)
+        flat = {**plain, **plain.get("sampling_params", {})}
+        assert not {"top_k", "min_p", "repetition_penalty", "min_tokens"} & set(flat)
+        req = _request(top_k=3, min_p=0.2, repetition_penalty=1.3, min_tokens=2)
+        out = body(protocol, req, max_tokens=4, upstream_model="m", stream=False)
+        flat = {**out, **out.get("sampling_params", {})}
+        assert (flat["top_k"], flat["min_p"]) == (3, 0.2)
+        assert (flat["repetition_penalty"], flat["min_tokens"]) == (1.3, 2)
+
+
 def test_samples_from_both_protocols() -> None:
     gen = {
         "choices": [

@@ -9,13 +9,14 @@ import pytest
 
 from strategies.base import Result, StrategyContext, StrategyEvent, StrategyRequest, Usage
 from strategies.engine import Engine
-from strategies.errors import UnknownStrategy
+from strategies.errors import InvalidRequest, UnknownStrategy
 from strategies.registry import PluginValidationError, Registry
 
 
 class Good:
     name: ClassVar[str] = "good"
     budget_fields: ClassVar[frozenset[str]] = frozenset()
+    body_options: ClassVar[frozenset[str]] = frozenset({"depth"})
     streams_live: ClassVar[bool] = False
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
@@ -44,6 +45,8 @@ def _not_a_generator(self: Any, ctx: StrategyContext) -> list[StrategyEvent]:
         (_variant(name=None), "has no class attribute 'name'"),
         (_variant(run=_not_a_generator), "run must be an async generator"),
         (_variant(budget_fields={"thinking"}), "budget_fields must be a frozenset"),
+        (_variant(body_options=None), "body_options must be a frozenset of str"),
+        (_variant(body_options=frozenset({1})), "body_options must be a frozenset of str"),
         (_variant(validate=None), "has no validate()"),
     ],
 )
@@ -79,3 +82,29 @@ def test_installed_strategies_load_and_missing_ones_fail_start_up() -> None:
     assert {"plain", "elastic", "self-consistency", "pets"} <= set(registry.names())
     with pytest.raises(RuntimeError, match=r"strategies not installed: \['nope'\]"):
         Registry().load_entry_points(allow={"plain", "nope"})
+
+
+def test_body_options_outside_the_strategy_are_a_400_naming_the_field() -> None:
+    registry = Registry()
+    registry.register(Good)
+    registry.register(_variant(name="wide", body_options=frozenset({"depth", "alhpa"})))
+    registry.check_options("good", {"depth": 2})
+    registry.check_options("good", {})
+    with pytest.raises(InvalidRequest) as unknown:
+        registry.check_options("good", {"depth": 1, "colour": "red"})
+    assert unknown.value.param == "colour"
+    assert "'colour'" in str(unknown.value) and "options of good: depth" in str(unknown.value)
+    with pytest.raises(InvalidRequest) as elsewhere:
+        registry.check_options("good", {"alhpa": 0.1})
+    assert elsewhere.value.param == "alhpa"
+    assert "an option of wide, not of good" in str(elsewhere.value)
+
+
+def test_installed_strategies_declare_the_options_they_read() -> None:
+    registry = Registry()
+    registry.load_entry_points()
+    options = {name: registry.options_of(name) for name in registry.names()}
+    assert options["best-of-majority"] >= {"alpha", "scorer", "vote", "elastic_mode"}
+    assert "alpha" not in options["self-consistency"] and "scorer" not in options["pets"]
+    assert options["plain"] == {"return_token_ids"}
+    assert options["deepconf"] >= {"warmup", "variant", "consensus", "confidence_window"}

@@ -1,0 +1,141 @@
+"""Every body field has a place (server/protocol.py): OpenAI platform fields are accepted
+and ignored, vLLM's sampling extras reach the engine, a strategy's declared options reach
+the strategy, and anything else is a 400 naming it. Live server, real engine, the OpenAI
+SDK (and the exact payload vLLM's benchmark client sends)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+
+MESSAGES = [{"role": "user", "content": make_questions("test", 1, seed=5)[0].prompt}]
+
+
+def _text(r: Any) -> str:
+    m = r.choices[0].message
+    return f"{m.model_extra.get('reasoning_content') or ''}|{m.content}"
+
+
+def _error(exc: openai.BadRequestError) -> dict[str, Any]:
+    assert isinstance(exc.body, dict)
+    return exc.body
+
+
+def test_openai_platform_fields_are_accepted_and_ignored(
+    openai_client: Any, served_model: str
+) -> None:
+    plain = openai_client.chat.completions.create(
+        model=served_model, messages=MESSAGES, max_tokens=24, temperature=0
+    )
+    r = openai_client.chat.completions.create(
+        model=served_model,
+        messages=MESSAGES,
+        max_tokens=24,
+        temperature=0,
+        store=False,
+        metadata={"team": "evals"},
+        service_tier="auto",
+        parallel_tool_calls=False,
+        extra_body={"prompt_cache_key": "k1", "safety_identifier": "user-1"},
+    )
+    assert _text(r) == _text(plain)
+
+
+def test_top_k_and_min_p_reach_the_engine(openai_client: Any, served_model: str) -> None:
+    """top_k = 1 and min_p = 1 keep only the likeliest token: at temperature 1, any seed
+    gives the greedy answer (without them two seeds differ on this question)."""
+    model = served_model
+
+    def ask(seed: int, **extra: Any) -> str:
+        r = openai_client.chat.completions.create(
+            model=model,
+            messages=MESSAGES,
+            max_tokens=48,
+            temperature=1.0,
+            seed=seed,
+            extra_body=extra,
+        )
+        return _text(r)
+
+    greedy = _text(
+        openai_client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=48, temperature=0
+        )
+    )
+    sampled = {ask(seed) for seed in (1, 2, 3, 4)}
+    assert len(sampled) > 1, "the test needs a question the sampler varies on"
+    assert {ask(seed, top_k=1) for seed in (1, 2, 3)} == {greedy}
+    assert {ask(seed, min_p=1.0) for seed in (1, 2)} == {greedy}
+
+
+def test_min_tokens_and_repetition_penalty_reach_the_engine(
+    openai_client: Any, served_model: str
+) -> None:
+    model = served_model
+    base = openai_client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=200, temperature=0
+    )
+    assert base.choices[0].finish_reason == "stop"
+    floor = base.usage.completion_tokens + 12
+    held = openai_client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=200,
+        temperature=0,
+        extra_body={"min_tokens": floor},
+    )
+    assert held.usage.completion_tokens >= floor  # EOS held back until then
+    penalised = openai_client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=200,
+        temperature=0,
+        extra_body={"repetition_penalty": 1.8},
+    )
+    assert _text(penalised) != _text(base)
+
+
+def test_a_misspelt_or_foreign_option_is_a_400_naming_it(
+    openai_client: Any, served_model: str
+) -> None:
+    model = served_model
+    with pytest.raises(openai.BadRequestError) as unknown:
+        openai_client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=4, extra_body={"colour": "red"}
+        )
+    assert _error(unknown.value)["param"] == "colour"
+    with pytest.raises(openai.BadRequestError) as foreign:
+        openai_client.chat.completions.create(
+            model=model,
+            messages=MESSAGES,
+            max_tokens=4,
+            extra_body={"strategy": "self-consistency", "alpha": 0.1},
+        )
+    assert _error(foreign.value)["param"] == "alpha"
+    assert "option of best-of-majority" in _error(foreign.value)["message"]
+
+
+def test_vllm_benchmark_client_payload_streams(base_url: str, served_model: str) -> None:
+    """What ``vllm bench serve`` (openai backend) posts to /v1/completions, verbatim."""
+    payload = {
+        "model": served_model,
+        "prompt": "1+2",
+        "repetition_penalty": 1.0,
+        "max_tokens": 8,
+        "logprobs": None,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", f"{base_url}/v1/completions", json=payload, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert '"completion_tokens":8' in lines[-2].replace(" ", "")
