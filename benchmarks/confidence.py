@@ -163,20 +163,14 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
     that opt in with a threshold no window reaches (every row computed, none stopped)
     vs the same requests not opting in, alternating, ``repeats`` pairs. Also the cost of
     asking vLLM for the top-5 logprobs (what the strategy reads per token)."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from kernels.confidence import args as conf_args
     from kernels.confidence.vllm_v1 import ConfidenceLogitsProcessor
+    from kernels.offline_engine import cpu_llm
     from testbed.tokenizer import chat_prompt
 
-    llm = LLM(
-        model=str(model_path("base")),
-        dtype="float32",
-        max_model_len=512,
-        enforce_eager=True,
-        logits_processors=[ConfidenceLogitsProcessor],
-        seed=0,
-    )
+    llm = cpu_llm(model_path("base"), logits_processors=[ConfidenceLogitsProcessor])
     texts = [
         chat_prompt(q.prompt)
         for q in make_questions("test", prompts, seed=5, min_ops=9, max_ops=12)

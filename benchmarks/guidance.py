@@ -70,13 +70,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> list[Row]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     from kernels import args as elastic_args
     from kernels import guidance_args
     from kernels.bg_plugin import hf_overrides
     from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.offline_engine import cpu_llm
     from kernels.vllm_v1 import ElasticLogitsProcessor
     from testbed.task import Question, make_questions, parse_answer_for_eval
     from testbed.tokenizer import CharCodec, chat_prompt
@@ -88,17 +89,11 @@ def run(args: argparse.Namespace) -> list[Row]:
     prompts = [
         TokensPrompt(prompt_token_ids=codec.encode(chat_prompt(q.prompt))) for q in questions
     ]
-    llm = LLM(
-        model=str(args.model),
+    llm = cpu_llm(
+        args.model,
+        seed=args.seed,
         hf_overrides=hf_overrides(),
         logits_processors=[BudgetGuidanceLogitsProcessor, ElasticLogitsProcessor],
-        dtype="float32",
-        max_model_len=512,
-        enforce_eager=True,
-        seed=args.seed,
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=512 * 64,
-        max_num_seqs=64,
     )
 
     def measure(method: str, budget: int | None, extra: dict[str, Any]) -> Row:

@@ -38,12 +38,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     from kernels import guidance_args
     from kernels.bg_plugin import hf_overrides
     from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.offline_engine import cpu_llm
     from testbed.task import make_questions
     from testbed.tokenizer import CharCodec, chat_prompt
 
@@ -52,17 +53,11 @@ def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
     prompts = [
         TokensPrompt(prompt_token_ids=codec.encode(chat_prompt(q.prompt))) for q in questions
     ]
-    llm = LLM(
-        model=str(args.model),
+    llm = cpu_llm(
+        args.model,
+        max_num_seqs=max(64, args.rows),
         hf_overrides=hf_overrides(),
         logits_processors=[BudgetGuidanceLogitsProcessor],
-        dtype="float32",
-        max_model_len=512,
-        enforce_eager=True,
-        seed=0,
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=512 * 64,
-        max_num_seqs=max(64, args.rows),
     )
     big = 100_000
     kinds: dict[str, dict[str, int]] = {

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
     "calibrate": "strategies.pets.cli:main",
-    "train-predictor": "kernels.predictor_cli:main",
+    "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "server.replica:main",
 }

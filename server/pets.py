@@ -26,7 +26,7 @@ from pathlib import Path
 
 import structlog
 
-import testbed
+from server import defaults
 from server.settings import Settings
 from strategies.engine import Engine
 from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
@@ -107,8 +107,9 @@ def made_for_served(made_for: object, settings: Settings, engine: Engine) -> boo
     if made_for == engine.model_name:
         return True
     served = Path(settings.model_path).resolve()
-    if made_for == "testbed-base":
-        return served == testbed.model_path("base").resolve()
+    offered = defaults.installed()
+    if made_for == offered.served_name:
+        return offered.is_default_model(served)
     return served == Path(made_for).resolve()
 
 

@@ -28,16 +28,20 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-import testbed
 from kernels import engine_wait
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
+from server import defaults
 
-# What `thinkgate serve` uses for the testbed model, so a gateway and its replicas agree.
-TESTBED_DEFAULTS: tuple[tuple[str, str], ...] = (
-    ("--max-model-len", "512"),
-    ("--served-model-name", "testbed-base"),
-)
+
+def default_model_flags() -> tuple[tuple[str, str], ...]:
+    """What `thinkgate serve` uses for its default model, so a gateway and its replicas
+    agree (server/defaults.py)."""
+    offered = defaults.installed()
+    flags = [("--served-model-name", offered.served_name)]
+    if offered.max_model_len is not None:
+        flags.insert(0, ("--max-model-len", str(offered.max_model_len)))
+    return tuple(flags)
 
 
 def _has(args: Sequence[str], flag: str) -> bool:
@@ -76,14 +80,14 @@ def build_command(
     """The vLLM server command line of a replica (nothing is started)."""
     from kernels.predictor import has_predictor
 
-    path = model if model is not None else str(testbed.model_path("base"))
+    path = model if model is not None else defaults.installed().model
     rest = list(passthrough)
     chosen = runner or detect_runner(path, rest)
     on_cpu = _on_cpu() if cpu is None else cpu
     names = [p for p in processors if p != "guidance" or has_predictor(path)]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     if model is None:
-        for flag, value in TESTBED_DEFAULTS:
+        for flag, value in default_model_flags():
             if not _has(rest, flag):
                 cmd += [flag, value]
     cmd.append("--enable-scale-out")

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import structlog
 
-import testbed
-from server import model_match
+from server import defaults, model_match
 from server.settings import Settings
 from strategies.engine import Engine
 from strategies.sampling import DEFAULTS_KEY, SamplingDefaults
@@ -49,7 +48,10 @@ def reward_model_path(settings: Settings) -> Path | None:
     if value is None:
         # A gateway in front of remote servers does not start vLLM in its own process
         # unless asked to: reward models are served remotely there (--reward-url).
-        return None if settings.engine == "remote" else testbed.model_path("reward")
+        if settings.engine == "remote":
+            return None
+        offered = defaults.installed().reward_model
+        return None if offered is None else Path(offered)
     if value.strip().lower() in ("", "none"):
         return None
     return Path(value)

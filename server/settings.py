@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-import testbed
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
+from server import defaults
 from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
@@ -308,14 +308,14 @@ class Settings(BaseSettings):
     @property
     def model_path(self) -> str:
         """What the engine loads."""
-        return self.model if self.model is not None else str(testbed.model_path("base"))
+        return self.model if self.model is not None else defaults.installed().model
 
     @property
     def model_name(self) -> str:
         """What clients send as ``model`` and /v1/models lists."""
         if self.served_model_name:
             return self.served_model_name
-        return self.model if self.model is not None else "testbed-base"
+        return self.model if self.model is not None else defaults.installed().served_name
 
     @property
     def state_path(self) -> Path:

@@ -6,19 +6,17 @@ engine must run under an `if __name__ == "__main__":` guard (vLLM spawns process
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Literal
 
+from kernels.offline_engine import MAX_MODEL_LEN, cpu_llm
 from testbed.task import Question, parse_answer_for_eval
 from testbed.tokenizer import IM_END, CharCodec, chat_prompt
 
 if TYPE_CHECKING:
     from vllm import LLM
-
-MAX_MODEL_LEN: Final = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,22 +41,8 @@ class Completion:
 def load_llm(
     model: Path | str, *, runner: Literal["generate", "pooling"] = "generate", seed: int = 0
 ) -> LLM:
-    """A CPU engine sized for the testbed (float32, eager, 1 GiB of KV cache)."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM
-
-    return LLM(
-        model=str(model),
-        runner=runner,
-        dtype="float32",
-        max_model_len=MAX_MODEL_LEN,
-        enforce_eager=True,
-        seed=seed,
-        # Whole prompts in one step: chunked prefill + seeds crash the CPU sampler.
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=MAX_MODEL_LEN * 64,
-        max_num_seqs=64,
-    )
+    """A CPU engine sized for the testbed (kernels.offline_engine.cpu_llm)."""
+    return cpu_llm(model, runner=runner, seed=seed, max_model_len=MAX_MODEL_LEN)
 
 
 def to_completion(codec: CharCodec, question: Question, token_ids: Sequence[int]) -> Completion:

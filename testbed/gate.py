@@ -18,7 +18,8 @@ from typing import Final
 import torch
 from transformers import Qwen2ForCausalLM
 
-from testbed.engine import MAX_MODEL_LEN, to_completion
+from kernels.offline_engine import MAX_MODEL_LEN
+from testbed.engine import to_completion
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
 

@@ -37,6 +37,12 @@ def test_imports_point_one_way() -> None:
     assert not _imported_roots("clients") & {"kernels", "strategies", "server", "testbed"}
 
 
+def test_the_runtime_does_not_import_the_testbed() -> None:
+    # The testbed offers itself as the default model (entry point thinkgate.defaults).
+    for runtime in ("server", "strategies", "kernels"):
+        assert "testbed" not in _imported_roots(runtime), runtime
+
+
 def test_http_layer_imports_without_torch_or_vllm() -> None:
     code = (
         "import sys\n"

@@ -132,20 +132,11 @@ def draw_local(
     save progress. Call under ``if __name__ == "__main__":`` (vLLM spawns processes).
     """
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    max_len = 512
-    llm = LLM(
-        model=model,
-        dtype="float32",
-        max_model_len=max_len,
-        enforce_eager=True,
-        seed=sampling.seed,
-        # Whole prompts per step: a chunked seeded prefill crashes the CPU sampler.
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=max_len * 64,
-        max_num_seqs=64,
-    )
+    from kernels.offline_engine import cpu_llm
+
+    llm = cpu_llm(model, seed=sampling.seed)
     tokenizer = llm.get_tokenizer()
     think_end = tokenizer.convert_tokens_to_ids("</think>")
 

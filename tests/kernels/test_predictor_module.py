@@ -22,7 +22,7 @@ from kernels.predictor import (
     remaining_lengths,
     save_predictor,
 )
-from kernels.predictor_cli import Features, evaluate, resolve_tokens, train
+from testbed.predictor_cli import Features, evaluate, resolve_tokens, train
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "testbed" / "models" / "base"

@@ -10,7 +10,7 @@
    a wall-clock cap; 10% of the traces are held out for the metrics written into
    ``bg_predictor/config.json``.
 
-Run it under the ``thinkgate`` entry point (or ``python -m kernels.predictor_cli``):
+Run it under the ``thinkgate`` entry point (or ``python -m testbed.predictor_cli``):
 vLLM spawns processes, so this module only starts an engine from ``main``.
 """
 
@@ -96,9 +96,10 @@ def draw_traces(
     """``n`` traces at temperature 1 from the vLLM engine (testbed train split)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from kernels.offline_engine import cpu_llm
     from testbed.task import make_questions
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -110,16 +111,7 @@ def draw_traces(
             [{"role": "user", "content": q.prompt}], add_generation_prompt=True, tokenize=False
         )
         prompts.append(list(tok(text, add_special_tokens=False).input_ids))
-    llm = LLM(
-        model=str(model_dir),
-        dtype="float32",
-        max_model_len=512,
-        enforce_eager=True,
-        seed=seed,
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=512 * 64,
-        max_num_seqs=64,
-    )
+    llm = cpu_llm(model_dir, seed=seed)
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=None)
     outs = llm.generate(
         [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=progress

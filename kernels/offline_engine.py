@@ -1,0 +1,49 @@
+"""The one CPU set-up of vLLM's offline ``LLM`` that thinkgate's offline tools share
+(testbed evaluation and training traces, PETS pools, predictor traces, benchmarks).
+
+Importing this module does not import vLLM; ``cpu_llm`` does. Callers that start an
+engine run under an ``if __name__ == "__main__":`` guard (vLLM spawns processes).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+MAX_MODEL_LEN: Final = 512  # the testbed's context
+MAX_NUM_SEQS: Final = 64
+
+
+def cpu_llm(
+    model: Path | str,
+    *,
+    seed: int = 0,
+    runner: Literal["generate", "pooling"] = "generate",
+    max_model_len: int = MAX_MODEL_LEN,
+    max_num_seqs: int = MAX_NUM_SEQS,
+    **engine_args: Any,
+) -> LLM:
+    """An engine sized for small models on CPU: float32 (CPU kernels), eager (no graph
+    capture to amortise), whole prompts per step, ``VLLM_CPU_KVCACHE_SPACE`` 1 GiB
+    unless set. ``engine_args`` go to ``LLM`` as they are (logits processors,
+    ``hf_overrides`` ...)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM
+
+    return LLM(
+        model=str(model),
+        runner=runner,
+        dtype="float32",
+        max_model_len=max_model_len,
+        enforce_eager=True,
+        seed=seed,
+        # Whole prompts in one step: chunked prefill with seeds crashes the CPU sampler.
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=max_model_len * max_num_seqs,
+        max_num_seqs=max_num_seqs,
+        **engine_args,
+    )
