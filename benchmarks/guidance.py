@@ -73,12 +73,12 @@ def run(args: argparse.Namespace) -> list[Row]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from kernels import args as elastic_args
-    from kernels import guidance_args
-    from kernels.bg_plugin import hf_overrides
-    from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.elastic import args as elastic_args
+    from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
+    from kernels.guidance import args as guidance_args
+    from kernels.guidance.plugin import hf_overrides
+    from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
     from kernels.offline_engine import cpu_llm
-    from kernels.vllm_v1 import ElasticLogitsProcessor
     from testbed.task import Question, make_questions, parse_answer_for_eval
     from testbed.tokenizer import CharCodec, chat_prompt
 

@@ -41,9 +41,9 @@ def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from kernels import guidance_args
-    from kernels.bg_plugin import hf_overrides
-    from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.guidance import args as guidance_args
+    from kernels.guidance.plugin import hf_overrides
+    from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
     from kernels.offline_engine import cpu_llm
     from testbed.task import make_questions
     from testbed.tokenizer import CharCodec, chat_prompt
@@ -86,8 +86,8 @@ def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def op_part(rows: int, vocab: int, reps: int) -> dict[str, float]:
-    from kernels.gamma import gamma_reweight_ref
-    from kernels.predictor import BudgetPredictor, PredictorConfig
+    from kernels.guidance.gamma import gamma_reweight_ref
+    from kernels.guidance.predictor import BudgetPredictor, PredictorConfig
 
     torch.manual_seed(0)
     logits = torch.randn(rows, vocab)
@@ -151,7 +151,7 @@ def triton_part(rows: int, vocab: int) -> str:
             "Triton: no GPU in this run; the kernel was not timed (checked for correctness "
             "only, against the torch op under TRITON_INTERPRET=1)"
         )
-    from kernels.gamma_triton import gamma_reweight_triton
+    from kernels.guidance.gamma_triton import gamma_reweight_triton
 
     dev = torch.device("cuda")
     logits = torch.randn(rows, vocab, device=dev)

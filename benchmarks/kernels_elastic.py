@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from kernels.args import ElasticArgs
-from kernels.elastic import ElasticCol, elastic_mask_ref, new_state, row_values
-from kernels.elastic.state import THINKING
+from kernels.elastic.args import ElasticArgs
+from kernels.elastic.mask import elastic_mask_ref
+from kernels.elastic.state import THINKING, ElasticCol, new_state, row_values
 
 ROWS = 256
 VOCAB = 151_936
@@ -110,8 +110,8 @@ def adapter_step_ms(repeat: int) -> tuple[float, float]:
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate
 
-    from kernels import args as keys
-    from kernels.vllm_v1 import ElasticLogitsProcessor
+    from kernels.elastic import args as keys
+    from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
     config = SimpleNamespace(
         scheduler_config=SimpleNamespace(max_num_seqs=ROWS),

@@ -80,11 +80,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     # What thinkgate's engine adds for budget guidance, alone or together: the wrapper
     # architecture (hidden states for the predictor) and the logits processor.
     if args.guidance in ("wrapper", "both"):
-        from kernels import bg_plugin
+        from kernels.guidance import plugin as bg_plugin
 
         extra["hf_overrides"] = bg_plugin.hf_overrides()
     if args.guidance in ("processor", "both"):
-        from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+        from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
 
         extra["logits_processors"] = [BudgetGuidanceLogitsProcessor]
     llm = AsyncLLM.from_engine_args(

@@ -10,27 +10,35 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from kernels.confidence import args as conf_args
+from kernels.elastic import args as elastic_args
+from kernels.guidance import args as guidance_args
+
 Runner = Literal["v1", "v2"]
 
 CLASSES: Final[dict[str, dict[Runner, str]]] = {
-    "elastic": {
-        "v1": "kernels.vllm_v1:ElasticLogitsProcessor",
-        "v2": "kernels.vllm_v2:ElasticLogitsProcessorV2",
+    elastic_args.PROCESSOR_NAME: {
+        "v1": "kernels.elastic.vllm_v1:ElasticLogitsProcessor",
+        "v2": "kernels.elastic.vllm_v2:ElasticLogitsProcessorV2",
     },
-    "confidence": {
+    conf_args.PROCESSOR_NAME: {
         "v1": "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
         "v2": "kernels.confidence.vllm_v2:ConfidenceLogitsProcessorV2",
     },
-    "guidance": {
-        "v1": "kernels.guidance_v1:BudgetGuidanceLogitsProcessor",
-        "v2": "kernels.guidance_v2:BudgetGuidanceLogitsProcessorV2",
+    guidance_args.PROCESSOR_NAME: {
+        "v1": "kernels.guidance.vllm_v1:BudgetGuidanceLogitsProcessor",
+        "v2": "kernels.guidance.vllm_v2:BudgetGuidanceLogitsProcessorV2",
     },
 }
 
 
 # Loaded by default (the local engine, ``thinkgate replica``), in this order: confidence
 # reads raw logits, so it runs before the processors that mask or steer them.
-DEFAULT: Final[tuple[str, ...]] = ("confidence", "elastic", "guidance")
+DEFAULT: Final[tuple[str, ...]] = (
+    conf_args.PROCESSOR_NAME,
+    elastic_args.PROCESSOR_NAME,
+    guidance_args.PROCESSOR_NAME,
+)
 
 
 def spec_for(name_or_spec: str, runner: Runner) -> str:

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.metrics import route_label
+from server.metrics import record_end, route_label
 from strategies.budget import Budget
 from strategies.errors import (
     BackendError,
@@ -64,16 +64,11 @@ def error_response(request: Request, err: GatewayError) -> Response:
     if isinstance(err, RequestTimeout):
         # The rest of the slow body may still arrive: never read it as the next request.
         headers["Connection"] = "close"
-    gw = getattr(request.app.state, "gateway", None)
-    if gw is not None:
-        strategy = getattr(request.state, "strategy", "")
-        gw.metrics.requests.labels(route_label(request), strategy, str(err.status)).inc()
-    level = log.error if isinstance(err, BackendError) else log.info
-    level(
-        "request.error",
-        request_id=headers["X-Request-Id"],
+    _record(
+        request,
+        str(err.status),
+        error=isinstance(err, BackendError),
         path=request.url.path,
-        status=err.status,
         type=type(err).__name__,
         param=err.param,
         message=err.message,
@@ -120,12 +115,25 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _client_gone(request: Request, exc: Exception) -> Response:
     # Nobody reads this; 499 (nginx's "client closed request") keeps the logs honest, and
     # it is counted as streams that lose their client are: status 499.
-    gw = getattr(request.app.state, "gateway", None)
-    if gw is not None:
-        strategy = getattr(request.state, "strategy", "")
-        gw.metrics.requests.labels(route_label(request), strategy, "499").inc()
-    log.info("request.client_gone", request_id=request_id(request), path=request.url.path)
+    _record(request, "499", path=request.url.path, reason="client_gone")
     return Response(status_code=499, headers=response_headers(request))
+
+
+def _record(request: Request, status: str, *, error: bool = False, **detail: object) -> None:
+    gw = getattr(request.app.state, "gateway", None)
+    strategy = getattr(request.state, "strategy", "")
+    if gw is None:  # before start-up finished: nothing to count in yet
+        log.info("request.end", request_id=request_id(request), status=status, **detail)
+        return
+    record_end(
+        gw.metrics,
+        route=route_label(request),
+        strategy=strategy,
+        status=status,
+        request_id=request_id(request),
+        error=error,
+        detail=detail,
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

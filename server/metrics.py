@@ -9,9 +9,11 @@ the event loop's lag.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import structlog
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,6 +21,8 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 
 from strategies.base import Result
+
+log = structlog.get_logger("thinkgate.http")
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -162,3 +166,34 @@ def route_label(request: Request) -> str:
     route = request.scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else "unmatched"
+
+
+def record_end(
+    metrics: Metrics,
+    *,
+    route: str,
+    strategy: str,
+    status: str,
+    request_id: str,
+    started: float | None = None,
+    result: Result | None = None,
+    error: bool = False,
+    detail: Mapping[str, object] | None = None,
+) -> None:
+    """The one place a finished request is recorded, whatever path it ended on (JSON,
+    stream, error envelope, a client gone): its count by status, its latency when its
+    start is known, its result's tokens, and one ``request.end`` log line."""
+    metrics.requests.labels(route, strategy, status).inc()
+    fields: dict[str, object] = {"route": route, "strategy": strategy, "status": status}
+    if started is not None:
+        seconds = time.perf_counter() - started
+        metrics.latency.labels(route, strategy).observe(seconds)
+        fields["seconds"] = round(seconds, 4)
+    if result is not None:
+        metrics.record_final(strategy, result)
+        fields["samples"] = result.samples
+        fields["prompt_tokens"] = result.usage.prompt_tokens
+        fields["completion_tokens"] = result.usage.completion_tokens
+    (log.error if error else log.info)(
+        "request.end", request_id=request_id, **fields, **(detail or {})
+    )

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Sequence
 
 from kernels import engine_wait
+from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
 from server import defaults
@@ -78,13 +79,14 @@ def build_command(
     cpu: bool | None = None,
 ) -> list[str]:
     """The vLLM server command line of a replica (nothing is started)."""
-    from kernels.predictor import has_predictor
+    from kernels.guidance.predictor import has_predictor
 
     path = model if model is not None else defaults.installed().model
     rest = list(passthrough)
     chosen = runner or detect_runner(path, rest)
     on_cpu = _on_cpu() if cpu is None else cpu
-    names = [p for p in processors if p != "guidance" or has_predictor(path)]
+    guidance = guidance_args.PROCESSOR_NAME
+    names = [p for p in processors if p != guidance or has_predictor(path)]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     if model is None:
         for flag, value in default_model_flags():
@@ -93,8 +95,8 @@ def build_command(
     cmd.append("--enable-scale-out")
     if names:
         cmd += ["--logits-processors", *(spec_for(p, chosen) for p in names)]
-    if "guidance" in names and not _has(rest, "--hf-overrides"):
-        from kernels import bg_plugin
+    if guidance in names and not _has(rest, "--hf-overrides"):
+        from kernels.guidance import plugin as bg_plugin
 
         cmd += ["--hf-overrides", json.dumps(bg_plugin.hf_overrides())]
     if on_cpu:

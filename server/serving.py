@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Awaitable
+from contextlib import aclosing
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import orjson
@@ -21,10 +22,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from server import budgets
-from server.aio import closing
+from server.admission import Slot
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
-from server.metrics import route_label
+from server.metrics import record_end, route_label
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Envelope, Kind, response_body
 from server.state import Gateway, gateway
@@ -36,7 +37,14 @@ from server.streaming import (
     StreamRun,
     sse_body,
 )
-from strategies.base import Choice, Result, StrategyContext, StrategyEvent, StrategyRequest
+from strategies.base import (
+    Choice,
+    Result,
+    Strategy,
+    StrategyContext,
+    StrategyEvent,
+    StrategyRequest,
+)
 from strategies.engine import SamplingConfig
 from strategies.errors import (
     BackendError,
@@ -53,8 +61,33 @@ log = structlog.get_logger("thinkgate.http")
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request that passed every check and holds its admission slot."""
+
+    gw: Gateway
+    strategy: Strategy
+    name: str  # the strategy's name
+    contexts: tuple[StrategyContext, ...]  # one per prompt
+    slot: Slot
+    env: Envelope
+    headers: dict[str, str]
+    route: str
+    request_id: str
+    started: float
+    include_usage: bool
+
+
 async def serve(request: Request, kind: Kind) -> Response:
     """Answer one chat or completions request (JSON or SSE)."""
+    adm, stream = await admit(request, kind)
+    if stream:
+        return await _stream_response(request, adm)
+    return await _json_response(request, adm)
+
+
+async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
+    """Every check a client can fail, then the admission slot; ``(admitted, stream)``."""
     started = time.perf_counter()
     rid = request_id(request)
     structlog.contextvars.bind_contextvars(request_id=rid)
@@ -125,70 +158,79 @@ async def serve(request: Request, kind: Kind) -> Response:
         strategy.validate(sreq, gw.engine)
     await gw.engine.health()
     slot = gw.admission.acquire(per_prompt * len(prompts))
-    ctxs = [StrategyContext(engine=gw.engine, request=r, resources=gw.resources) for r in sreqs]
-    ctx = ctxs[0]
-    env = Envelope.new(kind, rid, gw.engine.model_name, name, budget)
-    headers = response_headers(request)
-    route = route_label(request)
-    timeout = settings.request_timeout_s
-
-    if not body.stream:
-        try:
-            runs = [strategy.run(c) for c in ctxs]
-            final = await until_disconnect(request, _drain_all(runs), timeout, gw)
-        finally:
-            slot.release()
-        gw.metrics.record_final(name, final)
-        gw.metrics.requests.labels(route, name, "200").inc()
-        gw.metrics.latency.labels(route, name).observe(time.perf_counter() - started)
-        log.info(
-            "request.end",
-            route=route,
-            strategy=name,
-            status=200,
-            samples=final.samples,
-            prompt_tokens=final.usage.prompt_tokens,
-            completion_tokens=final.usage.completion_tokens,
-            seconds=round(time.perf_counter() - started, 4),
-        )
-        content = orjson.dumps(response_body(env, final))
-        return Response(content, media_type="application/json", headers=headers)
-
-    # Streams: the strategy runs in its own task (``StreamRun``); the headers wait for its
-    # first event (so that errors the engine raises at once, like bad sampling values,
-    # keep their real status code), but not longer than FIRST_EVENT_WAIT_S: a strategy
-    # that draws many samples first opens with a progress comment, then keep-alives.
-    run = StreamRun(
-        strategy.run(ctx),
-        StreamEncoder(
-            env, include_usage=bool(body.stream_options and body.stream_options.include_usage)
+    admitted = Admitted(
+        gw=gw,
+        strategy=strategy,
+        name=name,
+        contexts=tuple(
+            StrategyContext(engine=gw.engine, request=r, resources=gw.resources) for r in sreqs
         ),
-        strategy=name,
+        slot=slot,
+        env=Envelope.new(kind, rid, gw.engine.model_name, name, budget),
+        headers=response_headers(request),
+        route=route_label(request),
+        request_id=rid,
+        started=started,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+    )
+    return admitted, body.stream
+
+
+async def _json_response(request: Request, adm: Admitted) -> Response:
+    gw = adm.gw
+    try:
+        runs = [adm.strategy.run(c) for c in adm.contexts]
+        final = await until_disconnect(request, _drain_all(runs), gw.settings.request_timeout_s, gw)
+    finally:
+        adm.slot.release()
+    record_end(
+        gw.metrics,
+        route=adm.route,
+        strategy=adm.name,
+        status="200",
+        request_id=adm.request_id,
+        started=adm.started,
+        result=final,
+    )
+    content = orjson.dumps(response_body(adm.env, final))
+    return Response(content, media_type="application/json", headers=adm.headers)
+
+
+async def _stream_response(request: Request, adm: Admitted) -> Response:
+    """Streams: the strategy runs in its own task (``StreamRun``); the headers wait for its
+    first event (so that errors the engine raises at once, like bad sampling values, keep
+    their real status code), but not longer than FIRST_EVENT_WAIT_S: a strategy that draws
+    many samples first opens with a progress comment, then keep-alives."""
+    gw = adm.gw
+    run = StreamRun(
+        adm.strategy.run(adm.contexts[0]),
+        StreamEncoder(adm.env, include_usage=adm.include_usage),
+        strategy=adm.name,
         aborting=gw.lifecycle.aborting,
     )
-    wait_s = min(FIRST_EVENT_WAIT_S, settings.sse_keepalive_s)
+    wait_s = min(FIRST_EVENT_WAIT_S, gw.settings.sse_keepalive_s)
     try:
-        first = await until_disconnect(request, run.next(wait_s), timeout, gw)
+        first = await until_disconnect(request, run.next(wait_s), gw.settings.request_timeout_s, gw)
         if first is ABORTED:
             raise _shutting_down()
         if isinstance(first, Exception):
             raise first
     except BaseException:
-        slot.release()
+        adm.slot.release()
         await run.aclose()
         raise
     stream = sse_body(
         first=first,
         run=run,
         gw=gw,
-        strategy=name,
-        route=route,
-        request_id=rid,
-        started=started,
-        on_end=slot.release,
+        strategy=adm.name,
+        route=adm.route,
+        request_id=adm.request_id,
+        started=adm.started,
+        on_end=adm.slot.release,
     )
-    headers["Cache-Control"] = "no-cache"
-    return EventStreamResponse(stream, run=run, on_end=slot.release, headers=headers)
+    headers = {**adm.headers, "Cache-Control": "no-cache"}
+    return EventStreamResponse(stream, run=run, on_end=adm.slot.release, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -267,7 +309,7 @@ async def _disconnected(request: Request) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Result:
+async def _drain_all(runs: list[AsyncGenerator[StrategyEvent, None]]) -> Result:
     """One prompt's result, or several run side by side and merged (a prompt list):
     their choices in prompt order, indexed on from the previous prompt's last."""
     if len(runs) == 1:
@@ -294,8 +336,8 @@ async def _drain_all(runs: list[AsyncIterator[StrategyEvent]]) -> Result:
     )
 
 
-async def _drain(events: AsyncIterator[StrategyEvent]) -> Result:
-    async with closing(events):
+async def _drain(events: AsyncGenerator[StrategyEvent, None]) -> Result:
+    async with aclosing(events):
         async for event in events:
             if isinstance(event, Result):
                 return event

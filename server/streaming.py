@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,7 +29,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from server import render, sse
-from server.aio import closing
+from server.metrics import record_end
 from server.render import Body, Envelope
 from server.state import Gateway
 from strategies.base import ChoiceDelta, Progress, Result, StrategyEvent
@@ -76,7 +76,7 @@ class StreamRun:
 
     def __init__(
         self,
-        events: AsyncIterator[StrategyEvent],
+        events: AsyncGenerator[StrategyEvent, None],
         encoder: StreamEncoder,
         *,
         strategy: str,
@@ -94,7 +94,7 @@ class StreamRun:
 
     async def _produce(self) -> None:
         try:
-            async with closing(self._events):
+            async with aclosing(self._events):
                 async for event in self._events:
                     frames = b"".join(self._encoder.encode(event))
                     if isinstance(event, Result):
@@ -245,6 +245,7 @@ async def sse_body(
     when the first event was not there in time (the body then opens with a progress
     comment)."""
     status = "200"
+    result: Result | None = None
     timeout = gw.settings.request_timeout_s
     keepalive_s = gw.settings.sse_keepalive_s
     try:
@@ -257,7 +258,7 @@ async def sse_body(
                     yield item
                 elif isinstance(item, Done):
                     yield item.frames
-                    gw.metrics.record_final(strategy, item.final)
+                    result = item.final
                     break
                 elif item is KEEPALIVE:
                     yield sse.KEEPALIVE
@@ -282,16 +283,15 @@ async def sse_body(
         yield sse.data(err.envelope())
     finally:
         on_end()
-        gw.metrics.requests.labels(route, strategy, status).inc()
-        gw.metrics.latency.labels(route, strategy).observe(time.perf_counter() - started)
-        log.info(
-            "request.end",
-            request_id=request_id,
+        record_end(
+            gw.metrics,
             route=route,
             strategy=strategy,
             status=status,
-            stream=True,
-            seconds=round(time.perf_counter() - started, 4),
+            request_id=request_id,
+            started=started,
+            result=result,
+            detail={"stream": True},
         )
 
 

@@ -6,7 +6,7 @@ forwards its events as SSE. The last event is always ``Result``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
@@ -146,6 +146,6 @@ class Strategy(Protocol):
         """Before any engine call; raises ``InvalidRequest``/``InvalidBudget`` on bad input."""
         ...
 
-    def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+    def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         """An async generator of events; the last one is ``Result``."""
         ...

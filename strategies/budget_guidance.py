@@ -2,7 +2,7 @@
 
 Every trajectory is decoded in ONE engine pass by an engine whose model is the
 budget-guidance wrapper (hidden states reach the logits processor in the same step,
-:mod:`kernels.guidance_v1`): at line boundaries while thinking, the next-token
+:mod:`kernels.guidance.vllm_v1`): at line boundaries while thinking, the next-token
 distribution becomes ``p(v) * Pr(L <= b | v)`` with ``b = max(1, B - thinking tokens so
 far)``, where a Gamma predictor gives the remaining thinking length ``L`` after ``v``.
 
@@ -28,12 +28,12 @@ An engine without the predictor (plain architecture) or without the processor an
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from kernels import guidance_args
+from kernels.guidance import args as guidance_args
 from strategies import elastic
 from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
@@ -153,7 +153,7 @@ class BudgetGuidance:
         _samples(request)
         plan(request, engine)
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         request, engine = ctx.request, ctx.engine
         p = plan(request, engine)
         samples = _samples(request)

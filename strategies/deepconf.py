@@ -22,7 +22,7 @@ online stop needs the processor, so an engine without it answers 503).
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import ClassVar, Final
@@ -53,7 +53,7 @@ from strategies.voting import (
     voting_classes,
 )
 
-PROCESSOR: Final = "confidence"  # Engine.processors name of kernels.confidence
+PROCESSOR: Final = conf_args.PROCESSOR_NAME  # as Engine.processors reports it
 VARIANTS: Final = {"low": 90.0, "high": 10.0}  # variant -> percentile of the warm-up
 DEFAULT_CONSENSUS: Final = 0.95
 MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bound yet
@@ -115,7 +115,7 @@ class DeepConf:
                 "deepconf needs samples >= 2 (a warm-up and a vote)", param="samples"
             )
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
         request, engine = ctx.request, ctx.engine
         n = requested_samples(request, defaults_of(ctx))
         k = requested_k(request)

@@ -1,6 +1,6 @@
 """Elastic Reasoning: a thinking budget ``t`` and a solution budget ``s`` per trajectory.
 
-One engine pass when the engine has our logits processor (``kernels.vllm_v1``):
+One engine pass when the engine has our logits processor (``kernels.elastic.vllm_v1``):
 the processor forces ``</think>`` once ``t`` thinking tokens are spent, then
 allows ``s`` answer tokens, then forces EOS, so an answer always comes. Without
 the processor (a remote replica without thinkgate installed) the same contract
@@ -13,12 +13,12 @@ sequence on models where it is several tokens: forced whole, one token per step)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import ClassVar, Final
 
-from kernels import args as elastic_args
+from kernels.elastic import args as elastic_args
 from kernels.sequence import SequenceMatcher
 from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest, budget_cuts
 from strategies.budget import Budget
@@ -26,7 +26,7 @@ from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta
 from strategies.errors import InvalidBudget, InvalidRequest, first_error
 from strategies.trajectories import Ending, Trajectory, TrajectorySet
 
-PROCESSOR: Final = "elastic"  # the name LocalEngine reports when kernels' processor is loaded
+PROCESSOR: Final = elastic_args.PROCESSOR_NAME  # as Engine.processors reports it
 MODES: Final = ("auto", "one-pass", "two-pass")
 
 
@@ -176,7 +176,7 @@ class Elastic:
         plan(request, engine)
         requested_mode(request, engine)
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         request, engine = ctx.request, ctx.engine
         p = plan(request, engine)
         trajectories = TrajectorySet(engine.tokens, thinking_open=request.thinking_open)

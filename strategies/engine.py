@@ -38,7 +38,7 @@ class SamplingConfig:
     top_logprobs: int = 0
     # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
     ignore_eos: bool = False
-    # Arguments for our logits processors (kernels/args.py names the keys).
+    # Arguments for our logits processors (kernels/elastic/args.py names the keys).
     extra_args: Mapping[str, ExtraArg] = field(default_factory=dict)
 
 

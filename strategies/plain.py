@@ -10,7 +10,7 @@ holds the generated ``token_ids`` (for exact accounting checks and RL pipelines)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
@@ -39,7 +39,7 @@ class Plain:
         if request.n < 1:
             raise InvalidRequest(f"n must be at least 1, got {request.n}", param="n")
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         req = ctx.request
         gen = GenerateRequest(
             request_id=req.request_id,

@@ -382,7 +382,7 @@ class SamplingStrategy:
         """The rule under a confidence vote (``uses_vote``): weighted majority by default."""
         return select_weighted(classes, k), {}
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
         request = ctx.request
         k = requested_k(request)
         n = requested_samples(request, defaults_of(ctx))

@@ -31,7 +31,7 @@ from typing import cast
 
 import torch
 
-from kernels.predictor import (
+from kernels.guidance.predictor import (
     BudgetPredictor,
     PredictorConfig,
     activate,
@@ -197,7 +197,7 @@ def _cat(parts: Sequence[Features]) -> Features:
 @torch.no_grad()
 def evaluate(predictor: BudgetPredictor, data: Features) -> dict[str, float]:
     """Held-out metrics: NLL, |log length error| of the Gamma median, calibration."""
-    from kernels.gamma import reliability_mask
+    from kernels.guidance.gamma import reliability_mask
 
     a_raw, l_raw = predictor.raw_at(data.hidden, data.token)
     alpha, rate = (

@@ -1,7 +1,7 @@
 """Per-request arguments of the confidence early-stop processor (DeepConf online).
 
 They travel in ``SamplingParams.extra_args`` (HTTP: ``vllm_xargs``), checked strictly
-as :mod:`kernels.args` checks Elastic's. A request opts in by carrying
+as :mod:`kernels.elastic.args` checks Elastic's. A request opts in by carrying
 :data:`THRESHOLD`; then:
 
 * :data:`THRESHOLD`: a trace whose group confidence (the mean token confidence over
@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kernels.args import MAX_TOKEN_ID, int_arg
+from kernels.elastic.args import MAX_TOKEN_ID, int_arg
 
+# The one name of this processor: --logits-processors, Engine.processors, replica probes.
+PROCESSOR_NAME: Final = "confidence"
 THRESHOLD: Final = "thinkgate_conf_threshold"
 WINDOW: Final = "thinkgate_conf_window"
 TOP_K: Final = "thinkgate_conf_top_k"

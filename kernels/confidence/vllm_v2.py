@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 class ConfidenceLogitsProcessorV2(LogitsProcessor):
     """Ends a trace whose sliding-window confidence falls below its request's threshold."""
 
-    name: ClassVar[str] = "confidence"
+    name: ClassVar[str] = conf_args.PROCESSOR_NAME  # as reported in Engine.processors
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

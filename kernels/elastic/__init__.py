@@ -1,16 +1,3 @@
-"""Elastic Reasoning ops: row-state columns, the mask op (torch + Triton), V2 tracking."""
-
-from kernels.elastic.mask import apply_elastic_mask, elastic_forced_tokens, elastic_mask_ref
-from kernels.elastic.state import ANSWER, THINKING, UNLIMITED, ElasticCol, new_state, row_values
-
-__all__ = [
-    "ANSWER",
-    "THINKING",
-    "UNLIMITED",
-    "ElasticCol",
-    "apply_elastic_mask",
-    "elastic_forced_tokens",
-    "elastic_mask_ref",
-    "new_state",
-    "row_values",
-]
+"""Elastic Reasoning: per-request args, row-state columns, the mask op (torch +
+Triton), V2 tracking, and the two vLLM adapters (``vllm_v1`` for the CPU runner,
+``vllm_v2`` for Model Runner V2). Import light: nothing here pulls in torch."""

@@ -7,7 +7,7 @@ from typing import Final
 
 import torch
 
-from kernels.args import MAX_THINK_END_TOKENS, ElasticArgs
+from kernels.elastic.args import MAX_THINK_END_TOKENS, ElasticArgs
 from kernels.row_state import RowState
 
 THINKING: Final = 0  # inside <think>: counting toward t

@@ -85,8 +85,9 @@ def _select_guidance_model(args: Any, model_path: str, names: set[str]) -> None:
     predictor. Without one the processor could only pass logits through, so it is not
     advertised in ``Engine.processors`` and the strategy answers 503 instead.
     """
-    from kernels import bg_plugin, guidance_args
-    from kernels.predictor import has_predictor
+    from kernels.guidance import args as guidance_args
+    from kernels.guidance import plugin as bg_plugin
+    from kernels.guidance.predictor import has_predictor
 
     if guidance_args.PROCESSOR_NAME not in names:
         return

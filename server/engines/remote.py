@@ -29,9 +29,9 @@ import httpx
 import orjson
 import structlog
 
-from kernels import args as elastic_args
-from kernels import guidance_args
 from kernels.confidence import args as conf_args
+from kernels.elastic import args as elastic_args
+from kernels.guidance import args as guidance_args
 from server.engines.balancer import PrefixIndex, block_hashes, choose
 from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_error
 from server.engines.tokens import TokenizerTokens
@@ -63,11 +63,11 @@ def needed_processors(extra_args: dict[str, object]) -> frozenset[str]:
     """The processors a call's arguments are meant for (it must not land elsewhere)."""
     need: set[str] = set()
     if elastic_args.THINKING_BUDGET in extra_args:
-        need.add("elastic")
+        need.add(elastic_args.PROCESSOR_NAME)
     if guidance_args.BUDGET in extra_args:
         need.add(guidance_args.PROCESSOR_NAME)
     if conf_args.THRESHOLD in extra_args:
-        need.add("confidence")
+        need.add(conf_args.PROCESSOR_NAME)
     return frozenset(need)
 
 

@@ -17,9 +17,9 @@ from typing import Any, Final, Literal
 
 import httpx
 
-from kernels import args as elastic_args
-from kernels import guidance_args
 from kernels.confidence import args as conf_args
+from kernels.elastic import args as elastic_args
+from kernels.guidance import args as guidance_args
 from server.engines.remote_wire import PATHS, Protocol, error_message
 from strategies.engine import ModelTokens
 
@@ -28,12 +28,12 @@ State = Literal["starting", "up", "down", "mismatch"]
 # A string where an int is expected: every thinkgate processor refuses it by name.
 PROBE_VALUE: Final = "thinkgate-probe"
 PROBES: Final[dict[str, tuple[str, dict[str, object]]]] = {
-    "elastic": (
+    elastic_args.PROCESSOR_NAME: (
         elastic_args.THINKING_BUDGET,
         {elastic_args.THINKING_BUDGET: PROBE_VALUE, elastic_args.THINK_END_ID: 0},
     ),
     guidance_args.PROCESSOR_NAME: (guidance_args.BUDGET, {guidance_args.BUDGET: PROBE_VALUE}),
-    "confidence": (conf_args.THRESHOLD, {conf_args.THRESHOLD: PROBE_VALUE}),
+    conf_args.PROCESSOR_NAME: (conf_args.THRESHOLD, {conf_args.THRESHOLD: PROBE_VALUE}),
 }
 # Answers of a server that does not expose the scale-out routes (403 without
 # --enable-scale-out; 404/405 behind a router that passes only the OpenAI routes).

@@ -20,7 +20,7 @@ is no average to plan and ``samples`` (else ``cap``, else ``ADAPTIVE_CAP``) is t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import ClassVar, Final
 
@@ -62,7 +62,7 @@ class Pets:
         option_cap(request)
         vote_options(request)
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[Progress | Result]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
         table = table_of(ctx)
         request = ctx.request
         cap_option = option_cap(request)

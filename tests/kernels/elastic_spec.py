@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.args import ElasticArgs
+from kernels.elastic.args import ElasticArgs
 
 
 def expected_forced(args: ElasticArgs | None, out: list[int]) -> int | None:

@@ -15,9 +15,9 @@ import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
 
-from kernels.gamma import gamma_reweight_ref  # noqa: E402
-from kernels.gamma_triton import gamma_reweight_triton  # noqa: E402
-from kernels.predictor import inverse_softplus  # noqa: E402
+from kernels.guidance.gamma import gamma_reweight_ref  # noqa: E402
+from kernels.guidance.gamma_triton import gamma_reweight_triton  # noqa: E402
+from kernels.guidance.predictor import inverse_softplus  # noqa: E402
 
 
 def raw_of(value: torch.Tensor) -> torch.Tensor:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from kernels.gamma import gamma_reweight_ref
-from kernels.guidance_stash import STASH, GuidanceModel
-from kernels.predictor import BudgetPredictor, PredictorConfig
+from kernels.guidance.gamma import gamma_reweight_ref
+from kernels.guidance.predictor import BudgetPredictor, PredictorConfig
+from kernels.guidance.stash import STASH, GuidanceModel
 
 VOCAB = 23
 HIDDEN = 16
@@ -80,7 +80,7 @@ def v2_processor(
 ) -> tuple[Any, Any]:
     """A Model Runner V2 guidance processor over hand-built request states (and, with
     ``history``, their committed tokens); returns (processor, request states)."""
-    from kernels.guidance_v2 import BudgetGuidanceLogitsProcessorV2
+    from kernels.guidance.vllm_v2 import BudgetGuidanceLogitsProcessorV2
 
     lengths = torch.full((slots,), prompt_len, dtype=torch.int32)
     req_states: Any = SimpleNamespace(

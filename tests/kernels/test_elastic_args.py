@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import args
-from kernels.args import ElasticArgs, parse
+from kernels.elastic import args
+from kernels.elastic.args import ElasticArgs, parse
 
 BASE = {args.THINKING_BUDGET: 8, args.THINK_END_ID: 4, args.EOS_ID: 2}
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kernels import args as keys
+from kernels.elastic import args as keys
 
 MODEL = Path(__file__).resolve().parents[2] / "testbed" / "models" / "base"
 
@@ -35,7 +35,7 @@ def llm() -> Iterator[Any]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
 
-    from kernels.vllm_v1 import ElasticLogitsProcessor
+    from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
     engine = LLM(
         model=str(MODEL),

@@ -20,9 +20,9 @@ from elastic_spec import check_row, expected_forced
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-from kernels import args as keys
-from kernels.args import ElasticArgs, parse
-from kernels.vllm_v1 import ElasticLogitsProcessor
+from kernels.elastic import args as keys
+from kernels.elastic.args import ElasticArgs, parse
+from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
 VOCAB = 11
 END, EOS, OTHER = 4, 2, 7
@@ -152,7 +152,7 @@ def test_v2_adapter_persistent_batch() -> None:
 
 
 def _run_v2(seed: int) -> None:
-    v2 = pytest.importorskip("kernels.vllm_v2")
+    v2 = pytest.importorskip("kernels.elastic.vllm_v2")
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
 
     rng = random.Random(seed)
@@ -231,7 +231,7 @@ def _run_v2(seed: int) -> None:
 
 
 def test_v2_adapter_never_raises() -> None:
-    v2 = pytest.importorskip("kernels.vllm_v2")
+    v2 = pytest.importorskip("kernels.elastic.vllm_v2")
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
 
     broken = SimpleNamespace(gpu=None)  # the tracking op will fail on it

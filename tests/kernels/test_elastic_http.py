@@ -1,5 +1,5 @@
 """The V1 adapter in a vLLM OpenAI server: ``--logits-processors
-kernels.vllm_v1:ElasticLogitsProcessor``, arguments in ``vllm_xargs``.
+kernels.elastic.vllm_v1:ElasticLogitsProcessor``, arguments in ``vllm_xargs``.
 
 What the RemoteEngine path relies on: the FQCN loads in the server's worker, budgets
 arrive through ``vllm_xargs``, bad values are a 400 naming the key, and the server
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernels import args as keys
+from kernels.elastic import args as keys
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "testbed" / "models" / "base"

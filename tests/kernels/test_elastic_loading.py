@@ -8,10 +8,10 @@ import pytest
 from vllm import SamplingParams
 from vllm.exceptions import VLLMValidationError
 
-from kernels import args as keys
+from kernels.elastic import args as keys
 
-V1_FQCN = "kernels.vllm_v1:ElasticLogitsProcessor"
-V2_FQCN = "kernels.vllm_v2:ElasticLogitsProcessorV2"
+V1_FQCN = "kernels.elastic.vllm_v1:ElasticLogitsProcessor"
+V2_FQCN = "kernels.elastic.vllm_v2:ElasticLogitsProcessorV2"
 BAD = SamplingParams(extra_args={keys.THINKING_BUDGET: "5", keys.THINK_END_ID: 4, keys.EOS_ID: 2})
 GOOD = SamplingParams(extra_args={keys.THINKING_BUDGET: 5, keys.THINK_END_ID: 4, keys.EOS_ID: 2})
 
@@ -22,7 +22,7 @@ def test_v1_loader_by_fqcn_and_admission() -> None:
         validate_logits_processors_parameters,
     )
 
-    from kernels.vllm_v1 import ElasticLogitsProcessor
+    from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
     assert _load_logitsprocs_by_fqcns([V1_FQCN]) == [ElasticLogitsProcessor]
     validate_logits_processors_parameters([V1_FQCN], GOOD)
@@ -37,7 +37,7 @@ def test_v2_loader_by_fqcn_and_admission() -> None:
     )
     from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs_by_fqcns
 
-    from kernels.vllm_v2 import ElasticLogitsProcessorV2
+    from kernels.elastic.vllm_v2 import ElasticLogitsProcessorV2
 
     assert _load_v2_logitsprocs_by_fqcns([V2_FQCN]) == [ElasticLogitsProcessorV2]
     validate = build_custom_logits_processors_params_validator([V2_FQCN])

@@ -8,15 +8,9 @@ import pytest
 import torch
 from elastic_spec import check_row, expected_forced
 
-from kernels.args import ElasticArgs
-from kernels.elastic import (
-    ElasticCol,
-    apply_elastic_mask,
-    elastic_mask_ref,
-    new_state,
-    row_values,
-)
-from kernels.elastic.state import ANSWER, THINKING
+from kernels.elastic.args import ElasticArgs
+from kernels.elastic.mask import apply_elastic_mask, elastic_mask_ref
+from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
 from kernels.row_state import RowState
 
 CPU = torch.device("cpu")

@@ -18,12 +18,12 @@ from elastic_spec import check_row, expected_forced
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-from kernels import args as keys
-from kernels.args import ElasticArgs, parse
+from kernels.elastic import args as keys
+from kernels.elastic.args import ElasticArgs, parse
 from kernels.elastic.mask import elastic_forced_tokens
 from kernels.elastic.state import ElasticCol, new_state, row_values
 from kernels.elastic.track import elastic_track_ref
-from kernels.vllm_v1 import ElasticLogitsProcessor
+from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
 VOCAB = 12
 EOS, FILLER = 2, 7

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy import special
 
-from kernels.gamma import gamma_cdf, gamma_reweight_ref, guidance_factor, reliability_mask
-from kernels.predictor import activate, inverse_softplus
+from kernels.guidance.gamma import gamma_cdf, gamma_reweight_ref, guidance_factor, reliability_mask
+from kernels.guidance.predictor import activate, inverse_softplus
 
 
 def _heads(gen: torch.Generator, rows: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,7 +71,7 @@ class StashCheck:
         return None
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        from kernels.guidance_stash import STASH
+        from kernels.guidance.stash import STASH
 
         hidden = STASH._hidden
         if hidden is None:
@@ -130,8 +130,8 @@ def guided_llm(plain_ids: list[list[int]]) -> Iterator[Any]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
-    from kernels.bg_plugin import hf_overrides
-    from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.guidance.plugin import hf_overrides
+    from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
 
     llm = LLM(
         model=str(MODEL),
@@ -166,8 +166,8 @@ def _greedy(llm: Any, prompts: list[list[int]], extra: dict[str, int] | None) ->
 
 
 def test_wrapper_loaded_through_hf_overrides(guided_llm: Any) -> None:
-    from kernels.bg_model import ARCHITECTURE
-    from kernels.guidance_stash import STASH
+    from kernels.guidance.model import ARCHITECTURE
+    from kernels.guidance.stash import STASH
 
     config = guided_llm.llm_engine.vllm_config.model_config
     assert config.architectures == [ARCHITECTURE]
@@ -177,7 +177,7 @@ def test_wrapper_loaded_through_hf_overrides(guided_llm: Any) -> None:
 def test_no_budget_is_bit_identical_to_the_plain_engine(
     guided_llm: Any, prompts: list[list[int]], plain_ids: list[list[int]]
 ) -> None:
-    from kernels import guidance_args
+    from kernels.guidance import args as guidance_args
 
     assert _greedy(guided_llm, prompts, None) == plain_ids
     assert _greedy(guided_llm, prompts, {guidance_args.BUDGET: 0}) == plain_ids
@@ -185,7 +185,7 @@ def test_no_budget_is_bit_identical_to_the_plain_engine(
 
 
 def test_stash_rows_are_the_sampled_rows(guided_llm: Any, prompts: list[list[int]]) -> None:
-    from kernels import guidance_args
+    from kernels.guidance import args as guidance_args
 
     StashCheck.records.clear()
     StashCheck.first_hidden.clear()
@@ -210,7 +210,7 @@ def test_stash_rows_are_the_sampled_rows(guided_llm: Any, prompts: list[list[int
 def test_guidance_changes_decoding_only_at_boundaries(
     guided_llm: Any, prompts: list[list[int]], plain_ids: list[list[int]]
 ) -> None:
-    from kernels import guidance_args
+    from kernels.guidance import args as guidance_args
     from testbed.tokenizer import CharCodec
 
     codec = CharCodec()

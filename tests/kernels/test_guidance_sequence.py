@@ -8,10 +8,10 @@ from guidance_fixtures import NEWLINE, VOCAB, tiny_predictor, v2_processor
 from vllm import SamplingParams
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
-from kernels import guidance_args
-from kernels.guidance_stash import GuidanceModel
-from kernels.guidance_state import GuidanceCol
-from kernels.guidance_v1 import _Track
+from kernels.guidance import args as guidance_args
+from kernels.guidance.stash import GuidanceModel
+from kernels.guidance.state import GuidanceCol
+from kernels.guidance.vllm_v1 import _Track
 
 SEQ = (4, 11)
 PROMPT_LEN = 3

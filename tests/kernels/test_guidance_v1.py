@@ -25,9 +25,9 @@ from guidance_fixtures import (
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-from kernels import guidance_args
-from kernels.guidance_stash import STASH
-from kernels.guidance_v1 import BudgetGuidanceLogitsProcessor
+from kernels.guidance import args as guidance_args
+from kernels.guidance.stash import STASH
+from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
 
 
 def _processor(capacity: int = 8) -> BudgetGuidanceLogitsProcessor:

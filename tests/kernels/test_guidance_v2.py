@@ -25,9 +25,9 @@ from guidance_fixtures import (
 from vllm import SamplingParams
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
-from kernels import guidance_args
-from kernels.guidance_stash import STASH
-from kernels.guidance_v2 import BudgetGuidanceLogitsProcessorV2
+from kernels.guidance import args as guidance_args
+from kernels.guidance.stash import STASH
+from kernels.guidance.vllm_v2 import BudgetGuidanceLogitsProcessorV2
 
 PROMPT_LEN = 6
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.distributions import Gamma
 
-from kernels.predictor import (
+from kernels.guidance.predictor import (
     BudgetPredictor,
     PredictorConfig,
     activate,

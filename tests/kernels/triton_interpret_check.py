@@ -15,9 +15,10 @@ import torch
 
 assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
 
-from kernels.args import ElasticArgs  # noqa: E402
-from kernels.elastic import ElasticCol, elastic_mask_ref, new_state, row_values  # noqa: E402
+from kernels.elastic.args import ElasticArgs  # noqa: E402
+from kernels.elastic.mask import elastic_mask_ref  # noqa: E402
 from kernels.elastic.mask_triton import apply_elastic_mask_triton  # noqa: E402
+from kernels.elastic.state import ElasticCol, new_state, row_values  # noqa: E402
 from kernels.elastic.track import elastic_track_ref  # noqa: E402
 from kernels.elastic.track_triton import apply_elastic_track_triton  # noqa: E402
 

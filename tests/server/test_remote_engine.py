@@ -66,7 +66,7 @@ def test_ready_and_metrics_list_every_server(remote_stack: RemoteStack) -> None:
     for s in servers.values():
         assert s["state"] == "up" and s["protocol"] == "generate"
         # thinkgate replica loads all three processors (the testbed base ships a predictor).
-        assert s["processors"] == ["budget-guidance", "confidence", "elastic"]
+        assert s["processors"] == ["confidence", "elastic", "guidance"]
     m = remote_stack.gateway.metrics()
     for r in remote_stack.replicas:
         assert m[f'thinkgate_upstream_up{{server="{r.url}"}}'] == 1.0

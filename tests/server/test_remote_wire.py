@@ -138,7 +138,7 @@ def test_upstream_errors_map_by_status() -> None:
 def test_needed_processors_follow_the_arguments() -> None:
     assert needed_processors({}) == frozenset()
     assert needed_processors({"thinkgate_thinking_budget": 3}) == {"elastic"}
-    assert needed_processors({"thinkgate_bg_budget": 3}) == {"budget-guidance"}
+    assert needed_processors({"thinkgate_bg_budget": 3}) == {"guidance"}
     assert needed_processors({"thinkgate_conf_threshold": 3.5}) == {"confidence"}
 
 

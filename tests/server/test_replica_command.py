@@ -32,8 +32,8 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     assert "--enable-scale-out" in cmd
     assert _after(cmd, "--logits-processors") == [
         "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
-        "kernels.vllm_v1:ElasticLogitsProcessor",
-        "kernels.guidance_v1:BudgetGuidanceLogitsProcessor",
+        "kernels.elastic.vllm_v1:ElasticLogitsProcessor",
+        "kernels.guidance.vllm_v1:BudgetGuidanceLogitsProcessor",
     ]
     assert json.loads(_after(cmd, "--hf-overrides")[0]) == {"architectures": ["BGQwen2ForCausalLM"]}
     # CPU safety: no chunked prefill (a seeded chunked prefill kills the CPU engine).
@@ -46,8 +46,8 @@ def test_model_runner_v2_gets_the_v2_classes() -> None:
     cmd = build_command(None, [], runner="v2", cpu=False)
     assert _after(cmd, "--logits-processors") == [
         "kernels.confidence.vllm_v2:ConfidenceLogitsProcessorV2",
-        "kernels.vllm_v2:ElasticLogitsProcessorV2",
-        "kernels.guidance_v2:BudgetGuidanceLogitsProcessorV2",
+        "kernels.elastic.vllm_v2:ElasticLogitsProcessorV2",
+        "kernels.guidance.vllm_v2:BudgetGuidanceLogitsProcessorV2",
     ]
     assert "--no-enable-chunked-prefill" not in cmd and "--dtype" not in cmd
 
@@ -56,7 +56,7 @@ def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
     cmd = build_command(str(tmp_path), ["--max-model-len", "4096"], runner="v1", cpu=True)
     assert _after(cmd, "--logits-processors") == [
         "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
-        "kernels.vllm_v1:ElasticLogitsProcessor",
+        "kernels.elastic.vllm_v1:ElasticLogitsProcessor",
     ]
     assert "--hf-overrides" not in cmd and "--served-model-name" not in cmd
     assert cmd.count("--max-model-len") == 1
@@ -90,4 +90,4 @@ def test_cli_prints_the_exact_command() -> None:
     # On CPU the engine processes get the short spin (kernels/engine_wait.py), shown so
     # that a team copying the command gets it too.
     assert line.startswith("THINKGATE_ENGINE_SPIN_MS=1 ")
-    assert "--enable-scale-out" in line and "kernels.vllm_v1:ElasticLogitsProcessor" in line
+    assert "--enable-scale-out" in line and "kernels.elastic.vllm_v1:ElasticLogitsProcessor" in line

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 import orjson
@@ -106,7 +106,7 @@ def test_completions_chunks_carry_text() -> None:
     assert chunk["choices"][0]["text"] == "42"  # type: ignore[index]
 
 
-async def _events_then_failure() -> AsyncIterator[StrategyEvent]:
+async def _events_then_failure() -> AsyncGenerator[StrategyEvent, None]:
     yield ChoiceDelta(index=0, reasoning="a")
     raise BackendUnavailable("engine died")
 
@@ -137,7 +137,9 @@ def _split(blob: bytes) -> list[bytes]:
     return [part + b"\n\n" for part in blob.split(b"\n\n") if part]
 
 
-async def _body(gw: Any, events: AsyncIterator[StrategyEvent], ended: list[bool]) -> list[bytes]:
+async def _body(
+    gw: Any, events: AsyncGenerator[StrategyEvent, None], ended: list[bool]
+) -> list[bytes]:
     from server.streaming import StreamRun, sse_body
 
     run = StreamRun(
@@ -179,7 +181,7 @@ async def test_failure_after_the_first_byte_is_one_error_frame_then_close() -> N
     assert b'thinkgate_aborted_requests_total{reason="error"} 1.0' in gw.metrics.render()
 
 
-async def _slow_samples(gap_s: float) -> AsyncIterator[StrategyEvent]:
+async def _slow_samples(gap_s: float) -> AsyncGenerator[StrategyEvent, None]:
     await asyncio.sleep(gap_s)
     yield Progress(data={"samples_done": 1, "samples": 2})
     await asyncio.sleep(gap_s)
@@ -211,7 +213,7 @@ async def test_drain_time_up_ends_a_stream_with_an_error_frame_and_stops_the_str
     gw = _gateway(sse_keepalive_s=0.05)
     closed: list[bool] = []
 
-    async def forever() -> AsyncIterator[StrategyEvent]:
+    async def forever() -> AsyncGenerator[StrategyEvent, None]:
         try:
             yield ChoiceDelta(index=0, reasoning="a")
             await asyncio.sleep(3600)
@@ -230,7 +232,7 @@ async def test_drain_time_up_ends_a_stream_with_an_error_frame_and_stops_the_str
 async def test_frames_queued_while_the_client_was_written_to_go_in_one_send() -> None:
     from server.streaming import StreamRun
 
-    async def burst() -> AsyncIterator[StrategyEvent]:
+    async def burst() -> AsyncGenerator[StrategyEvent, None]:
         for i in range(5):
             yield ChoiceDelta(index=0, content=str(i))
         await asyncio.sleep(3600)

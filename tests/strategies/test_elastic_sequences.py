@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from test_reasoning_sequences import EOS, CharTokens
 
-from kernels import args as keys
+from kernels.elastic import args as keys
 from server.engines.scripted import ScriptedEngine
 from strategies.base import StrategyRequest
 from strategies.budget import Budget

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
 import pytest
@@ -22,7 +22,7 @@ class Good:
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         return None
 
-    async def run(self, ctx: StrategyContext) -> AsyncIterator[StrategyEvent]:
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         yield Result(
             choices=(),
             usage=Usage(prompt_tokens=0, completion_tokens=0, reasoning_tokens=0),

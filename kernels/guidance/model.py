@@ -3,7 +3,7 @@
 :class:`BGQwen2ForCausalLM` is vLLM's ``Qwen2ForCausalLM`` plus two things:
 
 * ``compute_logits`` puts the hidden states it receives into
-  :data:`kernels.guidance_stash.STASH` (exactly the rows the sampler will see, in
+  :data:`kernels.guidance.stash.STASH` (exactly the rows the sampler will see, in
   order), so the processor runs the predictor on them in the same step: no second
   forward pass;
 * it owns the predictor (``bg_predictor.*`` parameters), loaded from
@@ -11,7 +11,7 @@
   facts from the predictor's config (``</think>`` id, newline-token mask).
 
 Select it with ``hf_overrides={"architectures": [ARCHITECTURE]}`` on a model directory
-that has a predictor; the architecture is registered by :func:`kernels.bg_plugin.register`
+that has a predictor; the architecture is registered by :func:`kernels.guidance.plugin.register`
 (entry point group ``vllm.general_plugins``). Selecting it on a directory without a
 predictor fails the engine start with a message saying so.
 """
@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING
 import torch
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 
-from kernels import bg_plugin
-from kernels.guidance_stash import STASH, GuidanceModel
-from kernels.predictor import (
+from kernels.guidance import plugin as bg_plugin
+from kernels.guidance.predictor import (
     PREDICTOR_DIR,
     WEIGHTS_FILE,
     BudgetPredictor,
     has_predictor,
     load_config,
 )
+from kernels.guidance.stash import STASH, GuidanceModel
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

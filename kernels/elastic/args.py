@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+# The one name of this processor: --logits-processors, Engine.processors, replica probes.
+PROCESSOR_NAME: Final = "elastic"
 PREFIX: Final = "thinkgate_"
 THINKING_BUDGET: Final = "thinkgate_thinking_budget"
 SOLUTION_BUDGET: Final = "thinkgate_solution_budget"

@@ -2,7 +2,7 @@
 
 vLLM computes ``logits = model.compute_logits(hidden_states[logits_indices])`` and, in
 the same process and the same step, passes those logits to the logits processors.
-:class:`kernels.bg_model.BGQwen2ForCausalLM` puts the hidden states it received into
+:class:`kernels.guidance.model.BGQwen2ForCausalLM` puts the hidden states it received into
 :data:`STASH`; the budget-guidance processor takes them back in ``apply``. Row ``i`` of
 the stash is row ``i`` of the logits (VLLM-NOTES: 0 mismatches over 592 steps).
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.predictor import BudgetPredictor
+from kernels.guidance.predictor import BudgetPredictor
 from kernels.sequence import SequenceMatcher
 
 

@@ -1,9 +1,9 @@
 """Budget guidance as a vLLM V1-runner logits processor (the CPU engine).
 
 Load it explicitly (``logits_processors=[BudgetGuidanceLogitsProcessor]`` or
-``--logits-processors kernels.guidance_v1:BudgetGuidanceLogitsProcessor``) on an engine
-whose model is :class:`kernels.bg_model.BGQwen2ForCausalLM` (``hf_overrides``). Requests
-opt in with the ``extra_args`` keys of :mod:`kernels.guidance_args`.
+``--logits-processors kernels.guidance.vllm_v1:BudgetGuidanceLogitsProcessor``) on an engine
+whose model is :class:`kernels.guidance.model.BGQwen2ForCausalLM` (``hf_overrides``). Requests
+opt in with the ``extra_args`` keys of :mod:`kernels.guidance.args`.
 
 A row is *guided* at a step when it asked for a budget ``B > 0``, is still thinking, and
 the step is a line boundary (its first step, or the previous token's text contains a
@@ -16,7 +16,7 @@ newline). Per step:
   the row-state table and copied to the device once.
 * :meth:`apply`: takes the step's hidden states from the stash, returns at once when no
   row is guided, else runs the predictor on the guided rows only and one batched
-  reweighting op (:func:`kernels.gamma.apply_gamma_reweight`). No per-row loop, no
+  reweighting op (:func:`kernels.guidance.gamma.apply_gamma_reweight`). No per-row loop, no
   ``.item()``/``.tolist()``, and it never raises: a failure is logged once and the
   logits pass through.
 
@@ -44,11 +44,11 @@ from vllm.v1.sample.logits_processor import (
     MoveDirectionality,
 )
 
-from kernels import guidance_args
 from kernels.batch_moves import move_row
-from kernels.gamma import apply_gamma_reweight
-from kernels.guidance_stash import STASH, GuidanceModel
-from kernels.guidance_state import GuidanceCol, new_state, row_values
+from kernels.guidance import args as guidance_args
+from kernels.guidance.gamma import apply_gamma_reweight
+from kernels.guidance.stash import STASH, GuidanceModel
+from kernels.guidance.state import GuidanceCol, new_state, row_values
 
 if TYPE_CHECKING:
     from vllm import SamplingParams

@@ -1,4 +1,4 @@
-"""Triton version of :func:`kernels.gamma.gamma_reweight_ref`: one fused pass per row.
+"""Triton version of :func:`kernels.guidance.gamma.gamma_reweight_ref`: one fused pass per row.
 
 Grid: one program per guided row. The program walks the vocabulary in blocks; per
 block it reads the logits and both head outputs once, computes softplus, the
@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.gamma import MIN_MODE_TOKENS, MIN_RATE, MIN_SHAPE
-from kernels.predictor import EPS
+from kernels.guidance.gamma import MIN_MODE_TOKENS, MIN_RATE, MIN_SHAPE
+from kernels.guidance.predictor import EPS
 
 _BLOCK = 1024
 _MAX_ITERS = 256

@@ -2,9 +2,9 @@
 
 Load it explicitly: ``AsyncLLM``/``LLM(..., logits_processors=[ElasticLogitsProcessor])``
 or ``python -m vllm.entrypoints.openai.api_server ... --logits-processors
-kernels.vllm_v1:ElasticLogitsProcessor``; never through the auto-loaded
+kernels.elastic.vllm_v1:ElasticLogitsProcessor``; never through the auto-loaded
 ``vllm.logits_processors`` entry-point group (it would run in every engine of the
-environment). Requests opt in with the ``extra_args`` keys of :mod:`kernels.args`.
+environment). Requests opt in with the ``extra_args`` keys of :mod:`kernels.elastic.args`.
 
 Per step, vLLM calls :meth:`update_state` (host bookkeeping) then :meth:`apply` (one
 batched mask op). The bookkeeping reads each active row's live output-token list (its
@@ -16,7 +16,7 @@ MATCHED column, so the mask forces the rest of the sequence).
 
 Assumes synchronous scheduling, as on CPU (vLLM turns async scheduling off there):
 with async scheduling the last output token is a placeholder at ``update_state``
-time. On GPU use :mod:`kernels.vllm_v2` (Model Runner V2, the GPU default).
+time. On GPU use :mod:`kernels.elastic.vllm_v2` (Model Runner V2, the GPU default).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from vllm.v1.sample.logits_processor import (
     MoveDirectionality,
 )
 
-from kernels import args as elastic_args
 from kernels.batch_moves import move_row
+from kernels.elastic import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
 from kernels.sequence import SequenceMatcher
@@ -84,7 +84,7 @@ class ElasticLogitsProcessor(LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
 
     # The name the gateway reports in Engine.processors (strategies.elastic.PROCESSOR).
-    name: ClassVar[str] = "elastic"
+    name: ClassVar[str] = elastic_args.PROCESSOR_NAME  # as reported in Engine.processors
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

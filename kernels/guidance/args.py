@@ -1,7 +1,7 @@
 """Per-request arguments of the budget-guidance processors.
 
 They travel in ``SamplingParams.extra_args`` (HTTP: ``vllm_xargs``); types are checked
-strictly (``"5"`` and ``True`` are refused, not coerced), as in :mod:`kernels.args`.
+strictly (``"5"`` and ``True`` are refused, not coerced), as in :mod:`kernels.elastic.args`.
 
 A request opts in by carrying :data:`BUDGET`:
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kernels.args import int_arg
+from kernels.elastic.args import int_arg
 
 BUDGET: Final = "thinkgate_bg_budget"
 THINKING_OPEN: Final = "thinkgate_bg_thinking_open"
@@ -36,7 +36,7 @@ ALL_STEPS: Final = "thinkgate_bg_all_steps"
 KEYS: Final = (BUDGET, THINKING_OPEN, MASK, ALL_STEPS)
 
 # Name under which an engine advertises the processor (``Engine.processors``).
-PROCESSOR_NAME: Final = "budget-guidance"
+PROCESSOR_NAME: Final = "guidance"
 
 # Same bound as the elastic budgets: above it is almost surely a unit mistake, and
 # every value must fit the int32 row state with room for arithmetic.

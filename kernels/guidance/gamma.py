@@ -2,7 +2,7 @@
 
 For guided row ``g`` (logits row ``rows[g]``, remaining budget ``b = budget[g] >= 1``)
 and every token ``v``, with ``alpha = softplus(a_raw) + EPS``, ``lambda = softplus(l_raw)
-+ EPS`` (the predictor's head outputs, :mod:`kernels.predictor`):
++ EPS`` (the predictor's head outputs, :mod:`kernels.guidance.predictor`):
 
 * ``F_v = P(alpha_v, lambda_v * log(1 + b))``: the Gamma CDF at ``x = log(1 + b)``
   (``P`` is the regularised lower incomplete gamma function);
@@ -31,7 +31,7 @@ from typing import Final
 import torch
 from torch.nn import functional as F
 
-from kernels.predictor import EPS
+from kernels.guidance.predictor import EPS
 
 # The spec's reliability thresholds (hard-coded there too).
 MIN_RATE: Final = 10.0
@@ -120,7 +120,7 @@ def apply_gamma_reweight(
 ) -> torch.Tensor:
     """In place: the Triton kernel for CUDA tensors, :func:`gamma_reweight_ref` otherwise."""
     if logits.is_cuda:
-        from kernels.gamma_triton import gamma_reweight_triton
+        from kernels.guidance.gamma_triton import gamma_reweight_triton
 
         return gamma_reweight_triton(logits, rows, a_raw, l_raw, budget, mask)
     return gamma_reweight_ref(logits, rows, a_raw, l_raw, budget, mask)

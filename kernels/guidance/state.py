@@ -11,7 +11,7 @@ from typing import Final
 
 import torch
 
-from kernels.guidance_args import GuidanceArgs
+from kernels.guidance.args import GuidanceArgs
 from kernels.row_state import RowState
 
 

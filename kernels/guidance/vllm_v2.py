@@ -1,9 +1,9 @@
 """Budget guidance as a Model Runner V2 logits processor (vLLM's GPU default).
 
 Load it explicitly (``logits_processors=[BudgetGuidanceLogitsProcessorV2]``) on an
-engine whose model is :class:`kernels.bg_model.BGQwen2ForCausalLM`; the V2 loader
+engine whose model is :class:`kernels.guidance.model.BGQwen2ForCausalLM`; the V2 loader
 rejects V1-interface classes, hence this second adapter over the same predictor and op
-as :mod:`kernels.guidance_v1`.
+as :mod:`kernels.guidance.vllm_v1`.
 
 Everything per step is computed on the device from the step context, with no host
 sync and no per-row loop: for row ``r`` of slot ``s = ctx.expanded_idx_mapping[r]``,
@@ -39,10 +39,10 @@ from vllm.v1.worker.gpu.sample.logits_processor import (
     LogitsProcRequestState,
 )
 
-from kernels import guidance_args
-from kernels.gamma import apply_gamma_reweight
-from kernels.guidance_stash import STASH
-from kernels.guidance_state import GuidanceCol, new_state, row_values
+from kernels.guidance import args as guidance_args
+from kernels.guidance.gamma import apply_gamma_reweight
+from kernels.guidance.stash import STASH
+from kernels.guidance.state import GuidanceCol, new_state, row_values
 
 if TYPE_CHECKING:
     from vllm import SamplingParams

@@ -1,10 +1,10 @@
 """Elastic Reasoning as a Model Runner V2 logits processor (vLLM's GPU default).
 
 Load it explicitly: ``logits_processors=[ElasticLogitsProcessorV2]`` or
-``--logits-processors kernels.vllm_v2:ElasticLogitsProcessorV2``. The V2 loader rejects
+``--logits-processors kernels.elastic.vllm_v2:ElasticLogitsProcessorV2``. The V2 loader rejects
 V1-interface classes, hence a second adapter over the same ops as
-:mod:`kernels.vllm_v1`. Requests opt in with the ``extra_args`` keys of
-:mod:`kernels.args`.
+:mod:`kernels.elastic.vllm_v1`. Requests opt in with the ``extra_args`` keys of
+:mod:`kernels.elastic.args`.
 
 Slots are recycled through a free list and there is no removal call: ``add_request``
 overwrites the whole slot row (inactive when the request does not opt in). Per step
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
-from kernels import args as elastic_args
+from kernels.elastic import args as elastic_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 class ElasticLogitsProcessorV2(LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
 
-    name: ClassVar[str] = "elastic"  # as reported in Engine.processors
+    name: ClassVar[str] = elastic_args.PROCESSOR_NAME  # as reported in Engine.processors
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

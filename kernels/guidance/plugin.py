@@ -1,7 +1,7 @@
 """vLLM general plugin: registers the budget-guidance wrapper architecture.
 
 Entry point (pyproject): ``[project.entry-points."vllm.general_plugins"]
-thinkgate_bg = "kernels.bg_plugin:register"``. vLLM calls it in every process it starts
+thinkgate_bg = "kernels.guidance.plugin:register"``. vLLM calls it in every process it starts
 (frontend, engine core, workers). It only registers a lazy ``module:Class`` string, so
 it imports nothing heavy and changes nothing for engines that do not select
 :data:`ARCHITECTURE` through ``hf_overrides``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 ARCHITECTURE: Final = "BGQwen2ForCausalLM"
-_TARGET: Final = "kernels.bg_model:BGQwen2ForCausalLM"
+_TARGET: Final = "kernels.guidance.model:BGQwen2ForCausalLM"
 
 
 def register() -> None:
