@@ -119,6 +119,10 @@ class ChatMessage(BaseModel):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    # vLLM's extension, sent on every streamed request by GuideLLM: accepted so that it
+    # runs; usage still comes once, in the last chunk (with include_usage), because
+    # strategy deltas carry text, not token counts.
+    continuous_usage_stats: bool = False
 
 
 class _Common(BaseModel):
