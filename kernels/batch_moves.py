@@ -1,4 +1,5 @@
-"""The host side of a V1 batch move, shared by our V1 adapters.
+"""A V1 batch update applied to an adapter's row table and host objects, shared by our
+V1 adapters (each keeps only what a new row means to it: ``admit``).
 
 vLLM's V1 runner reports moves as ``(src, dst, direction)``: a SWAP exchanges two rows,
 a unidirectional move puts ``src`` in ``dst`` (whatever ``dst`` held is gone) and frees
@@ -9,9 +10,48 @@ it keeps in a dict (live output lists, trackers) move the same way here, as vLLM
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
 
 T = TypeVar("T")
+
+
+class RowTable(Protocol):
+    """The per-row device state an adapter keeps (``kernels.row_state.RowState`` ...)."""
+
+    def clear(self, row: int) -> None: ...
+    def move(self, src: int, dst: int) -> None: ...
+    def swap(self, a: int, b: int) -> None: ...
+
+
+def apply_batch_update(
+    update: BatchUpdate,
+    table: RowTable,
+    rows: dict[int, T],
+    admit: Callable[[int, SamplingParams, list[int]], T | None],
+) -> None:
+    """vLLM's order: removed, added, moved. A reused slot is cleared before ``admit``
+    (``row, params, live output ids``) writes it; ``admit`` returns the row's host
+    object, or None to leave the row to others (no args of ours, or unusable here)."""
+    from vllm.v1.sample.logits_processor import MoveDirectionality
+
+    for row in update.removed:
+        if rows.pop(row, None) is not None:
+            table.clear(row)
+    for row, params, _prompt, out in update.added:
+        rows.pop(row, None)
+        table.clear(row)
+        host = admit(row, params, out)
+        if host is not None:
+            rows[row] = host
+    for src, dst, direction in update.moved:
+        swap = direction == MoveDirectionality.SWAP
+        (table.swap if swap else table.move)(src, dst)
+        move_row(rows, src, dst, swap=swap)
 
 
 def move_row(rows: dict[int, T], src: int, dst: int, *, swap: bool) -> None:

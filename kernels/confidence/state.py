@@ -56,6 +56,9 @@ class ConfidenceState:
         self.ring[slot].zero_()
         self.sums[slot] = 0.0
 
+    def clear(self, row: int) -> None:
+        self.table.clear(row)
+
     def move(self, src: int, dst: int) -> None:
         self.table.move(src, dst)
         self.ring[dst] = self.ring[src]

@@ -18,9 +18,9 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from kernels.batch_moves import move_row
+from kernels.batch_moves import apply_batch_update
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import confidence_step
 from kernels.confidence.state import ConfCol, new_state, row_values
@@ -71,25 +71,19 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
             self._fail("update_state")
 
     def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
-        state = self._state
-        for row in batch_update.removed:
-            if self._rows.pop(row, None) is not None:
-                state.table.clear(row)
-        for row, params, _prompt, out in batch_update.added:
-            self._rows.pop(row, None)
-            state.table.clear(row)
-            parsed = self._parse(params)
-            if parsed is None:
-                continue
-            values = row_values(parsed)
-            values[ConfCol.START] = len(out)  # a resumed row restarts its window here
-            state.table.write(row, values)
-            state.reset_slot(row)
-            self._rows[row] = (out, parsed.top_k)
-        for src, dst, direction in batch_update.moved:
-            swap = direction == MoveDirectionality.SWAP
-            (state.swap if swap else state.move)(src, dst)
-            move_row(self._rows, src, dst, swap=swap)
+        apply_batch_update(batch_update, self._state, self._rows, self._admit)
+
+    def _admit(
+        self, row: int, params: SamplingParams, out: list[int]
+    ) -> tuple[list[int], int] | None:
+        parsed = self._parse(params)
+        if parsed is None:
+            return None
+        values = row_values(parsed)
+        values[ConfCol.START] = len(out)  # a resumed row restarts its window here
+        self._state.table.write(row, values)
+        self._state.reset_slot(row)
+        return out, parsed.top_k
 
     def _parse(self, params: SamplingParams) -> conf_args.ConfidenceArgs | None:
         try:

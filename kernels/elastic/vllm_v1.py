@@ -29,10 +29,9 @@ import torch
 from vllm.v1.sample.logits_processor import (
     BatchUpdate,
     LogitsProcessor,
-    MoveDirectionality,
 )
 
-from kernels.batch_moves import move_row
+from kernels.batch_moves import apply_batch_update
 from kernels.elastic import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
@@ -129,22 +128,14 @@ class ElasticLogitsProcessor(LogitsProcessor):
             self._fail("update_state")
 
     def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
-        for row in batch_update.removed:
-            if self._tracks.pop(row, None) is not None:
-                self._state.clear(row)
-        for row, params, _prompt, out in batch_update.added:
-            self._tracks.pop(row, None)
-            self._state.clear(row)
-            parsed = self._parse(params)
-            if parsed is None:
-                continue
-            self._state.write(row, row_values(parsed))
-            closing = SequenceMatcher(parsed.think_end_ids)
-            self._tracks[row] = _Track(out, closing, parsed.thinking_open)
-        for src, dst, direction in batch_update.moved:
-            swap = direction == MoveDirectionality.SWAP
-            (self._state.swap if swap else self._state.move)(src, dst)
-            move_row(self._tracks, src, dst, swap=swap)
+        apply_batch_update(batch_update, self._state, self._tracks, self._admit)
+
+    def _admit(self, row: int, params: SamplingParams, out: list[int]) -> _Track | None:
+        parsed = self._parse(params)
+        if parsed is None:
+            return None
+        self._state.write(row, row_values(parsed))
+        return _Track(out, SequenceMatcher(parsed.think_end_ids), parsed.thinking_open)
 
     def _parse(self, params: SamplingParams) -> elastic_args.ElasticArgs | None:
         """The row's args, or None (row left free) when absent or unusable here."""

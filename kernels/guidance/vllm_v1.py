@@ -41,10 +41,9 @@ import torch
 from vllm.v1.sample.logits_processor import (
     BatchUpdate,
     LogitsProcessor,
-    MoveDirectionality,
 )
 
-from kernels.batch_moves import move_row
+from kernels.batch_moves import apply_batch_update
 from kernels.guidance import args as guidance_args
 from kernels.guidance.gamma import apply_gamma_reweight
 from kernels.guidance.stash import STASH, GuidanceModel
@@ -165,26 +164,18 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
         return (host.pin_memory() if self._pin else host).to(self._device, non_blocking=True)
 
     def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
-        st = self._state
-        for row in batch_update.removed:
-            if self._tracks.pop(row, None) is not None:
-                st.clear(row)
-        for row, params, _prompt, out in batch_update.added:
-            self._tracks.pop(row, None)
-            st.clear(row)
-            try:
-                parsed = guidance_args.parse(params.extra_args)
-            except ValueError as exc:  # validate_params should have refused it already
-                logger.warning("thinkgate budget guidance: ignoring bad extra_args: %s", exc)
-                parsed = None
-            if parsed is None:
-                continue
-            st.write(row, row_values(parsed))
-            self._tracks[row] = _Track(out, thinking=parsed.thinking_open)
-        for src, dst, direction in batch_update.moved:
-            swap = direction == MoveDirectionality.SWAP
-            (st.swap if swap else st.move)(src, dst)
-            move_row(self._tracks, src, dst, swap=swap)
+        apply_batch_update(batch_update, self._state, self._tracks, self._admit)
+
+    def _admit(self, row: int, params: SamplingParams, out: list[int]) -> _Track | None:
+        try:
+            parsed = guidance_args.parse(params.extra_args)
+        except ValueError as exc:  # validate_params should have refused it already
+            logger.warning("thinkgate budget guidance: ignoring bad extra_args: %s", exc)
+            return None
+        if parsed is None:
+            return None
+        self._state.write(row, row_values(parsed))
+        return _Track(out, thinking=parsed.thinking_open)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
