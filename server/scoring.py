@@ -26,7 +26,7 @@ import structlog
 from server import defaults, model_match
 from server.settings import Settings
 from strategies.engine import Engine
-from strategies.sampling import DEFAULTS_KEY, SamplingDefaults
+from strategies.pool import DEFAULTS_KEY, SamplingDefaults
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import (
     HttpVerifier,

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from strategies.base import JSON, StrategyContext
-from strategies.sampling import SamplingStrategy, defaults_of, option_alpha
+from strategies.pool import defaults_of, option_alpha
+from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_best_of_majority
 from strategies.voting import OPTIONS as VOTE_OPTIONS
 

@@ -34,13 +34,13 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from kernels.guidance import args as guidance_args
-from strategies import elastic
+from strategies import elastic_plan
 from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from strategies.budget import Budget
-from strategies.elastic import ElasticPlan
+from strategies.elastic_plan import ElasticPlan
 from strategies.engine import Engine, ExtraArg, FinishReason, GenerateRequest, SamplingConfig
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
-from strategies.sampling import Draw, Pool, analyse, draw, final_event
+from strategies.pool import Draw, Pool, analyse, draw, final_event
 from strategies.selection import build_classes, select_majority
 from strategies.trajectories import Ending, Trajectory, TrajectorySet
 
@@ -99,13 +99,13 @@ def plan(request: StrategyRequest, engine: Engine) -> GuidancePlan:
     hard_cap = math.ceil(guided * factor) if guided is not None and factor is not None else None
     e_plan: ElasticPlan | None = None
     if hard_cap is not None or b.solution is not None:
-        if elastic.PROCESSOR not in engine.processors:
+        if elastic_plan.PROCESSOR not in engine.processors:
             raise InvalidRequest(
                 "a hard cap or solution budget with budget-guidance needs the elastic "
                 "logits processor on this engine",
                 param="budget.solution" if hard_cap is None else "hard_cap_factor",
             )
-        e_plan = elastic.plan(request, engine, Budget(thinking=hard_cap, solution=b.solution))
+        e_plan = elastic_plan.plan(request, engine, Budget(thinking=hard_cap, solution=b.solution))
         sampling = e_plan.sampling
     else:
         room = engine.max_model_len - len(request.prompt_token_ids)
@@ -250,7 +250,7 @@ def _outcome(traj: Trajectory, p: GuidancePlan) -> Ending:
     }
     if p.elastic is None:
         return Ending(reason, info)
-    end = elastic.outcome(traj, p.elastic)
+    end = elastic_plan.outcome(traj, p.elastic)
     info["cut"] = end.info["cut"]
     info["solution_cut"] = end.info["solution_cut"]
     return Ending(end.finish_reason, info, end.budget_cut)

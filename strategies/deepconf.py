@@ -32,7 +32,7 @@ from strategies.base import JSON, Progress, Result, StrategyContext, StrategyReq
 from strategies.confidence import lowest_group, percentile
 from strategies.engine import Engine, Sample
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
-from strategies.sampling import (
+from strategies.pool import (
     Pool,
     analyse,
     defaults_of,

@@ -54,3 +54,23 @@ def test_http_layer_imports_without_torch_or_vllm() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "", f"the HTTP layer pulled in {out.stdout.strip()}"
+
+
+def test_strategy_modules_do_not_import_each_other() -> None:
+    """Registered strategies share building blocks (pool, elastic_plan, voting ...), never
+    each other's modules."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    modules = {v.split(":")[0] for v in project["entry-points"]["thinkgate.strategies"].values()}
+    assert "strategies.plain" in modules and len(modules) >= 8
+    for module in modules:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                imported |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+        assert not (imported & (modules - {module})), (module, imported & modules)

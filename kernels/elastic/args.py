@@ -11,7 +11,7 @@ A request opts in by carrying :data:`THINKING_BUDGET`. Then:
 * :data:`SOLUTION_BUDGET` ``s >= 0``, absent = unlimited: after ``</think>`` (natural or
   forced) at most ``s`` answer tokens, then EOS is forced. The forced EOS is not
   counted in ``s``: with ``max_tokens = t + 1 + s`` (E1's total, what
-  ``strategies.elastic`` sets) the length cap ends a fully used answer first
+  ``strategies.elastic_plan`` sets) the length cap ends a fully used answer first
   (``finish_reason="length"``, as in the reference two-call algorithm); with a larger
   ``max_tokens`` the forced EOS ends it (``"stop"``, ``t + 1 + s + 1`` tokens).
 * :data:`THINK_END_ID`, :data:`EOS_ID`: the token ids of ``</think>`` and EOS, resolved

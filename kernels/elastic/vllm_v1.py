@@ -82,7 +82,7 @@ class _Track:
 class ElasticLogitsProcessor(LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
 
-    # The name the gateway reports in Engine.processors (strategies.elastic.PROCESSOR).
+    # The name the gateway reports in Engine.processors (strategies.elastic_plan.PROCESSOR).
     name: ClassVar[str] = elastic_args.PROCESSOR_NAME  # as reported in Engine.processors
 
     @classmethod

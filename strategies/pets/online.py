@@ -32,7 +32,7 @@ from strategies.errors import BackendError, InvalidBudget, InvalidRequest
 from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
 from strategies.pets.labels import K0, Label, label_answers, pattern
 from strategies.pets.table import PetsTable
-from strategies.sampling import Analysed, analyse, class_info, usage_of
+from strategies.pool import Analysed, analyse, class_info, usage_of
 from strategies.selection import build_classes, select_majority, select_weighted
 from strategies.voting import OPTIONS as VOTE_OPTIONS
 from strategies.voting import trace_confidences, vote_options, voting_classes

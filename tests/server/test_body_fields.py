@@ -139,3 +139,22 @@ def test_vllm_benchmark_client_payload_streams(base_url: str, served_model: str)
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     assert '"completion_tokens":8' in lines[-2].replace(" ", "")
+
+
+def test_guidellm_payload_streams(base_url: str, served_model: str) -> None:
+    """What GuideLLM posts on every streamed chat request (vLLM's continuous_usage_stats
+    among them: accepted, the usage still comes once, in the last chunk)."""
+    payload = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": "1+2"}],
+        "max_tokens": 6,
+        "stop": None,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=payload, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert '"completion_tokens":6' in lines[-2].replace(" ", "")

@@ -11,9 +11,9 @@ from test_reasoning_sequences import EOS, CharTokens
 from server.engines.scripted import ScriptedEngine
 from strategies.base import StrategyRequest
 from strategies.budget import Budget
-from strategies.elastic import plan, two_pass
+from strategies.elastic_plan import plan, two_pass
 from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
-from strategies.sampling import Draw, Pool, draw
+from strategies.pool import Draw, Pool, draw
 
 TOKENS = CharTokens()
 

@@ -14,7 +14,7 @@ from kernels.elastic import args as keys
 from server.engines.scripted import ScriptedEngine
 from strategies.base import StrategyRequest
 from strategies.budget import Budget
-from strategies.elastic import plan, two_pass
+from strategies.elastic_plan import plan, two_pass
 from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
 from strategies.errors import InvalidRequest
 
