@@ -20,7 +20,6 @@ the demo keeps working with jobs kept in memory only, and the log says so.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import structlog
 
 from server import defaults
 from server.settings import Settings
+from strategies.base import Attached
 from strategies.engine import Engine
 from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
 from strategies.pets.batch_jobs import BatchJobs
@@ -47,10 +47,8 @@ def table_path(settings: Settings) -> Path | None:
     return Path(value)
 
 
-async def pets_resources(
-    settings: Settings, engine: Engine, stack: AsyncExitStack
-) -> Mapping[str, object]:
-    items: dict[str, object] = {}
+async def pets_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
+    items: Attached = {}
     table = _table(settings, engine)
     if table is not None:
         items[TABLE_KEY] = table

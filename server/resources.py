@@ -1,51 +1,72 @@
-"""Server-wide resources strategies use (reward model, predictor, allocation table...).
+"""Server-wide resources strategies use (reward model, scorers, allocation table, batch
+jobs...), built by plugins.
 
-``build_resources`` runs once in the lifespan, after the engine is up, and tears
-everything down at shutdown. To attach a resource by default, add a builder to
-``BUILDERS``: an async function ``(settings, engine, stack) -> {name: object}`` that
-registers its own teardown on ``stack`` (``stack.push_async_callback(...)``). Strategies
-read it with ``ctx.resources.get(name)`` and own the protocol of what they read.
-The demo server (``thinkgate serve`` with no flags) must keep working with every
-builder's defaults: a resource whose files are missing should be left out (log why),
-and the strategy that needs it should refuse requests with a clear 4xx/503.
+A resource builder is an async function ``(settings, engine, stack) -> {ResourceKey:
+value}`` that registers its own teardown on ``stack`` (``stack.push_async_callback``).
+Builders are found through the entry-point group ``thinkgate.resources`` (thinkgate's
+own: ``pets``, ``sampling`` in pyproject.toml), so a third-party strategy attaches its
+resource by declaring a ``ResourceKey`` next to the code that reads it and a builder in
+its own package's entry points, without editing the server. ``build_resources`` runs
+once in the lifespan, after the engine is up, checks every value against its key's
+type, and tears everything down at shutdown. The demo server (``thinkgate serve`` with
+no flags) must keep working with every builder's defaults: a resource whose files are
+missing is left out (logged), and the strategy that needs it refuses requests with a
+clear 4xx/503.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from importlib.metadata import entry_points
+from typing import Final
 
 import structlog
 
-from server.pets import pets_resources
-from server.scoring import sampling_resources
 from server.settings import Settings
-from strategies.base import Resources
+from strategies.base import Attached, Resources
 from strategies.engine import Engine
 
 log = structlog.get_logger("thinkgate.resources")
 
-ResourceBuilder = Callable[[Settings, Engine, AsyncExitStack], Awaitable[Mapping[str, object]]]
+GROUP: Final = "thinkgate.resources"
 
-# Builders attached by default, in order (later ones may read earlier ones' items
-# through the returned mapping only after start-up; keep them independent).
-BUILDERS: tuple[ResourceBuilder, ...] = (pets_resources, sampling_resources)
+ResourceBuilder = Callable[[Settings, Engine, AsyncExitStack], Awaitable[Attached]]
+
+
+def installed_builders() -> tuple[ResourceBuilder, ...]:
+    """Every installed builder, by entry-point name (a stable order; keep builders
+    independent of each other). A broken plugin fails start-up, naming it."""
+    builders: list[ResourceBuilder] = []
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        try:
+            builder = ep.load()
+        except Exception as exc:
+            raise RuntimeError(f"failed to load resource builder {ep.value!r}: {exc}") from exc
+        if not callable(builder):
+            raise RuntimeError(f"resource builder {ep.value!r} is not callable")
+        builders.append(builder)
+    return tuple(builders)
 
 
 @asynccontextmanager
 async def build_resources(
     settings: Settings,
     engine: Engine,
-    builders: tuple[ResourceBuilder, ...] = BUILDERS,
+    builders: Sequence[ResourceBuilder] | None = None,
 ) -> AsyncIterator[Resources]:
     """Every builder's items as one ``Resources``; torn down in reverse on exit."""
     items: dict[str, object] = {}
     async with AsyncExitStack() as stack:
-        for build in builders:
-            built = await build(settings, engine, stack)
-            clash = set(built) & set(items)
-            if clash:
-                raise RuntimeError(f"resource names attached twice: {sorted(clash)}")
-            items.update(built)
+        for build in installed_builders() if builders is None else builders:
+            for key, value in (await build(settings, engine, stack)).items():
+                if key.name in items:
+                    raise RuntimeError(f"resource {key.name!r} attached twice")
+                if not isinstance(value, key.kind):
+                    raise RuntimeError(
+                        f"resource {key.name!r} must be a {key.kind.__name__}, "
+                        f"got {type(value).__name__} (from {build.__qualname__})"
+                    )
+                items[key.name] = value
         log.info("resources.ready", names=sorted(items))
         yield Resources(items=items)

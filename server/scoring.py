@@ -17,7 +17,6 @@ naming both models (``server.model_match``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import structlog
 
 from server import defaults, model_match
 from server.settings import Settings
+from strategies.base import Attached
 from strategies.engine import Engine
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
@@ -132,9 +132,7 @@ async def _reward_model(
     return reward
 
 
-async def sampling_resources(
-    settings: Settings, engine: Engine, stack: AsyncExitStack
-) -> Mapping[str, object]:
+async def sampling_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
     scorers: list[Scorer] = [MeanLogprob()]
     model = await _reward_model(settings, engine, stack)
     if model is not None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from strategies.budget import Budget
 from strategies.engine import Engine, FinishReason, SamplingConfig
+
+T = TypeVar("T")
 
 # A JSON-ready value for the ``thinkgate`` extension object.
 JSON = None | bool | int | float | str | Sequence["JSON"] | Mapping[str, "JSON"]
@@ -104,18 +106,30 @@ class Result:
 StrategyEvent = ChoiceDelta | Progress | Result
 
 
+@dataclass(frozen=True, slots=True)
+class ResourceKey(Generic[T]):
+    """The typed name of a server-wide resource: the module that reads it declares the
+    key (``TABLE = ResourceKey("pets_table", PetsTable)``), a resource builder attaches a
+    value under it (checked against ``kind`` at start-up), ``Resources.get`` returns a
+    ``T``. Builders are plugins: entry-point group ``thinkgate.resources``."""
+
+    name: str
+    kind: type[T]
+
+
+# What a resource builder attaches: values by their typed key.
+Attached = dict[ResourceKey[Any], object]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resources:
-    """Server-wide things strategies may use, attached at start-up (None: not configured).
-
-    Typed loosely on purpose: each strategy module owns the protocol of what it reads
-    (a scorer, an allocation table), so adding one does not touch this file's users.
-    """
+    """Server-wide things strategies may use, attached at start-up (None: not configured)."""
 
     items: Mapping[str, object] = field(default_factory=dict)
 
-    def get(self, name: str) -> object | None:
-        return self.items.get(name)
+    def get(self, key: ResourceKey[T]) -> T | None:
+        found = self.items.get(key.name)
+        return found if isinstance(found, key.kind) else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

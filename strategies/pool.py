@@ -19,6 +19,7 @@ from strategies.base import (
     BudgetName,
     Choice,
     Progress,
+    ResourceKey,
     Result,
     StrategyContext,
     StrategyRequest,
@@ -45,8 +46,6 @@ from strategies.voting import (
     vote_options,
 )
 
-DEFAULTS_KEY: Final = "sampling"  # Resources item holding SamplingDefaults
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingDefaults:
@@ -56,9 +55,11 @@ class SamplingDefaults:
     alpha: float = 0.02  # Best-of-Majority frequency threshold
 
 
+DEFAULTS_KEY: Final = ResourceKey("sampling", SamplingDefaults)
+
+
 def defaults_of(ctx: StrategyContext) -> SamplingDefaults:
-    found = ctx.resources.get(DEFAULTS_KEY)
-    return found if isinstance(found, SamplingDefaults) else SamplingDefaults()
+    return ctx.resources.get(DEFAULTS_KEY) or SamplingDefaults()
 
 
 def requested_k(request: StrategyRequest) -> int:

@@ -53,8 +53,7 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     that provides it): the request is right, the server lacks it. ``logprob`` always
     exists."""
     name = option_scorer(ctx.request)
-    found = ctx.resources.get(SCORERS_KEY)
-    scorers = found if isinstance(found, ScorerSet) else ScorerSet()
+    scorers = ctx.resources.get(SCORERS_KEY) or ScorerSet()
     scorer = scorers.get(name)
     if scorer is not None:
         return scorer

@@ -25,12 +25,12 @@ from typing import ClassVar, Final, Protocol, runtime_checkable
 
 import httpx
 
+from strategies.base import ResourceKey
 from strategies.engine import ModelTokens, Sample
 from strategies.errors import BackendError, BackendTimeout, BackendUnavailable
 from strategies.reasoning import split_ids
 
 SCORER_KINDS: Final = ("logprob", "reward", "verifier")
-RESOURCE_KEY: Final = "scorers"  # Resources item holding a ScorerSet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,3 +247,6 @@ class ScorerSet:
         if default is not None and default not in by_name:
             raise ValueError(f"default scorer {default!r} is not configured")
         return cls(scorers=by_name, default=default)
+
+
+RESOURCE_KEY: Final = ResourceKey("scorers", ScorerSet)

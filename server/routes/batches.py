@@ -33,7 +33,7 @@ def _jobs(request: Request) -> BatchJobs:
     gw = gateway(request)
     authorize(request, gw.settings)
     jobs = gw.resources.get(RESOURCE_KEY)
-    if not isinstance(jobs, BatchJobs):
+    if jobs is None:
         raise BackendUnavailable("PETS batches are not enabled on this server")
     return jobs
 

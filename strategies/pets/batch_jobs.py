@@ -31,7 +31,7 @@ from typing import Final
 
 import structlog
 
-from strategies.base import JSON
+from strategies.base import JSON, ResourceKey
 from strategies.engine import Engine
 from strategies.errors import GatewayError, InvalidRequest, NotFound
 from strategies.pets.batch import BatchJob, snapshot
@@ -40,7 +40,6 @@ from strategies.pets.store import TERMINAL, BatchStore, JobRecord
 
 log = structlog.get_logger("thinkgate.pets")
 
-RESOURCE_KEY: Final = "pets_batches"  # Resources item: BatchJobs
 WATCH_POLL_S: Final = 1.0  # how often a watcher re-reads a job that runs elsewhere
 REPLAY_SLICE: Final = 64  # stored samples re-observed between two yields to the loop
 
@@ -277,3 +276,6 @@ class BatchJobs:
         if record is None:
             raise NotFound(f"no batch {job_id!r}", param="batch_id")
         return record
+
+
+RESOURCE_KEY: Final = ResourceKey("pets_batches", BatchJobs)

@@ -26,7 +26,16 @@ from typing import ClassVar, Final
 
 import numpy as np
 
-from strategies.base import JSON, Choice, Progress, Result, StrategyContext, StrategyRequest, Usage
+from strategies.base import (
+    JSON,
+    Choice,
+    Progress,
+    ResourceKey,
+    Result,
+    StrategyContext,
+    StrategyRequest,
+    Usage,
+)
 from strategies.engine import Engine, GenerateRequest, Sample
 from strategies.errors import BackendError, InvalidBudget, InvalidRequest
 from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
@@ -37,14 +46,13 @@ from strategies.selection import build_classes, select_majority, select_weighted
 from strategies.voting import OPTIONS as VOTE_OPTIONS
 from strategies.voting import trace_confidences, vote_options, voting_classes
 
-TABLE_KEY: Final = "pets_table"  # Resources item: PetsTable
-RULE_KEY: Final = "pets_adaptive"  # Resources item: AdaptiveRule (optional)
+TABLE_KEY: Final = ResourceKey("pets_table", PetsTable)
+RULE_KEY: Final = ResourceKey("pets_adaptive", AdaptiveRule)  # optional
 ADAPTIVE_CAP: Final = 16  # samples cap of the fallback when the request sets none
 
 
 def table_of(ctx: StrategyContext) -> PetsTable | None:
-    found = ctx.resources.get(TABLE_KEY)
-    return found if isinstance(found, PetsTable) else None
+    return ctx.resources.get(TABLE_KEY)
 
 
 class Pets:
@@ -97,8 +105,7 @@ class Pets:
                 rounds = 2
                 yield Progress(data={"phase": "extra", "samples": len(samples)})
         else:
-            rule = ctx.resources.get(RULE_KEY)
-            rule = rule if isinstance(rule, AdaptiveRule) else DEFAULT_RULE
+            rule = ctx.resources.get(RULE_KEY) or DEFAULT_RULE
             seed = ctx.request.sampling.seed
             rng = np.random.default_rng(seed if seed is not None else 0)
             rounds = 1
