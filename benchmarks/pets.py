@@ -31,9 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from strategies.pets.calibrate import build_table, fit_pools  # noqa: E402
-from strategies.pets.okg import OkgAllocator, OkgConfig  # noqa: E402
-from strategies.pets.pools import (  # noqa: E402
+from strategies.pets.calibration.calibrate import build_table, fit_pools  # noqa: E402
+from strategies.pets.calibration.pools import (  # noqa: E402
     Item,
     PoolRecord,
     Sampling,
@@ -43,7 +42,8 @@ from strategies.pets.pools import (  # noqa: E402
     load_pools,
     save_pools,
 )
-from strategies.pets.simulate import Outcome, Pool, offline, online, uniform  # noqa: E402
+from strategies.pets.calibration.simulate import Outcome, Pool, offline, online, uniform  # noqa: E402
+from strategies.pets.okg import OkgAllocator, OkgConfig  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = ROOT / "testbed" / "models" / "base"

@@ -28,7 +28,7 @@ import httpx
 from tqdm import tqdm
 
 from benchmarks.servers import machine, thinkgate
-from strategies.pets.pools import PoolRecord
+from strategies.pets.calibration.pools import PoolRecord
 
 
 @dataclass(frozen=True, slots=True)

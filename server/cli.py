@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
-    "calibrate": "strategies.pets.cli:main",
+    "calibrate": "strategies.pets.calibration.cli:main",
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "server.replica:main",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import structlog
 
-from server import defaults
 from server.settings import Settings
+from strategies import defaults
 from strategies.base import Attached
 from strategies.engine import Engine
 from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY

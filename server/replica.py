@@ -32,12 +32,12 @@ from kernels import engine_wait
 from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
-from server import defaults
+from strategies import defaults
 
 
 def default_model_flags() -> tuple[tuple[str, str], ...]:
     """What `thinkgate serve` uses for its default model, so a gateway and its replicas
-    agree (server/defaults.py)."""
+    agree (strategies/defaults.py)."""
     offered = defaults.installed()
     flags = [("--served-model-name", offered.served_name)]
     if offered.max_model_len is not None:

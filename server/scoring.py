@@ -22,8 +22,9 @@ from pathlib import Path
 
 import structlog
 
-from server import defaults, model_match
+from server import model_match
 from server.settings import Settings
+from strategies import defaults
 from strategies.base import Attached
 from strategies.engine import Engine
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
-from server import defaults
+from strategies import defaults
 from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]

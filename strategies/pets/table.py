@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from strategies.pets.allocation import allocate
-from strategies.pets.curves import BucketParams
+from strategies.pets.calibration.curves import BucketParams
 from strategies.pets.labels import K0, PATTERNS
 
 FORMAT: Final = "thinkgate.pets-table"

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from strategies.pets.allocation import allocate, log_gain
-from strategies.pets.curves import BucketParams
+from strategies.pets.calibration.curves import BucketParams
 from strategies.pets.labels import K0, PATTERNS
 from strategies.pets.table import PetsTable
 

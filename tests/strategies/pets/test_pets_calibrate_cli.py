@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from server.cli import main as thinkgate
-from strategies.pets.cli import main
+from strategies.pets.calibration.cli import main
 from strategies.pets.labels import K0, PATTERNS
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 

@@ -8,7 +8,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from strategies.pets.curves import bucket_params, consistency_curve, fit_probit, fit_question
+from strategies.pets.calibration.curves import (
+    bucket_params,
+    consistency_curve,
+    fit_probit,
+    fit_question,
+)
 from strategies.pets.labels import PATTERNS, majority_label, pattern, pattern_of_counts
 
 

@@ -107,8 +107,8 @@ def test_pets_rejects_bad_budgets_before_sampling(openai_client: Any, served_mod
 def test_calibrate_through_a_running_server(base_url: str, tmp_path: Any) -> None:
     import json
 
-    from strategies.pets.cli import main
-    from strategies.pets.pools import load_pools
+    from strategies.pets.calibration.cli import main
+    from strategies.pets.calibration.pools import load_pools
 
     questions = tmp_path / "q.jsonl"
     train = make_questions("train", 3, seed=21, min_ops=1, max_ops=4)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from strategies.pets.calibration.simulate import Pool, offline, run_okg_on_pools
 from strategies.pets.dirichlet import argmax_probs, okg
 from strategies.pets.okg import OkgAllocator, OkgConfig
-from strategies.pets.simulate import Pool, offline, run_okg_on_pools
 
 
 def test_r_plus_higher_for_undecided_than_decided_posterior() -> None:
@@ -105,8 +105,8 @@ def test_full_pool_for_every_question_gives_perfect_self_consistency() -> None:
 
 
 def test_online_with_equal_bucket_budgets_is_uniform_self_consistency() -> None:
+    from strategies.pets.calibration.simulate import online, uniform
     from strategies.pets.labels import PATTERNS
-    from strategies.pets.simulate import online, uniform
     from strategies.pets.table import Bucket, PetsTable
 
     pools = [Pool(labels=tuple(p), gold=p[0]) for p in random_pools(20, 32, seed=10)]

@@ -18,8 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from strategies.pets.calibrate import build_table, fit_pools
-from strategies.pets.pools import (
+from strategies import defaults
+from strategies.pets.calibration.calibrate import build_table, fit_pools
+from strategies.pets.calibration.pools import (
     Sampling,
     draw_http,
     draw_local,
@@ -28,8 +29,6 @@ from strategies.pets.pools import (
     save_pools,
 )
 from strategies.pets.table import DEFAULT_TABLE
-
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "testbed" / "models" / "base"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -79,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.server, items, sampling, api_key=args.api_key, max_n=args.max_n
             )
         else:
-            records = draw_local(str(args.model or DEFAULT_MODEL), items, sampling)
+            records = draw_local(str(args.model or defaults.installed().model), items, sampling)
         if args.pools is not None:
             save_pools(args.pools, records)
     pools = [r.to_pool() for r in records]
@@ -96,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # only in front of this model (server.pets).
             "model": _served_model(args.server, args.api_key)
             if args.server
-            else str(args.model or DEFAULT_MODEL),
+            else str(args.model or defaults.installed().model),
             "pool": len(records[0].answers),
             "source": str(args.questions or args.pools),
             "temperature": args.temperature,

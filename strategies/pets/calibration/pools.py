@@ -27,8 +27,8 @@ from typing import Any
 from tqdm import tqdm
 
 from strategies.answers import equivalent, extract_answer
+from strategies.pets.calibration.simulate import Pool
 from strategies.pets.labels import label_answers
-from strategies.pets.simulate import Pool
 
 Messages = tuple[Mapping[str, str], ...]
 

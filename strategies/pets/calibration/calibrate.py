@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from strategies.pets.curves import QuestionFit, bucket_params, fit_question
+from strategies.pets.calibration.curves import QuestionFit, bucket_params, fit_question
+from strategies.pets.calibration.simulate import Pool
 from strategies.pets.labels import majority_label
-from strategies.pets.simulate import Pool
 from strategies.pets.table import PetsTable, Scalar
 
 
