@@ -60,8 +60,15 @@ def test_a_new_reader_gets_the_spin(pristine: None) -> None:
 
     engine_wait.apply(0.001)
     ctx = zmq.Context()
+    address = "inproc://thinkgate-engine-wait-test"
     try:
-        cond = shm.SpinCondition(True, ctx, "inproc://thinkgate-engine-wait-test")
+        # The writer's end is bound first, as in vLLM: a reader connecting to an inproc
+        # address nobody bound leaves a pending connection, and destroying the context
+        # then trips libzmq's "Assertion failed: ok (src/ctx.cpp:789)" now and then (the
+        # fast tier's intermittent "Fatal Python error: Aborted").
+        writer = ctx.socket(zmq.PUB)
+        writer.bind(address)
+        cond = shm.SpinCondition(True, ctx, address)
         assert cond.busy_loop_s == 0.001
     finally:
         ctx.destroy(linger=0)
