@@ -369,7 +369,7 @@ def section_overload(args: argparse.Namespace) -> dict[str, Any]:
 def section_storm(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [
         body(stream=True, max_tokens=300, n=8),
-        body(stream=True, max_tokens=300, strategy="self-consistency", samples=16),
+        body(stream=True, max_tokens=300, strategy="self-consistency", budget={"samples": 8}),
         body(stream=True, max_tokens=300, strategy="pets"),
     ]
     storms: list[dict[str, Any]] = []
@@ -411,7 +411,11 @@ def _load_and(server: Server, action: Callable[[], None], count: int = 8) -> lis
                 body(
                     stream=i % 2 == 0,
                     max_tokens=400,
-                    **({"n": 8} if i % 4 < 2 else {"strategy": "self-consistency", "samples": 16}),
+                    **(
+                        {"n": 8}
+                        if i % 4 < 2
+                        else {"strategy": "self-consistency", "budget": {"samples": 8}}
+                    ),
                 )
                 for i in range(count)
             ]
