@@ -23,6 +23,7 @@ from pathlib import Path
 import structlog
 
 from server import model_match
+from server.engines.scorer_clients import HttpVerifier, RemoteClassify
 from server.settings import Settings
 from strategies import defaults
 from strategies.base import Attached
@@ -30,9 +31,7 @@ from strategies.engine import Engine
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import (
-    HttpVerifier,
     MeanLogprob,
-    RemoteClassify,
     RewardModelScorer,
     Scorer,
     ScorerSet,

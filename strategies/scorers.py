@@ -23,12 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, Protocol, runtime_checkable
 
-import httpx
-
 from strategies.base import ResourceKey
 from strategies.engine import ModelTokens, Sample
-from strategies.errors import BackendError, BackendTimeout, BackendUnavailable
-from strategies.reasoning import split_ids
+from strategies.errors import BackendError
 
 SCORER_KINDS: Final = ("logprob", "reward", "verifier")
 
@@ -61,7 +58,7 @@ class SequenceScorer(Protocol):
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]: ...
 
 
-def _checked(scores: Sequence[float], expected: int, source: str) -> list[float]:
+def checked_scores(scores: Sequence[float], expected: int, source: str) -> list[float]:
     out = [float(s) for s in scores]
     if len(out) != expected:
         raise BackendError(f"{source} returned {len(out)} scores for {expected} samples")
@@ -82,7 +79,7 @@ class MeanLogprob:
             if sample.cumulative_logprob is None:
                 raise BackendError("the engine returned no logprobs for the logprob scorer")
             scores.append(sample.cumulative_logprob / max(1, len(sample.token_ids)))
-        return _checked(scores, len(query.samples), "logprob scorer")
+        return checked_scores(scores, len(query.samples), "logprob scorer")
 
 
 class RewardModelScorer:
@@ -120,7 +117,7 @@ class RewardModelScorer:
     async def score(self, query: ScoreQuery) -> list[float]:
         sequences = [self.sequence(query, s) for s in query.samples]
         scores = await self.model.score_sequences(sequences)
-        return _checked(scores, len(sequences), "reward model")
+        return checked_scores(scores, len(sequences), "reward model")
 
 
 def chatml_turn_end(tokens: ModelTokens) -> tuple[int, ...]:
@@ -128,102 +125,6 @@ def chatml_turn_end(tokens: ModelTokens) -> tuple[int, ...]:
     if not tokens.eos_token_ids:
         raise ValueError("the tokenizer has no EOS token")
     return (tokens.eos_token_ids[0], *tokens.encode("\n"))
-
-
-def _timeout(seconds: float) -> httpx.Timeout:
-    return httpx.Timeout(seconds, connect=min(5.0, seconds))
-
-
-async def _post_json(
-    client: httpx.AsyncClient, url: str, body: Mapping[str, object], source: str
-) -> object:
-    """POST ``body``; transport failures map onto the error tree."""
-    try:
-        response = await client.post(url, json=body)
-        response.raise_for_status()
-        return response.json()
-    except httpx.TimeoutException as exc:
-        raise BackendTimeout(f"{source} timed out") from exc
-    except httpx.HTTPStatusError as exc:
-        raise BackendError(f"{source} answered HTTP {exc.response.status_code}") from exc
-    except httpx.TransportError as exc:
-        raise BackendUnavailable(f"{source} unreachable: {exc}") from exc
-    except ValueError as exc:
-        raise BackendError(f"{source} answered with invalid JSON") from exc
-
-
-class RemoteClassify:
-    """A reward model behind a vLLM server's ``POST /classify`` (raw logits).
-
-    Token ids are sent as they are, so the remote model must share the policy's
-    tokenizer (as the testbed family does).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str | None = None,
-        timeout_s: float = 30.0,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.url = base_url.rstrip("/") + "/classify"
-        self.model = model
-        self._client = client or httpx.AsyncClient(
-            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
-        )
-
-    async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
-        body: dict[str, object] = {"input": [list(s) for s in sequences], "use_activation": False}
-        if self.model is not None:
-            body["model"] = self.model
-        data = await _post_json(self._client, self.url, body, "reward server")
-        try:
-            rows = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
-            return [float(r["probs"][0]) for r in rows]
-        except (KeyError, TypeError, IndexError, ValueError) as exc:
-            raise BackendError("reward server answered in an unexpected shape") from exc
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-class HttpVerifier:
-    """An external verifier: ``POST {"prompt", "responses", "reasoning"}`` with the
-    prompt text, each sample's answer text and its thinking text; it answers
-    ``{"scores": [float, ...]}``, one per response."""
-
-    name: ClassVar[str] = "verifier"
-    needs_logprobs: ClassVar[bool] = False
-
-    def __init__(
-        self, url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
-    ) -> None:
-        self.url = url
-        self._client = client or httpx.AsyncClient(
-            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
-        )
-
-    async def score(self, query: ScoreQuery) -> list[float]:
-        tokens = query.tokens
-        splits = [
-            split_ids(s.token_ids, tokens, thinking_open=query.thinking_open) for s in query.samples
-        ]
-        body = {
-            "prompt": tokens.decode(query.prompt_token_ids),
-            "responses": [tokens.decode(s.content_ids) for s in splits],
-            "reasoning": [tokens.decode(s.reasoning_ids) for s in splits],
-        }
-        data = await _post_json(self._client, self.url, body, "verifier")
-        scores = data.get("scores") if isinstance(data, dict) else None
-        if not isinstance(scores, list) or not all(
-            isinstance(s, int | float) and not isinstance(s, bool) for s in scores
-        ):
-            raise BackendError("verifier answered without a list of numeric 'scores'")
-        return _checked(scores, len(query.samples), "verifier")
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,6 +33,7 @@ from kernels.confidence import args as conf_args
 from kernels.elastic import args as elastic_args
 from kernels.guidance import args as guidance_args
 from server.engines.balancer import PrefixIndex, block_hashes, choose
+from server.engines.http_errors import transport_error
 from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_error
 from server.engines.tokens import TokenizerTokens
 from server.engines.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
@@ -460,8 +461,11 @@ def _raise_for_status(up: Upstream, status: int, data: dict[str, Any]) -> None:
 
 
 def _transport_failure(up: Upstream, exc: Exception) -> UpstreamFailed:
-    """A connection that could not open or broke: the server is gone or going."""
-    return UpstreamFailed(
-        BackendUnavailable(f"vLLM server {up.url} failed: {type(exc).__name__}: {exc}"),
-        eject=True,
-    )
+    """A connection that could not open or broke, or an answer that is not JSON: the
+    server is gone or going (503, ejected), whatever the wire error's own status."""
+    source = f"vLLM server {up.url}"
+    if isinstance(exc, httpx.HTTPError):
+        message = transport_error(source, exc).message
+    else:
+        message = f"{source} answered with invalid JSON: {exc}"
+    return UpstreamFailed(BackendUnavailable(message), eject=True)

@@ -19,11 +19,11 @@ from starlette.responses import Response, StreamingResponse
 
 from server import openapi, sse
 from server.auth import authorize
+from server.batch_wire import batch_list, batch_object, options_from, parse_lines
 from server.serving import read_body
 from server.state import gateway
 from strategies.engine import SamplingConfig
 from strategies.errors import BackendUnavailable, InvalidRequest
-from strategies.pets.batch_input import options_from, parse_lines
 from strategies.pets.batch_jobs import RESOURCE_KEY, BatchJobs
 
 router = APIRouter(prefix="/v1/pets/batches")
@@ -51,7 +51,7 @@ async def create(request: Request) -> Response:
         raw.decode("utf-8", "replace"), gw.engine.tokens, defaults=defaults, max_questions=100_000
     )
     options = options_from(request.query_params, len(questions), max_cap=gw.settings.max_samples)
-    return _json(await jobs.submit(questions, options))
+    return _json(batch_object(await jobs.submit(questions, options)))
 
 
 @router.get("", openapi_extra=openapi.BATCH_LIST)
@@ -60,17 +60,18 @@ async def list_jobs(request: Request) -> Response:
     raw = params.get("limit", "20")
     if not raw.isdigit() or not 1 <= int(raw) <= 100:
         raise InvalidRequest("limit must be an integer in [1, 100]", param="limit")
-    return _json(await jobs.list_jobs(after=params.get("after"), limit=int(raw)))
+    views, more = await jobs.list_jobs(after=params.get("after"), limit=int(raw))
+    return _json(batch_list(views, has_more=more))
 
 
 @router.get("/{batch_id}", openapi_extra=openapi.BATCH_JOB)
 async def retrieve(request: Request, batch_id: str) -> Response:
-    return _json(await _jobs(request).snapshot(batch_id))
+    return _json(batch_object(await _jobs(request).snapshot(batch_id)))
 
 
 @router.post("/{batch_id}/cancel", openapi_extra=openapi.BATCH_JOB)
 async def cancel(request: Request, batch_id: str) -> Response:
-    return _json(await _jobs(request).cancel(batch_id))
+    return _json(batch_object(await _jobs(request).cancel(batch_id)))
 
 
 @router.get("/{batch_id}/output", openapi_extra=openapi.BATCH_OUTPUT)
@@ -87,7 +88,7 @@ async def events(request: Request, batch_id: str) -> StreamingResponse:
 
     async def frames() -> AsyncIterator[bytes]:
         async for snapshot in jobs.watch(batch_id):
-            yield sse.data(snapshot)
+            yield sse.data(batch_object(snapshot))
         yield sse.DONE
 
     return StreamingResponse(frames(), media_type="text/event-stream")

@@ -45,6 +45,28 @@ from strategies.reasoning import split_ids
 Outcome = Literal["done", "lost", "paused"]
 
 
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """A job as a client sees it: the record without who holds its lease (which changes
+    with every renewal and is nobody's business), and the samples in flight. Equal
+    views look the same on the wire (``server/batch_wire.py`` renders them)."""
+
+    record: JobRecord
+    in_flight: int = 0
+
+    @classmethod
+    def of(cls, record: JobRecord, *, in_flight: int = 0) -> BatchView:
+        return cls(replace(record, owner=None, lease_until=0.0), in_flight)
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def status(self) -> Status:
+        return self.record.status
+
+
 class LeaseLost(Exception):
     """This runner no longer holds its job: stop, write nothing more."""
 
@@ -268,8 +290,8 @@ class BatchJob:
             rounds=self.rounds,
         )
 
-    def snapshot(self) -> dict[str, JSON]:
-        return snapshot(self.view(), in_flight=int(self.alloc.pending.sum()))
+    def snapshot(self) -> BatchView:
+        return BatchView.of(self.view(), in_flight=int(self.alloc.pending.sum()))
 
     def output_lines(self) -> list[dict[str, JSON]]:
         """One OpenAI batch output line per question, in input order."""
@@ -323,33 +345,3 @@ class BatchJob:
                 }
             )
         return lines
-
-
-def snapshot(record: JobRecord, *, in_flight: int = 0) -> dict[str, JSON]:
-    """The batch object (OpenAI batch fields where they fit, plus ``pets``)."""
-    total = record.n_questions
-    return {
-        "id": record.id,
-        "object": "batch",
-        "endpoint": "/v1/pets/batches",
-        "model": record.model,
-        "status": record.status,
-        "created_at": record.created_at,
-        "completed_at": record.completed_at,
-        "errors": None if record.error is None else {"data": [{"message": record.error}]},
-        "request_counts": {
-            "total": total,
-            "completed": total if record.status == "completed" else 0,
-            "failed": total if record.status == "failed" else 0,
-        },
-        "pets": {
-            "total_budget": record.options.total_budget,
-            "cap": record.options.cap,
-            "round_size": record.options.round_size,
-            "samples_drawn": record.samples_drawn,
-            "samples_in_flight": in_flight,
-            "rounds": record.rounds,
-            "questions_sampled": record.questions_sampled,
-            "resumed": record.resumed,
-        },
-    }

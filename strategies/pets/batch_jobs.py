@@ -34,7 +34,7 @@ import structlog
 from strategies.base import JSON, ResourceKey
 from strategies.engine import Engine
 from strategies.errors import GatewayError, InvalidRequest, NotFound
-from strategies.pets.batch import BatchJob, snapshot
+from strategies.pets.batch import BatchJob, BatchView
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.store import TERMINAL, BatchStore, JobRecord
 
@@ -75,9 +75,7 @@ class BatchJobs:
 
     # --- what the routes call
 
-    async def submit(
-        self, questions: Sequence[BatchQuestion], options: BatchOptions
-    ) -> dict[str, JSON]:
+    async def submit(self, questions: Sequence[BatchQuestion], options: BatchOptions) -> BatchView:
         if len(self._running) >= self._max_jobs:
             raise InvalidRequest(
                 f"{len(self._running)} batch jobs are running; the limit is {self._max_jobs}"
@@ -95,28 +93,25 @@ class BatchJobs:
         self._start(job)
         return job.snapshot()
 
-    async def snapshot(self, job_id: str) -> dict[str, JSON]:
+    async def snapshot(self, job_id: str) -> BatchView:
         job = self._running.get(job_id)
         if job is not None:
             return job.snapshot()
-        return snapshot(await self._record(job_id))
+        return BatchView.of(await self._record(job_id))
 
-    async def list_jobs(self, *, after: str | None = None, limit: int = 20) -> dict[str, JSON]:
-        """OpenAI's list object, newest first; ``after`` is the last id of the page before."""
+    async def list_jobs(
+        self, *, after: str | None = None, limit: int = 20
+    ) -> tuple[list[BatchView], bool]:
+        """A page of jobs, newest first (``after``: the last id of the page before), and
+        whether more follow."""
         records = await self._store.jobs(after=after, limit=limit + 1)
-        data: list[JSON] = [
-            self._running[r.id].snapshot() if r.id in self._running else snapshot(r)
+        views = [
+            self._running[r.id].snapshot() if r.id in self._running else BatchView.of(r)
             for r in records[:limit]
         ]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": records[0].id if records else None,
-            "last_id": records[:limit][-1].id if records else None,
-            "has_more": len(records) > limit,
-        }
+        return views, len(records) > limit
 
-    async def cancel(self, job_id: str) -> dict[str, JSON]:
+    async def cancel(self, job_id: str) -> BatchView:
         await self._record(job_id)  # 404 before anything else
         task = self._tasks.pop(job_id, None)
         self._running.pop(job_id, None)
@@ -133,10 +128,10 @@ class BatchJobs:
             raise InvalidRequest(f"batch {job_id} is {record.status}; output exists once completed")
         return await self._store.output(job_id)
 
-    async def watch(self, job_id: str) -> AsyncIterator[dict[str, JSON]]:
+    async def watch(self, job_id: str) -> AsyncIterator[BatchView]:
         """Snapshots: now, then at every change (every round here; every
         ``WATCH_POLL_S`` for a job running elsewhere), until the job ends."""
-        last: dict[str, JSON] | None = None
+        last: BatchView | None = None
         while True:
             job = self._running.get(job_id)
             changed = job.changed if job is not None else None  # taken before reading
@@ -144,7 +139,7 @@ class BatchJobs:
             if snap != last:
                 yield snap
                 last = snap
-            if snap["status"] in TERMINAL:
+            if snap.status in TERMINAL:
                 return
             if changed is None:
                 await asyncio.sleep(WATCH_POLL_S)

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from strategies.base import JSON
 from strategies.engine import (
     GenerateRequest,
     ModelTokens,
@@ -26,7 +25,7 @@ from strategies.engine import (
     SamplingConfig,
 )
 from strategies.errors import BackendUnavailable
-from strategies.pets.batch import BatchJob
+from strategies.pets.batch import BatchJob, BatchView
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.batch_jobs import BatchJobs
 from strategies.pets.sqlite_store import SqliteBatchStore
@@ -193,12 +192,10 @@ def at(doc: object, *path: str) -> object:
 
 
 async def drawn(jobs: BatchJobs, job_id: str) -> int:
-    count = at(await jobs.snapshot(job_id), "pets", "samples_drawn")
-    assert isinstance(count, int)
-    return count
+    return (await jobs.snapshot(job_id)).record.samples_drawn
 
 
-async def finished(jobs: BatchJobs, job_id: str) -> dict[str, JSON]:
+async def finished(jobs: BatchJobs, job_id: str) -> BatchView:
     async with asyncio.timeout(30):
         async for snap in jobs.watch(job_id):
             last = snap
@@ -230,22 +227,22 @@ async def test_a_killed_gateways_job_resumes_by_replay(
 ) -> None:
     first = ScriptedEngine(stall_after=stall_after)
     a = await gateway(gateways, db, clock, first, "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, stall_after))
     await kill(a)
 
     second = ScriptedEngine()
     b = await gateway(gateways, db, clock, second, "B")
     assert await b.claim() == []  # A's lease still runs
-    assert (await b.snapshot(job_id))["status"] == "in_progress"
-    listed = (await b.list_jobs())["data"]
-    assert isinstance(listed, list) and [at(j, "id") for j in listed] == [job_id]
+    assert (await b.snapshot(job_id)).status == "in_progress"
+    listed, more = await b.list_jobs()
+    assert [v.id for v in listed] == [job_id] and not more
     clock.now += LEASE_S + 1
     assert await b.claim() == [job_id]
 
     last = await finished(b, job_id)
-    assert last["status"] == "completed"
-    assert at(last, "pets", "resumed") == 1
+    assert last.status == "completed"
+    assert last.record.resumed == 1
     await check_every_draw_stored_once(b, job_id)
     # Only what A never stored is drawn again (its requests in flight were lost).
     stored_by_a = set(first.requests[:stall_after])
@@ -260,8 +257,8 @@ async def test_replay_rebuilds_allocation_and_tallies_exactly(
     gateways: list[BatchJobs], db: Path, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(), "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
-    assert (await finished(a, job_id))["status"] == "completed"
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
+    assert (await finished(a, job_id)).status == "completed"
 
     store = a._store
     record = await store.job(job_id)
@@ -279,14 +276,14 @@ async def test_a_gateway_that_lost_its_lease_stops_without_writing(
 ) -> None:
     slow = ScriptedEngine(delay_s=0.02)
     a = await gateway(gateways, db, clock, slow, "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 10))
     runner = a._running[job_id]
     # A stalls past its lease (the clock jumps) and B, sharing the database, takes over.
     clock.now += LEASE_S + 1
     b = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "B")
     assert job_id in b._running  # claimed at start-up
-    assert (await finished(b, job_id))["status"] == "completed"
+    assert (await finished(b, job_id)).status == "completed"
     await until(lambda: _not_running(a, job_id))
     assert runner.outcome == "lost"
     await check_every_draw_stored_once(b, job_id)
@@ -300,7 +297,7 @@ async def test_graceful_shutdown_hands_the_job_on_at_once(
     gateways: list[BatchJobs], db: Path, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 5))
     await a.aclose()
     record = await a._store.job(job_id)
@@ -308,7 +305,7 @@ async def test_graceful_shutdown_hands_the_job_on_at_once(
 
     b = await gateway(gateways, db, clock, ScriptedEngine(), "B")  # no lease to wait for
     last = await finished(b, job_id)
-    assert last["status"] == "completed" and at(last, "pets", "resumed") == 1
+    assert last.status == "completed" and last.record.resumed == 1
     await check_every_draw_stored_once(b, job_id)
 
 
@@ -316,15 +313,15 @@ async def test_cancel_from_another_gateway_stops_the_runner(
     gateways: list[BatchJobs], db: Path, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 3))
     b = await gateway(gateways, db, clock, ScriptedEngine(), "B")
-    assert (await b.cancel(job_id))["status"] == "cancelled"
+    assert (await b.cancel(job_id)).status == "cancelled"
     await until(lambda: _not_running(a, job_id))
     after = await drawn(b, job_id)
     await asyncio.sleep(0.1)
     assert await drawn(b, job_id) == after  # nothing written since
-    assert (await a.snapshot(job_id))["status"] == "cancelled"
+    assert (await a.snapshot(job_id)).status == "cancelled"
 
 
 async def test_an_unavailable_engine_pauses_the_job_until_it_serves(
@@ -332,7 +329,7 @@ async def test_an_unavailable_engine_pauses_the_job_until_it_serves(
 ) -> None:
     engine = ScriptedEngine(delay_s=0.01)
     a = await gateway(gateways, db, clock, engine, "A")
-    job_id = str((await a.submit(QUESTIONS, OPTIONS))["id"])
+    job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 3))
     engine.down = True
     await until(lambda: _not_running(a, job_id))
@@ -341,5 +338,5 @@ async def test_an_unavailable_engine_pauses_the_job_until_it_serves(
     assert await a.claim() == []  # the engine still says it is down
     engine.down = False
     assert await a.claim() == [job_id]
-    assert (await finished(a, job_id))["status"] == "completed"
+    assert (await finished(a, job_id)).status == "completed"
     await check_every_draw_stored_once(a, job_id)

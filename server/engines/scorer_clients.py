@@ -1,0 +1,96 @@
+"""The scorers' HTTP clients, next to the engines: a reward model behind a vLLM server's
+``/classify`` (``RemoteClassify``, what ``RewardModelScorer`` calls) and an external
+verifier (``HttpVerifier``). Both post through ``server.engines.http_errors.post_json``,
+the one place an HTTP failure is mapped onto the error tree (the remote engine maps its
+transport failures there too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import httpx
+
+from server.engines.http_errors import post_json
+from strategies.errors import BackendError
+from strategies.reasoning import split_ids
+from strategies.scorers import ScoreQuery, checked_scores
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(5.0, seconds))
+
+
+class RemoteClassify:
+    """A reward model behind a vLLM server's ``POST /classify`` (raw logits).
+
+    Token ids are sent as they are, so the remote model must share the policy's
+    tokenizer (as the testbed family does).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/classify"
+        self.model = model
+        self._client = client or httpx.AsyncClient(
+            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
+        )
+
+    async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
+        body: dict[str, object] = {"input": [list(s) for s in sequences], "use_activation": False}
+        if self.model is not None:
+            body["model"] = self.model
+        data = await post_json(self._client, self.url, body, "reward server")
+        try:
+            rows = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
+            return [float(r["probs"][0]) for r in rows]
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise BackendError("reward server answered in an unexpected shape") from exc
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class HttpVerifier:
+    """An external verifier: ``POST {"prompt", "responses", "reasoning"}`` with the
+    prompt text, each sample's answer text and its thinking text; it answers
+    ``{"scores": [float, ...]}``, one per response."""
+
+    name: ClassVar[str] = "verifier"
+    needs_logprobs: ClassVar[bool] = False
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.url = url
+        self._client = client or httpx.AsyncClient(
+            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
+        )
+
+    async def score(self, query: ScoreQuery) -> list[float]:
+        tokens = query.tokens
+        splits = [
+            split_ids(s.token_ids, tokens, thinking_open=query.thinking_open) for s in query.samples
+        ]
+        body = {
+            "prompt": tokens.decode(query.prompt_token_ids),
+            "responses": [tokens.decode(s.content_ids) for s in splits],
+            "reasoning": [tokens.decode(s.reasoning_ids) for s in splits],
+        }
+        data = await post_json(self._client, self.url, body, "verifier")
+        scores = data.get("scores") if isinstance(data, dict) else None
+        if not isinstance(scores, list) or not all(
+            isinstance(s, int | float) and not isinstance(s, bool) for s in scores
+        ):
+            raise BackendError("verifier answered without a list of numeric 'scores'")
+        return checked_scores(scores, len(query.samples), "verifier")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
