@@ -146,6 +146,7 @@ def test_v1_adapter_persistent_batch(seed: int) -> None:
 # --- Model Runner V2 -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # hundreds of random batch steps through the V2 adapter: ~4 s
 def test_v2_adapter_persistent_batch() -> None:
     for seed in range(6):
         _run_v2(seed)

@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a Triton-interpreter subprocess per seed: ~3 s each
 @pytest.mark.parametrize("seed", [0, 1])
 def test_triton_matches_torch_under_interpreter(seed: int) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
@@ -30,6 +31,7 @@ def test_triton_matches_torch_under_interpreter(seed: int) -> None:
     assert proc.stdout.strip().splitlines()[-1] == "ok 30"
 
 
+@pytest.mark.slow  # compiles the kernels for sm90 in a subprocess: ~3 s
 def test_kernels_compile_for_sm90_without_a_gpu() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import testbed
 from server.replica import build_command
 
@@ -75,6 +77,7 @@ def test_user_flags_win_and_no_processors_means_none() -> None:
     assert cmd.count("--dtype") == 1 and _after(cmd, "--dtype") == ["bfloat16"]
 
 
+@pytest.mark.slow  # a `thinkgate replica --print` subprocess (imports vLLM): ~5 s
 def test_cli_prints_the_exact_command() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "server.cli", "replica", "--dry-run", "--port", "8123"],

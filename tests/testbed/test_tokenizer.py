@@ -102,6 +102,7 @@ def test_shipped_tokenizer_is_the_built_one(saved: Path, directory: Path) -> Non
         assert (directory / name).read_text() == (saved / name).read_text(), name
 
 
+@pytest.mark.slow  # loads the tokenizer through vLLM's import chain: ~2 s
 def test_vllm_tokenizer_roundtrip(saved: Path) -> None:
     """vLLM's own loading path (byte-level reload of Qwen2 tokenizers) keeps every char."""
     pytest.importorskip("vllm")
