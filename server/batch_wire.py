@@ -2,8 +2,9 @@
 ``{"custom_id", "body"}`` per line) parsed into ``BatchQuestion`` values, and the
 endpoint's query parameters into ``BatchOptions``; every problem is a 400 naming the line
 or parameter, before any engine work. Out: a job (``BatchView``) as OpenAI's batch object
-(plus ``pets``), and the list object. (The output lines a finished job stores are written
-by the job itself: they are its persisted result.)
+(plus ``pets``), the list object, and each question's stored ``QuestionOutcome`` as an
+OpenAI batch output line (``custom_id`` + ``response.body`` holding a ``chat.completion``
+with a ``thinkgate`` object).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from strategies.engine import ModelTokens, SamplingConfig
 from strategies.errors import InvalidBudget, InvalidRequest
 from strategies.pets.batch import BatchView
 from strategies.pets.batch_input import MAX_TOTAL_BUDGET, BatchOptions, BatchQuestion
+from strategies.pets.batch_result import QuestionOutcome
 from strategies.reasoning import thinking_open_after
 
 
@@ -159,4 +161,51 @@ def batch_list(views: Sequence[BatchView], *, has_more: bool) -> dict[str, JSON]
         "first_id": views[0].id if views else None,
         "last_id": views[-1].id if views else None,
         "has_more": has_more,
+    }
+
+
+def output_lines(view: BatchView, stored: Sequence[Mapping[str, JSON]]) -> list[dict[str, JSON]]:
+    """A finished job's output, one OpenAI batch output line per question in input order.
+    A stored document that is already a line (jobs finished before outcomes were stored
+    as domain values) passes through unchanged."""
+    return [
+        dict(doc) if "response" in doc else output_line(view, q, QuestionOutcome.from_json(doc))
+        for q, doc in enumerate(stored)
+    ]
+
+
+def output_line(view: BatchView, q: int, outcome: QuestionOutcome) -> dict[str, JSON]:
+    record = view.record
+    message: dict[str, JSON] = {
+        "role": "assistant",
+        "content": outcome.content,
+        "reasoning_content": outcome.reasoning,
+        "reasoning": outcome.reasoning,
+    }
+    votes: list[JSON] = [{"answer": v.answer, "count": v.count} for v in outcome.votes]
+    body: dict[str, JSON] = {
+        "id": f"chatcmpl-{record.id}-{q}",
+        "object": "chat.completion",
+        "created": record.completed_at or record.created_at,
+        "model": record.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": outcome.finish_reason}],
+        "usage": {
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": outcome.completion_tokens,
+            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": outcome.reasoning_tokens},
+        },
+        "thinkgate": {
+            "strategy": "pets-offline",
+            "samples": outcome.samples,
+            "votes": votes,
+            "answer": outcome.answer,
+            "discarded": outcome.discarded,
+        },
+    }
+    return {
+        "id": f"{record.id}-{q}",
+        "custom_id": outcome.custom_id,
+        "response": {"status_code": 200, "body": body},
+        "error": None,
     }

@@ -19,7 +19,13 @@ from starlette.responses import Response, StreamingResponse
 
 from server import openapi, sse
 from server.auth import authorize
-from server.batch_wire import batch_list, batch_object, options_from, parse_lines
+from server.batch_wire import (
+    batch_list,
+    batch_object,
+    options_from,
+    output_lines,
+    parse_lines,
+)
 from server.serving import read_body
 from server.state import gateway
 from strategies.engine import SamplingConfig
@@ -76,7 +82,8 @@ async def cancel(request: Request, batch_id: str) -> Response:
 
 @router.get("/{batch_id}/output", openapi_extra=openapi.BATCH_OUTPUT)
 async def output(request: Request, batch_id: str) -> Response:
-    lines = await _jobs(request).output(batch_id)
+    view, stored = await _jobs(request).output(batch_id)
+    lines = output_lines(view, stored)
     body = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     return Response(body, media_type="application/jsonl")
 

@@ -13,12 +13,12 @@ before they are counted, so a gateway killed mid-batch loses only the draws in f
 which were never counted. **Resume is replay**: a new runner re-observes the stored
 samples in order (labels are a pure function of the token ids), which rebuilds the
 allocator and the tallies, then draws on (warm-up first, for questions that miss it)
-until the budget is spent. Output lines are computed once, at completion, and stored
-with the ``completed`` status in the same transaction. A runner holds the job's lease
+until the budget is spent. Per-question outcomes are computed once, at completion, and
+stored with the ``completed`` status in the same transaction. A runner holds the job's lease
 and renews it every ``lease_s / 3``; when a renewal or a write finds the lease gone
 (cancelled, or taken over after it expired), it stops without writing anything more.
-Output lines follow OpenAI's batch output format (``custom_id`` + ``response.body``
-holding a ``chat.completion`` with a ``thinkgate`` object).
+Outcomes are domain values (:mod:`strategies.pets.batch_result`); the server renders
+them in OpenAI's batch output format.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from strategies.base import JSON
 from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
 from strategies.errors import BackendError, BackendUnavailable, first_error
 from strategies.pets.batch_input import BatchQuestion
+from strategies.pets.batch_result import AnswerVotes, QuestionOutcome
 from strategies.pets.labels import Label
 from strategies.pets.okg import OkgAllocator
 from strategies.pets.store import BatchStore, JobRecord, Status, StoredSample
@@ -148,7 +149,7 @@ class BatchJob:
                 await self._allocate(engine)
                 keeper.cancel()
             self.completed_at = int(time.time())
-            await self._end("completed", output=self.output_lines())
+            await self._end("completed", output=[o.to_json() for o in self.outcomes()])
             return "done"
         except Exception as exc:  # the job fails; the server keeps serving
             cause = first_error(exc)  # the rounds' TaskGroups wrap it
@@ -293,55 +294,29 @@ class BatchJob:
     def snapshot(self) -> BatchView:
         return BatchView.of(self.view(), in_flight=int(self.alloc.pending.sum()))
 
-    def output_lines(self) -> list[dict[str, JSON]]:
-        """One OpenAI batch output line per question, in input order."""
-        lines: list[dict[str, JSON]] = []
+    def outcomes(self) -> list[QuestionOutcome]:
+        """Each question's result, in input order (what ``finish`` stores)."""
+        out: list[QuestionOutcome] = []
         for q, question in enumerate(self.questions):
             result = self.alloc.result(q)
             tally = self._tally[q]
             kept = tally.kept.get(result.answer) or tally.kept.get(None)
-            votes: list[JSON] = [
-                {"answer": tally.reps[label], "count": count} for label, count in result.votes
-            ]
-            answer = tally.reps[result.answer] if result.answer is not None else None
-            message: dict[str, JSON] = {
-                "role": "assistant",
-                "content": kept.content if kept else "",
-                "reasoning_content": kept.reasoning if kept else "",
-                "reasoning": kept.reasoning if kept else "",
-            }
-            body: dict[str, JSON] = {
-                "id": f"chatcmpl-{self.id}-{q}",
-                "object": "chat.completion",
-                "created": self.completed_at or self.record.created_at,
-                "model": self.record.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": kept.finish_reason if kept else "abort",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": tally.prompt_tokens,
-                    "completion_tokens": tally.completion_tokens,
-                    "total_tokens": tally.prompt_tokens + tally.completion_tokens,
-                    "completion_tokens_details": {"reasoning_tokens": tally.reasoning_tokens},
-                },
-                "thinkgate": {
-                    "strategy": "pets-offline",
-                    "samples": result.samples,
-                    "votes": votes,
-                    "answer": answer,
-                    "discarded": result.discarded,
-                },
-            }
-            lines.append(
-                {
-                    "id": f"{self.id}-{q}",
-                    "custom_id": question.custom_id,
-                    "response": {"status_code": 200, "body": body},
-                    "error": None,
-                }
+            out.append(
+                QuestionOutcome(
+                    custom_id=question.custom_id,
+                    content=kept.content if kept else "",
+                    reasoning=kept.reasoning if kept else "",
+                    finish_reason=kept.finish_reason if kept else "abort",
+                    answer=tally.reps[result.answer] if result.answer is not None else None,
+                    votes=tuple(
+                        AnswerVotes(answer=tally.reps[label], count=count)
+                        for label, count in result.votes
+                    ),
+                    samples=result.samples,
+                    discarded=result.discarded,
+                    prompt_tokens=tally.prompt_tokens,
+                    completion_tokens=tally.completion_tokens,
+                    reasoning_tokens=tally.reasoning_tokens,
+                )
             )
-        return lines
+        return out

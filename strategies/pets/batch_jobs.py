@@ -122,11 +122,14 @@ class BatchJobs:
         await self._store.finish(job_id, None, status="cancelled", completed_at=int(time.time()))
         return await self.snapshot(job_id)
 
-    async def output(self, job_id: str) -> list[dict[str, JSON]]:
+    async def output(self, job_id: str) -> tuple[BatchView, list[dict[str, JSON]]]:
+        """The finished job and what it stored per question, in order: each a
+        ``QuestionOutcome`` as JSON (or, for jobs finished by versions that stored wire
+        lines, an OpenAI batch output line; ``server/batch_wire.py`` tells them apart)."""
         record = await self._record(job_id)
         if record.status != "completed":
             raise InvalidRequest(f"batch {job_id} is {record.status}; output exists once completed")
-        return await self._store.output(job_id)
+        return BatchView.of(record), await self._store.output(job_id)
 
     async def watch(self, job_id: str) -> AsyncIterator[BatchView]:
         """Snapshots: now, then at every change (every round here; every

@@ -105,12 +105,13 @@ class BatchStore(Protocol):
         error: str | None = None,
         output: Sequence[Mapping[str, JSON]] = (),
     ) -> bool:
-        """End an in-progress job with ``status`` (and its output lines, in order) and
-        clear its lease. ``owner`` None: whoever holds it (a cancel from any gateway)."""
+        """End an in-progress job with ``status`` (and its per-question outcomes as JSON,
+        in order) and clear its lease. ``owner`` None: whoever holds it (a cancel from any
+        gateway)."""
         ...
 
     async def output(self, job_id: str) -> list[dict[str, JSON]]:
-        """The output lines stored by ``finish``, in order."""
+        """The per-question documents stored by ``finish``, in order."""
         ...
 
     async def claim(self, owner: str, *, model: str, lease_s: float, limit: int) -> list[str]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from server.batch_wire import batch_list, batch_object
+from server.batch_wire import batch_list, batch_object, output_lines
+from strategies.base import JSON
 from strategies.pets.batch import BatchView
 from strategies.pets.batch_input import BatchOptions
+from strategies.pets.batch_result import AnswerVotes, QuestionOutcome
 from strategies.pets.store import JobRecord
 
 RECORD = JobRecord(
@@ -53,3 +55,73 @@ def test_list_object() -> None:
         True,
     )
     assert batch_list([], has_more=False)["first_id"] is None
+
+
+OUTCOME = QuestionOutcome(
+    custom_id="q-7",
+    content="The answer is 42.",
+    reasoning="six times seven",
+    finish_reason="stop",
+    answer="42",
+    votes=(AnswerVotes(answer="42", count=5), AnswerVotes(answer="41", count=2)),
+    samples=8,
+    discarded=1,
+    prompt_tokens=30,
+    completion_tokens=400,
+    reasoning_tokens=320,
+)
+
+
+def test_an_outcome_survives_the_store_and_renders_as_a_batch_output_line() -> None:
+    stored = OUTCOME.to_json()
+    assert QuestionOutcome.from_json(stored) == OUTCOME
+    done = BatchView.of(replace(RECORD, status="completed", completed_at=200))
+    [line] = output_lines(done, [stored])
+    assert (line["id"], line["custom_id"], line["error"]) == ("batch_1-0", "q-7", None)
+    response = line["response"]
+    assert isinstance(response, dict) and response["status_code"] == 200
+    body = response["body"]
+    assert isinstance(body, dict)
+    assert (body["object"], body["created"], body["model"]) == (
+        "chat.completion",
+        200,
+        "testbed-base",
+    )
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "The answer is 42.",
+                "reasoning_content": "six times seven",
+                "reasoning": "six times seven",
+            },
+            "finish_reason": "stop",
+        }
+    ]
+    assert body["usage"] == {
+        "prompt_tokens": 30,
+        "completion_tokens": 400,
+        "total_tokens": 430,
+        "completion_tokens_details": {"reasoning_tokens": 320},
+    }
+    assert body["thinkgate"] == {
+        "strategy": "pets-offline",
+        "samples": 8,
+        "votes": [{"answer": "42", "count": 5}, {"answer": "41", "count": 2}],
+        "answer": "42",
+        "discarded": 1,
+    }
+
+
+def test_lines_stored_by_earlier_versions_pass_through() -> None:
+    done = BatchView.of(replace(RECORD, status="completed", completed_at=200))
+    legacy: dict[str, JSON] = {
+        "id": "batch_1-0",
+        "custom_id": "q-0",
+        "response": {"status_code": 200, "body": {}},
+    }
+    new = OUTCOME.to_json()
+    lines = output_lines(done, [legacy, new])
+    assert lines[0] == legacy
+    assert lines[1]["id"] == "batch_1-1" and lines[1]["custom_id"] == "q-7"

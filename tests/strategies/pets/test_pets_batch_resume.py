@@ -28,6 +28,7 @@ from strategies.errors import BackendUnavailable
 from strategies.pets.batch import BatchJob, BatchView
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.batch_jobs import BatchJobs
+from strategies.pets.batch_result import QuestionOutcome
 from strategies.pets.sqlite_store import SqliteBatchStore
 from testbed.tokenizer import CharCodec, chat_prompt
 
@@ -183,14 +184,6 @@ async def until(predicate: object, timeout_s: float = 20.0) -> None:
             await asyncio.sleep(0.01)
 
 
-def at(doc: object, *path: str) -> object:
-    """``doc[path[0]][path[1]]...`` of a JSON document."""
-    for key in path:
-        assert isinstance(doc, Mapping), doc
-        doc = doc[key]
-    return doc
-
-
 async def drawn(jobs: BatchJobs, job_id: str) -> int:
     return (await jobs.snapshot(job_id)).record.samples_drawn
 
@@ -214,11 +207,12 @@ async def check_every_draw_stored_once(jobs: BatchJobs, job_id: str) -> None:
         draws.setdefault(s.question, []).append(int(match.group(1)))
     for q, ks in draws.items():
         assert sorted(ks) == list(range(len(ks))), (q, ks)
-    lines = await jobs.output(job_id)
-    assert [line["custom_id"] for line in lines] == [q.custom_id for q in QUESTIONS]
-    samples = [at(line, "response", "body", "thinkgate", "samples") for line in lines]
+    _, docs = await jobs.output(job_id)
+    outcomes = [QuestionOutcome.from_json(doc) for doc in docs]
+    assert [o.custom_id for o in outcomes] == [q.custom_id for q in QUESTIONS]
+    samples = [o.samples for o in outcomes]
     assert samples == [len(draws.get(q, [])) for q in range(N_QUESTIONS)]
-    assert sum(int(str(n)) for n in samples) == len(stored) == OPTIONS.total_budget
+    assert sum(samples) == len(stored) == OPTIONS.total_budget
 
 
 @pytest.mark.parametrize("stall_after", [3, 12], ids=["mid-warm-up", "mid-rounds"])
@@ -267,7 +261,7 @@ async def test_replay_rebuilds_allocation_and_tallies_exactly(
         record, await store.questions(job_id), tokens=TOKENS, store=store, owner="X", lease_s=1
     )
     job.replay(await store.samples(job_id))
-    assert job.output_lines() == await store.output(job_id)
+    assert [o.to_json() for o in job.outcomes()] == await store.output(job_id)
     assert int(job.alloc.used.sum()) == OPTIONS.total_budget and job.rounds == record.rounds
 
 
