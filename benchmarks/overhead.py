@@ -3,13 +3,20 @@ with vLLM's own client (``vllm bench serve``), and against the engine alone.
 
 Per pair (``--pairs``, at least 4 for a median worth reading), one at a time on the
 same cores, in alternating order: vLLM's server, then ``thinkgate serve`` driven twice
-(default routing, and ``X-Strategy: plain``), then the engine alone (``AsyncLLM`` in
-process, no HTTP: ``benchmarks.overhead_engine``), each at every ``--rates`` (``inf``:
-all requests at once). Same model (the testbed base), same engine settings
+(default routing, and ``X-Strategy: plain``), then ``thinkgate serve`` without logits
+processors (``thinkgate-bare``: the very engine vLLM's server runs, so the ratio is the
+gateway's own cost), then the engine alone (``AsyncLLM`` in process, no HTTP:
+``benchmarks.overhead_engine``), each at every ``--rates`` (``inf``: all requests at once).
+Same model (the testbed base), same engine settings
 (float32, 512-token context, 64 sequences, no chunked prefill, eager, the 1 ms engine
 spin for all), random prompts of ``--input-len`` tokens, ``--output-len`` tokens each
 with ``ignore_eos``. thinkgate runs with ``--reward-model none`` (its second engine
-would sit idle beside the measured one) and its default logits processors.
+would sit idle beside the measured one) and its default logits processors (confidence,
+elastic, guidance with its wrapper model: what a user gets), or none (``-bare``).
+After every thinkgate run the server's own ``/metrics`` say whether its event loop
+stalled: probes that woke more than 10 ms / 50 ms late, and the garbage collector's
+pauses (``loop_lag_over_10ms``, ``loop_lag_over_50ms``, ``gc_pause_ms`` in the JSON and
+a table).
 
 Reported: request and output-token throughput, TTFT, TPOT and ITL (p50/p99) for each,
 and per rate the paired ratios thinkgate / vLLM server (median, min-max over pairs).
@@ -46,7 +53,9 @@ METRICS = (
     "median_itl_ms",
     "p99_itl_ms",
 )
-SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "engine")
+SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "thinkgate-bare", "engine")
+COMPARED = ("thinkgate", "thinkgate-plain", "thinkgate-bare")  # each against vllm, paired
+STALLS = ("loop_lag_over_10ms", "loop_lag_over_50ms", "gc_pause_ms")
 ENGINE_FLAGS = (
     "--max-num-seqs", "64", "--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill",
 )  # fmt: skip
@@ -107,26 +116,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for rate in args.rates:
                 record("vllm", rate, bench_serve(url, model, model, rate, args))
 
+    flags = ("--reward-model", "none", "--served-model-name", model)
+
+    def measured(url: str, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
+        before = loop_stalls(url)
+        got = bench_serve(url, model, model, rate, args, headers=headers)
+        after = loop_stalls(url)
+        return got | {k: after[k] - before[k] for k in STALLS}
+
     def thinkgate_side() -> None:
-        flags = ("--reward-model", "none", "--served-model-name", model)
         with thinkgate(model, *flags, log=LOGS / "overhead-thinkgate.log") as url:
             for rate in args.rates:
-                record("thinkgate", rate, bench_serve(url, model, model, rate, args))
-                record(
-                    "thinkgate-plain",
-                    rate,
-                    bench_serve(url, model, model, rate, args, headers=("X-Strategy=plain",)),
-                )
+                record("thinkgate", rate, measured(url, rate))
+                record("thinkgate-plain", rate, measured(url, rate, ("X-Strategy=plain",)))
+
+    def bare_side() -> None:
+        bare = (*flags, "--logits-processors", "[]")
+        with thinkgate(model, *bare, log=LOGS / "overhead-thinkgate-bare.log") as url:
+            for rate in args.rates:
+                record("thinkgate-bare", rate, measured(url, rate))
 
     for pair in range(args.pairs):
         started = time.monotonic()
-        sides = (vllm_side, thinkgate_side) if pair % 2 == 0 else (thinkgate_side, vllm_side)
+        sides = (vllm_side, thinkgate_side, bare_side)
+        if pair % 2:
+            sides = sides[::-1]
         for side in sides:
             side()
         for rate, got in engine_alone(model, args).items():
             record("engine", float(rate), got)
         print(f"[overhead] pair {pair + 1}/{args.pairs}: {time.monotonic() - started:.0f} s")
     return {"runs": {s: dict(r) for s, r in runs.items()}}
+
+
+def loop_stalls(url: str) -> dict[str, float]:
+    """The server's stall counters so far: loop-lag probes later than 10 ms and 50 ms
+    (``thinkgate_event_loop_lag_seconds``), and milliseconds spent collecting garbage
+    (``thinkgate_gc_pause_seconds``, all generations)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    got = {k: 0.0 for k in STALLS}
+    count = below_10 = below_50 = 0.0
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == "thinkgate_event_loop_lag_seconds_count":
+            count = float(value)
+        elif name == 'thinkgate_event_loop_lag_seconds_bucket{le="0.01"}':
+            below_10 = float(value)
+        elif name == 'thinkgate_event_loop_lag_seconds_bucket{le="0.05"}':
+            below_50 = float(value)
+        elif name.startswith("thinkgate_gc_pause_seconds_sum"):
+            got["gc_pause_ms"] += float(value) * 1e3
+    got["loop_lag_over_10ms"] = count - below_10
+    got["loop_lag_over_50ms"] = count - below_50
+    return got
 
 
 def key(rate: float | str) -> str:
@@ -152,18 +196,37 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
     ]
     for rate in (key(r) for r in args.rates):
         lines += [f"## request rate {rate}", ""]
-        lines.append("| metric | " + " | ".join(SYSTEMS) + " | thinkgate / vLLM | plain / vLLM |")
-        lines.append("|---|" + "---:|" * (len(SYSTEMS) + 2))
+        heads = " | ".join(f"{s.replace('thinkgate-', '')} / vLLM" for s in COMPARED)
+        lines.append("| metric | " + " | ".join(SYSTEMS) + " | " + heads + " |")
+        lines.append("|---|" + "---:|" * (len(SYSTEMS) + len(COMPARED)))
         for m in METRICS:
             cells = [f"{statistics.median(x[m] for x in runs[s][rate]):.2f}" for s in SYSTEMS]
-            for s in ("thinkgate", "thinkgate-plain"):
+            for s in COMPARED:
                 r = ratios(runs, s, rate, m)
                 cells.append(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines.append("Event-loop stalls during each thinkgate run (median over pairs, max):")
+        lines.append("")
+        lines.append("| system | " + " | ".join(STALLS) + " |")
+        lines.append("|---|" + "---:|" * len(STALLS))
+        for s in COMPARED:
+            got = [x for x in runs[s][rate] if STALLS[0] in x]
+            cells = [
+                f"{statistics.median(x[k] for x in got):.0f} (max {max(x[k] for x in got):.0f})"
+                if got
+                else "-"
+                for k in STALLS
+            ]
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        lines.append("")
     lines.append(
         "Throughput ratios >= 0.97 count as parity on this noisy 2-core machine; latency "
-        "ratios above 1 mean thinkgate is slower. `engine` is the ceiling for any server."
+        "ratios above 1 mean thinkgate is slower. `engine` is the ceiling for any server. "
+        "`thinkgate-bare` runs the same engine as vLLM's server (no logits processors, no "
+        "guidance wrapper): bare / vLLM is what the gateway itself costs; thinkgate / bare "
+        "is what the default processors cost the engine. The loop-lag probe wakes every "
+        "50 ms, so a run of ~10 s takes ~200 probes."
     )
     return "\n".join(lines) + "\n"
 

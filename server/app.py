@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from server import errors
 from server.admission import Admission
 from server.engines.factory import open_engine
+from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe
 from server.metrics import Metrics
@@ -95,6 +96,9 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
             probe.start()
             stack.push_async_callback(probe.aclose)
+            pauses = GcPauses(metrics.gc_pause)
+            pauses.attach()
+            stack.callback(pauses.detach)
             async with build_resources(settings, active) as resources:
                 app.state.gateway = Gateway(
                     settings=settings,
@@ -106,6 +110,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     lifecycle=lifecycle,
                     started_at=int(time.time()),
                 )
+                freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(
                     "server.ready",
                     model=active.model_name,

@@ -73,6 +73,13 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.gc_pause = Histogram(
+            "thinkgate_gc_pause_seconds",
+            "How long each garbage collection held the event loop (server.gc_pauses)",
+            ["generation"],
+            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+            registry=r,
+        )
         self.engine_deaths = Gauge(
             "thinkgate_engine_deaths", "Times the local engine died", registry=r
         )
