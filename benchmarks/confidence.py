@@ -113,6 +113,7 @@ async def run_questions(
                 row[name] = (_right(_answer_of(r), q), r.usage.completion_tokens)
                 row[f"{name}-stopped"] = t["stopped_early"]
                 row[f"{name}-drawn"] = t["samples"]
+                row[f"{name}-rounds"] = t["rounds"]
             r = await _ask(client, model, q, {"X-Strategy": "pets", **samples}, {})
             row["pets"] = (_right(_answer_of(r), q), r.usage.completion_tokens)
         bar.update(1)
@@ -140,6 +141,7 @@ def summarise(
             mine = [r for r in rows if r["n"] == n]
             table[m][n]["stopped"] = statistics.fmean(r[f"{m}-stopped"] for r in mine)
             table[m][n]["drawn"] = statistics.fmean(r[f"{m}-drawn"] for r in mine)
+            table[m][n]["rounds"] = statistics.fmean(r.get(f"{m}-rounds", 0) for r in mine)
     return table
 
 
@@ -307,9 +309,18 @@ def write_report(
             f"{table[m][n]['accuracy']:.1f} | {table[m][n]['tokens']:.0f}" for n in ns
         )
         lines.append(f"| {m} | {cells} |")
-    lines += ["", "Online traces stopped in the engine (mean per question, of traces drawn):", ""]
+    lines += [
+        "",
+        "Online traces stopped in the engine (mean per question, of traces drawn; online "
+        "rounds after the warm-up, each of the warm-up's size):",
+        "",
+    ]
     for m in ("online-low", "online-high"):
-        parts = [f"N={n}: {table[m][n]['stopped']:.1f} of {table[m][n]['drawn']:.1f}" for n in ns]
+        parts = [
+            f"N={n}: {table[m][n]['stopped']:.1f} of {table[m][n]['drawn']:.1f}"
+            f" in {table[m][n].get('rounds', 0):.1f} rounds"
+            for n in ns
+        ]
         lines.append(f"- {m}: " + ", ".join(parts))
     top = max(ns)
     goal = table["sc"][top]["accuracy"]
@@ -440,7 +451,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     (RESULTS / "confidence.md").write_text(report)
     (RESULTS / "confidence.json").write_text(
         json.dumps(
-            {"table": table, "to_reach": reach, "overhead": overhead, "rows": rows}, indent=1
+            {
+                "table": table,
+                "to_reach": reach,
+                "overhead": overhead,
+                "seconds": seconds,
+                "choose": choose,
+                "rows": rows,
+            },
+            indent=1,
         )
     )
     plot(table, RESULTS / "confidence.png")

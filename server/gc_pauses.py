@@ -34,6 +34,11 @@ def freeze_heap() -> None:
     log.info("gc.frozen", objects=gc.get_freeze_count(), full_collection_ms=round(full_s * 1e3, 1))
 
 
+def unfreeze_heap() -> None:
+    """Undo ``freeze_heap`` (at shutdown: frozen objects are never collected)."""
+    gc.unfreeze()
+
+
 class GcPauses:
     """Times each collection into ``histogram`` (labelled by generation) while attached."""
 

@@ -7,12 +7,18 @@ sample budget ``N`` of the request (``X-Budget-Samples``):
    trace's confidence is its lowest sliding-window mean (``strategies.confidence``);
 2. threshold: a percentile of the warm-up confidences: ``variant`` ``low`` keeps the
    top 10% (the 90th percentile, aggressive), ``high`` the top 90% (the 10th);
-3. the other ``N - warmup`` traces run as one engine request with the ``confidence``
-   logits processor, which forces EOS in a trace as soon as its window mean falls
-   below the threshold (``kernels.confidence``);
+3. the other ``N - warmup`` traces run in rounds of ``round_size`` (default: the
+   warm-up's size), one engine request per round, with the ``confidence`` logits
+   processor, which forces EOS in a trace as soon as its window mean falls below the
+   threshold (``kernels.confidence``);
 4. votes are confidence-weighted over the warm-up and the traces that were not stopped;
    sampling ends once the leading answer holds ``consensus`` (0.95) of the weight,
-   aborting the traces still running, or when every trace has ended.
+   aborting the traces still running and drawing no further round, or when the budget
+   is spent. Rounds are the paper's trace-by-trace generation made batch-friendly: one
+   request of all ``N - warmup`` traces finishes them together (they are about as long
+   as each other), so a consensus reached on the way saves almost nothing; smaller
+   rounds save more tokens and cost a round trip each (``round_size = N - warmup``:
+   one round, lowest latency).
 
 Usage counts every token generated, stopped and aborted traces included. Budgets
 compose: thinking and solution budgets apply to every trace (one-pass only: the
@@ -63,6 +69,7 @@ MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bou
 class OnlinePlan:
     samples: int  # N: the most traces drawn
     warmup: int
+    round_size: int  # traces per online engine request
     variant: str
     consensus: float
     votes: VoteOptions
@@ -78,6 +85,15 @@ def _warmup(request: StrategyRequest, n: int) -> int:
     return value
 
 
+def _round_size(request: StrategyRequest, warmup: int) -> int:
+    value = request.options.get("round_size")
+    if value is None:
+        return warmup
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest("round_size must be an integer >= 1", param="round_size")
+    return value
+
+
 def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
     variant = request.options.get("variant", "low")
     if not isinstance(variant, str) or variant not in VARIANTS:
@@ -89,9 +105,11 @@ def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
         raise InvalidRequest(
             "deepconf votes by confidence (confidence or confidence-top)", param="vote"
         )
+    warmup = _warmup(request, n)
     return OnlinePlan(
         samples=n,
-        warmup=_warmup(request, n),
+        warmup=warmup,
+        round_size=_round_size(request, warmup),
         variant=variant,
         consensus=share_option(request, "consensus", DEFAULT_CONSENSUS),
         votes=votes,
@@ -102,7 +120,7 @@ class DeepConf:
     name: ClassVar[str] = "deepconf"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
     body_options: ClassVar[frozenset[str]] = frozenset(
-        {"warmup", "variant", "consensus", "elastic_mode", *VOTE_OPTIONS}
+        {"warmup", "round_size", "variant", "consensus", "elastic_mode", *VOTE_OPTIONS}
     )
     streams_live: ClassVar[bool] = False
 
@@ -146,26 +164,30 @@ class DeepConf:
         answers = list(analyse(ctx, samples).answers)
         share = weighted_share(voting_classes(answers, confs, plan.votes, voters))
 
-        # 2. the rest, guarded by the threshold, until consensus or the budget is spent
+        # 2. the rest, in rounds guarded by the threshold, until consensus or the budget
         rest = n - plan.warmup
-        if rest > 0 and share < plan.consensus:
-            args = conf_args.ConfidenceArgs(
-                threshold=threshold,
-                window=window,
-                top_k=top_k,
-                eos_id=engine.tokens.eos_token_ids[0],
-            )
+        rounds = 0
+        args = conf_args.ConfidenceArgs(
+            threshold=threshold,
+            window=window,
+            top_k=top_k,
+            eos_id=engine.tokens.eos_token_ids[0],
+        )
+        while len(samples) < n and share < plan.consensus:
+            size = min(plan.round_size, n - len(samples))
             online = start_draw(
                 ctx,
-                rest,
+                size,
                 logprobs=False,
                 top_logprobs=top_k,
                 extra_args=conf_args.extra_args(args),
-                suffix="online",
+                suffix=f"online-{rounds}",
+                first=len(samples),
             )
-            ids: list[list[int]] = [[] for _ in range(rest)]
-            cs: list[list[float]] = [[] for _ in range(rest)]
-            done: dict[int, Sample] = {}
+            rounds += 1
+            ids: list[list[int]] = [[] for _ in range(size)]
+            cs: list[list[float]] = [[] for _ in range(size)]
+            done: set[int] = set()
             async with aclosing(online.deltas) as deltas:
                 async for delta in deltas:
                     ids[delta.index].extend(delta.token_ids)
@@ -173,6 +195,7 @@ class DeepConf:
                         cs[delta.index].extend(delta.confidences)
                     if delta.finish_reason is None or delta.index in done:
                         continue
+                    done.add(delta.index)
                     sample = Sample(
                         index=len(samples),
                         token_ids=tuple(ids[delta.index]),
@@ -180,7 +203,6 @@ class DeepConf:
                         stop_reason=delta.stop_reason,
                         confidences=tuple(cs[delta.index]),
                     )
-                    done[delta.index] = sample
                     samples.append(sample)
                     conf = max(lowest_group(sample.confidences or (), window), 0.0)
                     confs.append(conf)
@@ -191,13 +213,12 @@ class DeepConf:
                     voters.append(not was_stopped)
                     answers.append(analyse(ctx, [sample]).answers[0])
                     share = weighted_share(voting_classes(answers, confs, plan.votes, voters))
-                    yield _progress(
-                        Progress(data={"samples_done": len(done), "samples": rest}), "online", plan
-                    )
+                    progress = {"samples_done": len(samples) - plan.warmup, "samples": rest}
+                    yield _progress(Progress(data={**progress, "round": rounds}), "online", plan)
                     if share >= plan.consensus:
                         break  # closing the stream aborts the traces still running
             # Traces cut by the consensus stop: their tokens were generated, so they count.
-            for i in range(rest):
+            for i in range(size):
                 if i not in done:
                     aborted += 1
                     samples.append(
@@ -219,7 +240,9 @@ class DeepConf:
             "strategy": self.name,
             "samples": len(samples),
             "samples_budget": n,
-            "engine_requests": 1 + (len(samples) > plan.warmup),
+            "engine_requests": 1 + rounds,
+            "rounds": rounds,
+            "round_size": plan.round_size,
             "k": k,
             "scorer": None,
             "vote": plan.votes.vote,

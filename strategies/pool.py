@@ -161,8 +161,13 @@ def start_draw(
     top_logprobs: int = 0,
     extra_args: Mapping[str, ExtraArg] | None = None,
     suffix: str = "pool",
+    first: int = 0,
 ) -> Draw:
     """Open the engine stream of ``n`` samples: ONE request with ``n = N``.
+
+    ``first``: how many samples of this request's pool earlier draws made. A seeded
+    engine request gives child ``j`` the seed ``seed + j``, so a later draw starts its
+    seeds at ``seed + first``: otherwise it would repeat the earlier draw's samples.
 
     With thinking/solution budgets every sample is budgeted exactly as the
     ``elastic`` strategy budgets its trajectory (same plan, same processor); an engine
@@ -179,6 +184,7 @@ def start_draw(
         sampling = replace(
             base,
             n=n,
+            seed=None if base.seed is None else base.seed + first,
             logprobs=logprobs or base.logprobs,
             top_logprobs=top_logprobs,
             extra_args={**base.extra_args, **extra},

@@ -41,5 +41,6 @@ async def test_the_app_freezes_its_start_up_heap_and_reports_pauses(
             gc.collect(0)
             text = (await app.client.get("/metrics")).text
         assert 'thinkgate_gc_pause_seconds_count{generation="0"}' in text
+        assert gc.get_freeze_count() == 0  # thawed at shutdown
     finally:
         gc.unfreeze()

@@ -55,7 +55,8 @@ def test_online_stops_traces_in_the_engine_and_counts_every_token(openai_client:
             assert tg["consensus"] == 1.0 and tg["engine_requests"] == 1
             assert tg["tokens_saved_estimate"] > 0
             continue
-        assert tg["samples"] == 12 and tg["engine_requests"] == 2
+        # No unanimity reachable once the warm-up disagrees: 9 traces in rounds of 3.
+        assert tg["samples"] == 12 and (tg["rounds"], tg["engine_requests"]) == (3, 4)
         stopped = [i for i in range(warmup, 12) if not voted[i]]
         assert tg["stopped_early"] == len(stopped) and tg["aborted_at_consensus"] == 0
         for i in stopped:  # stopped where its window mean fell below the threshold

@@ -48,9 +48,12 @@ def _processor_cut(tokens: Any, s: Sample, threshold: float, window: int) -> Sam
 
 
 def _model(tokens: Any, warm: list[tuple[int, float]], online: list[tuple[int, float]]) -> Any:
-    """Warm-up traces (answer, confidence) for the first call, then the online ones."""
+    """Warm-up traces (answer, confidence) for the first call, then the online ones in
+    order, each online call (a round) taking the next ``n``."""
+    cursor = 0
 
     def handler(request: GenerateRequest) -> Sequence[Sample]:
+        nonlocal cursor
         extra = request.sampling.extra_args
         assert request.sampling.top_logprobs == DEFAULT_TOP_K
         if conf_args.THRESHOLD not in extra:
@@ -60,10 +63,12 @@ def _model(tokens: Any, warm: list[tuple[int, float]], online: list[tuple[int, f
         assert extra[conf_args.WINDOW] == WINDOW and extra[conf_args.TOP_K] == DEFAULT_TOP_K
         assert extra[conf_args.EOS_ID] == tokens.eos_token_ids[0]
         thr = float(extra[conf_args.THRESHOLD])
+        taken = online[cursor : cursor + request.sampling.n]
+        cursor += request.sampling.n
         # Online traces start confident then drift to ``c`` (a low c gets them cut).
         return [
             _processor_cut(tokens, _trace(tokens, a, [9.0, 9.0, c, c], i), thr, WINDOW)
-            for i, (a, c) in enumerate(online[: request.sampling.n])
+            for i, (a, c) in enumerate(taken)
         ]
 
     return handler
@@ -90,9 +95,16 @@ async def test_online_threshold_stop_and_weighted_vote(
     assert tg["warmup"] == 2  # ceil(8 / 4)
     # The default variant "low" keeps the top 10%: the 90th percentile of the warm-up.
     assert tg["threshold"] == pytest.approx(percentile(warm_confs[:2], 90.0), abs=1e-6)
+    # No consensus (1.0 is out of reach): the budget is spent in rounds of the warm-up's
+    # size, one engine request each.
     calls = app.engine.calls
-    assert len(calls) == 2 and calls[0].sampling.n == 2 and calls[1].sampling.n == 6
-    assert tg["samples"] == 8 and tg["engine_requests"] == 2
+    assert [c.sampling.n for c in calls] == [2, 2, 2, 2]
+    assert [c.request_id.rsplit("-", 2)[-2:] for c in calls[1:]] == [
+        ["online", "0"],
+        ["online", "1"],
+        ["online", "2"],
+    ]
+    assert tg["samples"] == 8 and tg["engine_requests"] == 4 and tg["rounds"] == 3
     voted = tg["sample_voted"]
     assert len(voted) == 8 and voted[:2] == [True, True]
     assert tg["stopped_early"] == voted.count(False) > 0
@@ -129,7 +141,9 @@ async def test_consensus_while_drawing_aborts_the_rest_and_counts_their_tokens(
     # length, so make the rest longer): 7 reaches 0.95 only with many confident votes.
     online = [(7, 100.0)] + [(123456, 6.0)] * 5
     async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
-        body = _chat(app.model, confidence_window=WINDOW, variant="high", consensus=0.9)
+        body = _chat(
+            app.model, confidence_window=WINDOW, variant="high", consensus=0.9, round_size=6
+        )
         headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
         r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
         assert r.status_code == 200, r.text
@@ -141,6 +155,31 @@ async def test_consensus_while_drawing_aborts_the_rest_and_counts_their_tokens(
     # The aborted traces were cut mid-way: fewer tokens than the full 123456 trace.
     full = len(_trace(tokens, 123456, [6.0]).token_ids)
     assert all(0 < t < full for t in tg["sample_tokens"][3:])
+    assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
+
+
+async def test_a_consensus_after_a_round_draws_no_further_round(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    tokens = testbed_tokens
+    warm = [(7, 5.0), (3, 5.0)]
+    online = [(7, 9.0)] * 6  # confident 7s: two of them make 7 hold 0.8 of the weight
+    async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
+        body = _chat(app.model, confidence_window=WINDOW, variant="high", consensus=0.8, seed=11)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = r.json()
+    tg = out["thinkgate"]
+    calls = app.engine.calls
+    assert [c.sampling.n for c in calls] == [2, 2]
+    # Child j of a seeded request samples with seed + j: the round starts after the
+    # warm-up's seeds, or it would redraw the warm-up's traces.
+    assert [c.sampling.seed for c in calls] == [11, 13]
+    assert (tg["rounds"], tg["round_size"], tg["samples"]) == (1, 2, 4)
+    assert tg["consensus"] >= 0.8 and tg["aborted_at_consensus"] == 0
+    assert tg["tokens_saved_estimate"] == round(4 * tg["mean_full_trace_tokens"])
+    assert out["usage"]["completion_tokens"] == sum(tg["sample_tokens"])
     assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
 
 
@@ -161,6 +200,8 @@ async def test_without_the_processor_it_is_a_503(scripted_app: Any, testbed_toke
         ("deepconf", {"warmup": 0}, 8, "warmup"),
         ("deepconf", {"warmup": 9}, 8, "warmup"),
         ("deepconf", {"consensus": 1.5}, 8, "consensus"),
+        ("deepconf", {"round_size": 0}, 8, "round_size"),
+        ("deepconf", {"round_size": "2"}, 8, "round_size"),
         ("deepconf", {"vote": "majority"}, 8, "vote"),
         ("deepconf", {"vote_filter": 0.5}, 8, "vote_filter"),
         ("deepconf", {"confidence_window": 0}, 8, "confidence_window"),
