@@ -18,6 +18,9 @@ stalled: probes that woke more than 10 ms / 50 ms late, and the garbage collecto
 pauses (``loop_lag_over_10ms``, ``loop_lag_over_50ms``, ``gc_pause_ms`` in the JSON and
 a table).
 
+Each server (and the engine alone) first serves one unmeasured run of all the prompts at
+once: the CPU kernels build their primitives on the first batch of each shape.
+
 Reported: request and output-token throughput, TTFT, TPOT and ITL (p50/p99) for each,
 and per rate the paired ratios thinkgate / vLLM server (median, min-max over pairs).
 Writes ``benchmarks/results/overhead.{md,json,png}``.
@@ -111,8 +114,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runs[system][key(rate)].append(got)
         print(f"[overhead] {system:16s} rate {rate}: {json.dumps(got)}", flush=True)
 
+    def warm(url: str) -> None:
+        """One unmeasured run at full concurrency on a fresh server: the first batches of
+        each shape build the CPU kernels' primitives, which whichever run came first
+        would otherwise pay alone."""
+        bench_serve(url, model, model, float("inf"), args)
+        print("[overhead] warmed up", flush=True)
+
     def vllm_side() -> None:
         with vllm_server(model, *ENGINE_FLAGS, log=LOGS / "overhead-vllm.log") as url:
+            warm(url)
             for rate in args.rates:
                 record("vllm", rate, bench_serve(url, model, model, rate, args))
 
@@ -126,6 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def thinkgate_side() -> None:
         with thinkgate(model, *flags, log=LOGS / "overhead-thinkgate.log") as url:
+            warm(url)
             for rate in args.rates:
                 record("thinkgate", rate, measured(url, rate))
                 record("thinkgate-plain", rate, measured(url, rate, ("X-Strategy=plain",)))
@@ -133,6 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def bare_side() -> None:
         bare = (*flags, "--logits-processors", "[]")
         with thinkgate(model, *bare, log=LOGS / "overhead-thinkgate-bare.log") as url:
+            warm(url)
             for rate in args.rates:
                 record("thinkgate-bare", rate, measured(url, rate))
 

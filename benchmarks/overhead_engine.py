@@ -109,7 +109,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             [rng.randrange(low, vocab) for _ in range(args.input_len)] for _ in range(args.prompts)
         ]
         params = SamplingParams(max_tokens=args.output_len, ignore_eos=True, temperature=1.0)
-        await _run_rate(llm, prompts[:4], params, float("inf"))  # warm-up, not measured
+        # Warm-up, not measured: every batch shape once, as the servers get (overhead.py).
+        await _run_rate(llm, prompts, params, float("inf"))
         out: dict[str, Any] = {}
         for rate in args.rates:
             runs = [await _run_rate(llm, prompts, params, rate) for _ in range(args.repeat)]

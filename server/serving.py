@@ -200,7 +200,8 @@ async def _stream_response(request: Request, adm: Admitted) -> Response:
     """Streams: the strategy runs in its own task (``StreamRun``); the headers wait for its
     first event (so that errors the engine raises at once, like bad sampling values, keep
     their real status code), but not longer than FIRST_EVENT_WAIT_S: a strategy that draws
-    many samples first opens with a progress comment, then keep-alives."""
+    many samples first opens with a progress comment, then keep-alives; a live one sends
+    nothing before its first token (``server.streaming``)."""
     gw = adm.gw
     run = StreamRun(
         adm.strategy.run(adm.contexts[0]),
@@ -228,6 +229,7 @@ async def _stream_response(request: Request, adm: Admitted) -> Response:
         request_id=adm.request_id,
         started=adm.started,
         on_end=adm.slot.release,
+        announce=not adm.strategy.streams_live,
     )
     headers = {**adm.headers, "Cache-Control": "no-cache"}
     return EventStreamResponse(stream, run=run, on_end=adm.slot.release, headers=headers)

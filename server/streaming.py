@@ -11,8 +11,13 @@ the first byte is one ``data: {"error": ...}`` frame, then the stream closes.
 body (``sse_body``) sends what is queued, and when nothing comes for
 ``sse_keepalive_s`` it sends ``: keep-alive`` so that proxies do not cut a stream whose
 samples are still being drawn. The headers go as soon as the first event is there, or
-after ``FIRST_EVENT_WAIT_S`` with an initial ``: thinkgate.progress {"status":
-"admitted"}``; errors found before that keep their real status code.
+after ``FIRST_EVENT_WAIT_S``; errors found before that keep their real status code. A
+strategy that draws samples before it answers then opens the body with ``:
+thinkgate.progress {"status": "admitted"}``. A live strategy (``plain``, ``elastic``)
+sends no comment before its first token, as vLLM's own server sends none: vLLM's
+benchmark client strips every network read and, when a comment arrives in a read of its
+own, glues the next event onto it and loses every event after it (measured: 35 of 100
+requests at once "failed", each one queued in the engine for over a second).
 """
 
 from __future__ import annotations
@@ -238,12 +243,14 @@ async def sse_body(
     request_id: str,
     started: float,
     on_end: Callable[[], None],
+    announce: bool = True,
 ) -> AsyncIterator[bytes]:
     """The body of a streamed response; ``on_end`` runs however it ends.
 
     ``first`` is what ``run`` gave before the headers went: frames, or ``KEEPALIVE``
-    when the first event was not there in time (the body then opens with a progress
-    comment)."""
+    when the first event was not there in time: the body then opens with a progress
+    comment if ``announce`` (multi-sample strategies), else waits for the first event
+    (live strategies: see the module doc)."""
     status = "200"
     result: Result | None = None
     timeout = gw.settings.request_timeout_s
@@ -252,7 +259,10 @@ async def sse_body(
         async with asyncio.timeout(timeout):
             item = first
             if item is KEEPALIVE:
-                item = sse.comment(sse.PROGRESS, {"status": "admitted", "strategy": strategy})
+                admitted = {"status": "admitted", "strategy": strategy}
+                item = (
+                    sse.comment(sse.PROGRESS, admitted) if announce else await run.next(keepalive_s)
+                )
             while True:
                 if isinstance(item, bytes):
                     yield item

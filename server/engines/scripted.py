@@ -9,12 +9,14 @@ and sees every ``GenerateRequest`` the strategy made (``ScriptedEngine.calls``).
 ``stream`` replays the handler's samples as deltas, one token per delta, the samples
 interleaved round-robin as a batch would interleave them; each index ends with its
 ``finish_reason`` (the engine contract); a sample's ``confidences``, if it has any,
-go one per token with its deltas. Use it with ``create_app(settings,
+go one per token with its deltas; ``step_s`` paces the steps (tokens then reach the
+client one network write at a time, as from a real engine). Use it with ``create_app(settings,
 engine=ScriptedEngine(...))`` and an ``httpx.AsyncClient`` over ``httpx.ASGITransport``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
@@ -35,8 +37,10 @@ class ScriptedEngine:
         model_name: str = "scripted",
         max_model_len: int = 512,
         processors: frozenset[str] = frozenset(),
+        step_s: float = 0.0,
     ) -> None:
         self._handler = handler
+        self._step_s = step_s  # pause between stream steps, as a real engine's decode step
         self.tokens = tokens
         self.model_name = model_name
         self._max_model_len = max_model_len
@@ -70,6 +74,8 @@ class ScriptedEngine:
         samples = await self.generate(request)
         longest = max((len(s.token_ids) for s in samples), default=0)
         for step in range(max(longest, 1)):
+            if step and self._step_s:
+                await asyncio.sleep(self._step_s)
             for s in samples:
                 steps = max(len(s.token_ids), 1)  # an empty sample still ends once
                 if step >= steps:

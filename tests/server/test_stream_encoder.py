@@ -138,7 +138,11 @@ def _split(blob: bytes) -> list[bytes]:
 
 
 async def _body(
-    gw: Any, events: AsyncGenerator[StrategyEvent, None], ended: list[bool]
+    gw: Any,
+    events: AsyncGenerator[StrategyEvent, None],
+    ended: list[bool],
+    *,
+    announce: bool = True,
 ) -> list[bytes]:
     from server.streaming import StreamRun, sse_body
 
@@ -158,6 +162,7 @@ async def _body(
         request_id="r1",
         started=0.0,
         on_end=lambda: ended.append(True),
+        announce=announce,
     )
     out = [frame for blob in [b async for b in body] for frame in _split(blob)]
     await run.aclose()
@@ -201,6 +206,16 @@ async def test_a_quiet_stream_sends_keep_alive_comments() -> None:
     assert frames.count(b": keep-alive\n\n") >= 4
     assert frames[-1] == b"data: [DONE]\n\n"
     assert any(f.startswith(b': thinkgate.progress {"samples_done"') for f in frames)
+
+
+async def test_a_live_stream_sends_no_comment_before_its_first_event() -> None:
+    # Headers went after the wait; the body starts with the first event itself (vLLM's
+    # benchmark client loses a stream whose comment arrives in a read of its own).
+    gw = _gateway(sse_keepalive_s=0.15)
+    frames = await _body(gw, _slow_samples(0.2), [], announce=False)  # first event late
+    assert frames[0].startswith(b': thinkgate.progress {"samples_done"')
+    assert not any(b'"admitted"' in f for f in frames)
+    assert frames[-1] == b"data: [DONE]\n\n"
 
 
 async def test_a_busy_stream_sends_no_keep_alive() -> None:
