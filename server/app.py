@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from server import errors
 from server.admission import Admission
 from server.engines.factory import open_engine
-from server.gc_pauses import GcPauses, freeze_heap, unfreeze_heap
+from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe
 from server.metrics import Metrics
@@ -99,9 +99,6 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             pauses = GcPauses(metrics.gc_pause)
             pauses.attach()
             stack.callback(pauses.detach)
-            # Thaw what freeze_heap froze once serving ends, so that shutdown frees it
-            # (as vLLM's engine core does; frozen objects leak past interpreter exit).
-            stack.callback(unfreeze_heap)
             async with build_resources(settings, active) as resources:
                 app.state.gateway = Gateway(
                     settings=settings,
