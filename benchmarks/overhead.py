@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import testbed
-from benchmarks.servers import ROOT, machine, thinkgate, vllm_server
+from benchmarks.servers import ROOT, ServerUrl, machine, thinkgate, vllm_server
 
 RESULTS = ROOT / "benchmarks" / "results"
 LOGS = RESULTS / "logs"
@@ -56,6 +56,10 @@ METRICS = (
     "median_itl_ms",
     "p99_itl_ms",
 )
+# CPU time of the HTTP front end's process per generated token: what the server itself
+# spends beside the engine (its engine core is another process). A count, not a timing,
+# so it holds still on a shared machine where the latency percentiles do not.
+FRONTEND = "frontend_cpu_us_per_token"
 SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "thinkgate-bare", "engine")
 COMPARED = ("thinkgate", "thinkgate-plain", "thinkgate-bare")  # each against vllm, paired
 STALLS = ("loop_lag_over_10ms", "loop_lag_over_50ms", "gc_pause_ms")
@@ -121,17 +125,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bench_serve(url, model, model, float("inf"), args)
         print("[overhead] warmed up", flush=True)
 
+    def timed(url: ServerUrl, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
+        cpu = frontend_cpu_s(url)
+        got = bench_serve(url, model, model, rate, args, headers=headers)
+        tokens = args.prompts * args.output_len  # --ignore-eos: every request runs to the end
+        return got | {FRONTEND: (frontend_cpu_s(url) - cpu) / tokens * 1e6}
+
     def vllm_side() -> None:
         with vllm_server(model, *ENGINE_FLAGS, log=LOGS / "overhead-vllm.log") as url:
             warm(url)
             for rate in args.rates:
-                record("vllm", rate, bench_serve(url, model, model, rate, args))
+                record("vllm", rate, timed(url, rate))
 
     flags = ("--reward-model", "none", "--served-model-name", model)
 
-    def measured(url: str, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
+    def measured(url: ServerUrl, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
         before = loop_stalls(url)
-        got = bench_serve(url, model, model, rate, args, headers=headers)
+        got = timed(url, rate, headers)
         after = loop_stalls(url)
         return got | {k: after[k] - before[k] for k in STALLS}
 
@@ -160,6 +170,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             record("engine", float(rate), got)
         print(f"[overhead] pair {pair + 1}/{args.pairs}: {time.monotonic() - started:.0f} s")
     return {"runs": {s: dict(r) for s, r in runs.items()}}
+
+
+def frontend_cpu_s(url: ServerUrl) -> float:
+    """User + system CPU seconds of the server's own process so far (children excluded)."""
+    import psutil
+
+    times = psutil.Process(url.pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def loop_stalls(url: str) -> dict[str, float]:
@@ -193,7 +211,18 @@ def key(rate: float | str) -> str:
 
 def ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[float]:
     mine, base = runs[system][rate], runs["vllm"][rate]
-    return [a[metric] / b[metric] for a, b in zip(mine, base, strict=False) if b[metric]]
+    pairs = zip(mine, base, strict=False)
+    return [a[metric] / b[metric] for a, b in pairs if a.get(metric) and b.get(metric)]
+
+
+def median_cell(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
+def ratio_cell(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> str:
@@ -212,11 +241,9 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         heads = " | ".join(f"{s.replace('thinkgate-', '')} / vLLM" for s in COMPARED)
         lines.append("| metric | " + " | ".join(SYSTEMS) + " | " + heads + " |")
         lines.append("|---|" + "---:|" * (len(SYSTEMS) + len(COMPARED)))
-        for m in METRICS:
-            cells = [f"{statistics.median(x[m] for x in runs[s][rate]):.2f}" for s in SYSTEMS]
-            for s in COMPARED:
-                r = ratios(runs, s, rate, m)
-                cells.append(f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
+        for m in (*METRICS, FRONTEND):
+            cells = [median_cell([x[m] for x in runs[s][rate] if m in x]) for s in SYSTEMS]
+            cells += [ratio_cell(ratios(runs, s, rate, m)) for s in COMPARED]
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
         lines.append("Event-loop stalls during each thinkgate run (median over pairs, max):")
@@ -238,7 +265,9 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         "ratios above 1 mean thinkgate is slower. `engine` is the ceiling for any server. "
         "`thinkgate-bare` runs the same engine as vLLM's server (no logits processors, no "
         "guidance wrapper): bare / vLLM is what the gateway itself costs; thinkgate / bare "
-        "is what the default processors cost the engine. The loop-lag probe wakes every "
+        "is what the default processors cost the engine. `frontend_cpu_us_per_token`: CPU "
+        "time of the server's HTTP process (its engine core excluded) per generated token, "
+        "from /proc; the engine alone has no front end. The loop-lag probe wakes every "
         "50 ms, so a run of ~10 s takes ~200 probes."
     )
     return "\n".join(lines) + "\n"
@@ -251,13 +280,14 @@ def plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = result["runs"]
-    shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms")
+    shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms", FRONTEND)
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6))
     rates = [key(r) for r in args.rates]
     width = 0.8 / len(SYSTEMS)
     for ax, m in zip(axes, shown, strict=True):
         for i, s in enumerate(SYSTEMS):
-            vals = [statistics.median(x[m] for x in runs[s][r]) for r in rates]
+            got = [[x[m] for x in runs[s][r] if m in x] for r in rates]
+            vals = [statistics.median(g) if g else 0.0 for g in got]
             ax.bar([j + i * width for j in range(len(rates))], vals, width, label=s)
         ax.set_xticks(
             [j + 0.4 - width / 2 for j in range(len(rates))], [f"rate {r}" for r in rates]

@@ -21,6 +21,18 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class ServerUrl(str):
+    """A running server's base URL that also names its process (the HTTP front end:
+    vLLM's engine core is a child of it), so that a benchmark can read its CPU time."""
+
+    pid: int
+
+    def __new__(cls, url: str, pid: int) -> ServerUrl:
+        self = super().__new__(cls, url)
+        self.pid = pid
+        return self
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -31,7 +43,7 @@ def free_port() -> int:
 @contextmanager
 def serve(
     cmd: Sequence[str], *, ready_path: str, log: Path, timeout_s: float = 900.0, port: int
-) -> Iterator[str]:
+) -> Iterator[ServerUrl]:
     """Run ``cmd`` (a server on 127.0.0.1:``port``) until the block ends; yields its URL."""
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -46,7 +58,7 @@ def serve(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = ServerUrl(f"http://127.0.0.1:{port}", proc.pid)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -73,7 +85,7 @@ def serve(
 
 
 @contextmanager
-def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[str]:
+def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]:
     port = free_port()
     cmd = [
         sys.executable,
@@ -91,7 +103,7 @@ def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[str]:
 
 
 @contextmanager
-def vllm_server(model: Path | str, *args: str, log: Path) -> Iterator[str]:
+def vllm_server(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]:
     """vLLM's own OpenAI server (``vllm serve`` is broken on vllm-cpu: python -m works)."""
     port = free_port()
     cmd = [
