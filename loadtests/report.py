@@ -168,6 +168,17 @@ def knee(points: Sequence[RatePoint]) -> float | None:
     return max(good) if good else None
 
 
+def knee_text(points: Sequence[RatePoint]) -> str:
+    """The knee in words: a knee at the sweep's highest rate is no knee found (the server
+    may hold far above it), so the report says so instead of naming that rate."""
+    k = knee(points)
+    if k is None:
+        return "below the lowest rate"
+    if k == max(p.offered for p in points):
+        return f"not reached: goodput held at every rate up to {k:g} req/s (sweep higher rates)"
+    return f"{k:g} req/s"
+
+
 def _ms(v: float | None) -> str:
     return "" if v is None else f"{v:.0f}"
 
@@ -175,9 +186,7 @@ def _ms(v: float | None) -> str:
 def render_sweep(points: Sequence[RatePoint], slo_ttft_ms: float, slo_e2e_ms: float) -> str:
     lines = [
         f"SLOs: TTFT <= {slo_ttft_ms:.0f} ms (streams), end-to-end <= {slo_e2e_ms:.0f} ms. "
-        f"Knee (goodput >= {KNEE_SHARE:.0%} of the offered rate): "
-        + (f"{k:g} req/s" if (k := knee(points)) is not None else "below the lowest rate")
-        + ".",
+        f"Knee (goodput >= {KNEE_SHARE:.0%} of the offered rate): " + knee_text(points) + ".",
         "",
         "| offered req/s | achieved | goodput | failures | "
         + " | ".join(f"{label} p50/p90/p99 ms" for _, label in LATENCIES)
@@ -221,7 +230,7 @@ def plot_sweep(points: Sequence[RatePoint], prefix: Path) -> None:
     ax.plot(xs, xs, linestyle=":", color="grey", label="offered")
     ax.plot(xs, [p.achieved for p in points], marker="o", label="achieved")
     ax.plot(xs, [p.goodput for p in points], marker="s", label="goodput (SLOs met)")
-    if (k := knee(points)) is not None:
+    if (k := knee(points)) is not None and k < max(xs):
         ax.axvline(k, color="red", linestyle="--", label=f"knee {k:g} req/s")
     ax.set_xlabel("offered req/s")
     ax.set_ylabel("req/s")

@@ -119,9 +119,8 @@ class ChatMessage(BaseModel):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
-    # vLLM's extension, sent on every streamed request by GuideLLM: accepted so that it
-    # runs; usage still comes once, in the last chunk (with include_usage), because
-    # strategy deltas carry text, not token counts.
+    # vLLM's extension (GuideLLM sends it on every streamed request): with include_usage,
+    # every chunk carries the usage so far, as vLLM's server does (server/streaming.py).
     continuous_usage_stats: bool = False
 
 

@@ -76,6 +76,7 @@ class Admitted:
     request_id: str
     started: float
     include_usage: bool
+    continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
 
 
 async def serve(request: Request, kind: Kind) -> Response:
@@ -172,6 +173,12 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
         request_id=rid,
         started=started,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        # As vLLM: continuous usage only together with include_usage.
+        continuous_usage=bool(
+            body.stream_options
+            and body.stream_options.include_usage
+            and body.stream_options.continuous_usage_stats
+        ),
     )
     return admitted, body.stream
 
@@ -205,7 +212,12 @@ async def _stream_response(request: Request, adm: Admitted) -> Response:
     gw = adm.gw
     run = StreamRun(
         adm.strategy.run(adm.contexts[0]),
-        StreamEncoder(adm.env, include_usage=adm.include_usage),
+        StreamEncoder(
+            adm.env,
+            include_usage=adm.include_usage,
+            continuous_usage=adm.continuous_usage,
+            prompt_tokens=len(adm.contexts[0].request.prompt_token_ids),
+        ),
         strategy=adm.name,
         aborting=gw.lifecycle.aborting,
     )

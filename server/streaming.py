@@ -4,7 +4,11 @@ Live strategies: a role chunk per choice, then its reasoning deltas, then its co
 deltas. Multi-sample strategies: each ``Progress`` as a comment line, then ``Result``'s
 choices replayed as normal chunks (reasoning, then content). In both, the chunks with
 ``finish_reason`` come once ``Result`` is known; the last one carries ``thinkgate``.
-Then a usage chunk (``stream_options.include_usage``) and ``[DONE]``. A failure after
+Then a usage chunk (``stream_options.include_usage``) and ``[DONE]``. With vLLM's
+``continuous_usage_stats`` as well, every chunk carries the usage so far, as vLLM's
+server sends it: live chunks count the tokens generated until then (strategies that
+count them live: ``ChoiceDelta.completion_tokens``), replayed and final chunks the
+result's usage. A failure after
 the first byte is one ``data: {"error": ...}`` frame, then the stream closes.
 
 ``StreamRun`` runs the strategy in its own task and queues encoded frames; the response
@@ -186,17 +190,38 @@ class EventStreamResponse(StreamingResponse):
 
 
 class StreamEncoder:
-    def __init__(self, env: Envelope, *, include_usage: bool) -> None:
+    def __init__(
+        self,
+        env: Envelope,
+        *,
+        include_usage: bool,
+        continuous_usage: bool = False,
+        prompt_tokens: int = 0,
+    ) -> None:
         self._env = env
         self._include_usage = include_usage
+        self._continuous = continuous_usage
+        self._prompt_tokens = prompt_tokens
         self._started: set[int] = set()
+        self._generated: dict[int, int] = {}  # choice -> tokens so far (continuous usage)
 
     def encode(self, event: StrategyEvent) -> list[bytes]:
         if isinstance(event, Progress):
             return [sse.comment(sse.PROGRESS, event.data)]
         if isinstance(event, ChoiceDelta):
-            return [self._chunk(c) for c in self._delta(event)]
+            usage = self._usage_so_far(event) if self._continuous else None
+            return [self._chunk(c, usage) for c in self._delta(event)]
         return self._final(event)
+
+    def _usage_so_far(self, d: ChoiceDelta) -> Body:
+        if d.completion_tokens is not None:
+            self._generated[d.index] = d.completion_tokens
+        done = sum(self._generated.values())
+        return {
+            "prompt_tokens": self._prompt_tokens,
+            "completion_tokens": done,
+            "total_tokens": self._prompt_tokens + done,
+        }
 
     def _delta(self, d: ChoiceDelta) -> list[Body]:
         kind = self._env.kind
@@ -214,23 +239,28 @@ class StreamEncoder:
     def _final(self, final: Result) -> list[bytes]:
         frames: list[bytes] = []
         choices = sorted(final.choices, key=lambda c: c.index)
+        usage = render.usage_body(final.usage)
+        every = usage if self._continuous else None  # the result's usage on every chunk
         for c in choices:
             if c.index not in self._started:  # not streamed live: replay it whole
                 replay = ChoiceDelta(index=c.index, reasoning=c.reasoning, content=c.content)
-                frames += [self._chunk(body) for body in self._delta(replay)]
+                frames += [self._chunk(body, every) for body in self._delta(replay)]
         for i, c in enumerate(choices):
             body = render.delta_choice(
                 self._env.kind, c.index, finish_reason=c.finish_reason, info=c.info
             )
-            extra = {"thinkgate": self._env.thinkgate(final)} if i == len(choices) - 1 else {}
+            extra: dict[str, object] = {"usage": every} if every is not None else {}
+            if i == len(choices) - 1:
+                extra["thinkgate"] = self._env.thinkgate(final)
             frames.append(sse.data(render.chunk(self._env, [body], **extra)))
         if self._include_usage:
-            usage = render.usage_body(final.usage)
             frames.append(sse.data(render.chunk(self._env, [], usage=usage)))
         return frames
 
-    def _chunk(self, choice: Body) -> bytes:
-        return sse.data(render.chunk(self._env, [choice]))
+    def _chunk(self, choice: Body, usage: Body | None = None) -> bytes:
+        if usage is None:
+            return sse.data(render.chunk(self._env, [choice]))
+        return sse.data(render.chunk(self._env, [choice], usage=usage))
 
 
 async def sse_body(

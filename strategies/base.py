@@ -84,6 +84,9 @@ class ChoiceDelta:
     reasoning: str = ""
     content: str = ""
     finish_reason: FinishReason | None = None
+    # Tokens this choice has generated so far, EOS included (as its usage will count
+    # them), when the strategy counts them live; streams with continuous usage read it.
+    completion_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

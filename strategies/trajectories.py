@@ -106,7 +106,12 @@ class TrajectorySet:
         traj.content.append(content)
         if not reasoning and not content:
             return None
-        return ChoiceDelta(index=traj.index, reasoning=reasoning, content=content)
+        return ChoiceDelta(
+            index=traj.index,
+            reasoning=reasoning,
+            content=content,
+            completion_tokens=traj.splitter.completion_tokens,
+        )
 
     def usage(self, prompt_tokens: int) -> Usage:
         """Exact usage over every trajectory; the prompt counted once per engine request."""

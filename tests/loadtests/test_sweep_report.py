@@ -51,3 +51,10 @@ def test_the_knee_is_the_last_rate_served_within_slo(tmp_path: Path) -> None:
     text = sweep_report(tmp_path / "s", slo_ttft_ms=1000.0, slo_e2e_ms=5000.0)
     assert "Knee (goodput >= 90% of the offered rate): 2 req/s" in text
     assert (tmp_path / "s_latency.png").exists() and (tmp_path / "s_goodput.png").exists()
+
+
+def test_a_sweep_that_never_falls_off_says_no_knee_was_found(tmp_path: Path) -> None:
+    _write(tmp_path / "s-r1.jsonl", _rows(11, 10.0, 100.0, 50.0))  # 1.1/s, all good
+    _write(tmp_path / "s-r2.jsonl", _rows(21, 10.0, 100.0, 50.0))  # 2.1/s, all good
+    text = sweep_report(tmp_path / "s", slo_ttft_ms=1000.0, slo_e2e_ms=5000.0)
+    assert "not reached: goodput held at every rate up to 2 req/s" in text

@@ -5,6 +5,7 @@ SDK (and the exact payload vLLM's benchmark client sends)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -142,8 +143,8 @@ def test_vllm_benchmark_client_payload_streams(base_url: str, served_model: str)
 
 
 def test_guidellm_payload_streams(base_url: str, served_model: str) -> None:
-    """What GuideLLM posts on every streamed chat request (vLLM's continuous_usage_stats
-    among them: accepted, the usage still comes once, in the last chunk)."""
+    """What GuideLLM posts on every streamed chat request, vLLM's continuous_usage_stats
+    among them: every chunk carries the usage so far, growing to the final count."""
     payload = {
         "model": served_model,
         "messages": [{"role": "user", "content": "1+2"}],
@@ -158,3 +159,8 @@ def test_guidellm_payload_streams(base_url: str, served_model: str) -> None:
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     assert '"completion_tokens":6' in lines[-2].replace(" ", "")
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"] for c in chunks)
+    assert counts == sorted(counts) and counts[-1] == 6
+    assert counts[0] >= 1 and len(set(counts)) >= 2  # counted live, not only at the end

@@ -99,6 +99,57 @@ def test_live_deltas_are_not_replayed_and_finish_waits_for_final() -> None:
     assert end["thinkgate"]["samples"] == 1  # type: ignore[index]
 
 
+def test_continuous_usage_counts_live_tokens_on_every_chunk() -> None:
+    """vLLM's continuous_usage_stats: each chunk carries the usage so far; live chunks the
+    tokens generated until then over every choice, the final chunks the result's usage."""
+    enc = StreamEncoder(_env(), include_usage=True, continuous_usage=True, prompt_tokens=10)
+    first = _frames(enc.encode(ChoiceDelta(index=0, reasoning="a", completion_tokens=3)))
+    other = _frames(enc.encode(ChoiceDelta(index=1, reasoning="b", completion_tokens=2)))
+    later = _frames(enc.encode(ChoiceDelta(index=0, content="c", completion_tokens=7)))
+    seen = [c["usage"]["completion_tokens"] for c in first + other + later]  # type: ignore[index]
+    assert seen == [3, 3, 5, 5, 9]  # role chunks too; choice 1 adds its own 2
+    assert later[0]["usage"] == {  # type: ignore[index]
+        "prompt_tokens": 10,
+        "completion_tokens": 9,
+        "total_tokens": 19,
+    }
+    final = Result(
+        choices=(
+            Choice(index=0, reasoning="a", content="c", finish_reason="stop"),
+            Choice(index=1, reasoning="b", content="", finish_reason="length"),
+        ),
+        usage=USAGE,
+        samples=2,
+    )
+    ends = _frames(enc.encode(final))
+    assert len(ends) == 3  # two finish chunks, then the usage chunk
+    assert all(c["usage"]["total_tokens"] == 40 for c in ends)  # type: ignore[index]
+
+
+def test_without_continuous_usage_only_the_last_chunk_has_usage() -> None:
+    enc = StreamEncoder(_env(), include_usage=True, prompt_tokens=10)
+    live = _frames(enc.encode(ChoiceDelta(index=0, content="c", completion_tokens=3)))
+    final = Result(
+        choices=(Choice(index=0, reasoning="", content="c", finish_reason="stop"),),
+        usage=USAGE,
+        samples=1,
+    )
+    chunks = live + _frames(enc.encode(final))
+    assert ["usage" in c for c in chunks] == [False, False, False, True]  # type: ignore[operator]
+
+
+def test_continuous_usage_on_replayed_choices_is_the_results() -> None:
+    enc = StreamEncoder(_env(), include_usage=True, continuous_usage=True, prompt_tokens=10)
+    final = Result(
+        choices=(Choice(index=0, reasoning="r", content="c", finish_reason="stop"),),
+        usage=USAGE,
+        samples=4,
+    )
+    chunks = _frames(enc.encode(final))
+    assert len(chunks) == 5  # role, reasoning, content, finish, usage
+    assert all(c["usage"]["completion_tokens"] == 30 for c in chunks)  # type: ignore[index]
+
+
 def test_completions_chunks_carry_text() -> None:
     enc = StreamEncoder(_env("completion"), include_usage=False)
     (chunk,) = _frames(enc.encode(ChoiceDelta(index=0, content="42")))
