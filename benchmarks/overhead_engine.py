@@ -68,6 +68,8 @@ async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float
         "p99_tpot_ms": pct(tpot, 0.99),
         "median_itl_ms": statistics.median(itl) if itl else float("nan"),
         "p99_itl_ms": pct(itl, 0.99),
+        # as benchmarks.overhead's SLOW_GAPS (not imported: this runs as its own process)
+        "itl_over_15ms_pct": 100.0 * sum(x > 15.0 for x in itl) / max(1, len(itl)),
     }
 
 
