@@ -58,3 +58,13 @@ def test_a_sweep_that_never_falls_off_says_no_knee_was_found(tmp_path: Path) -> 
     _write(tmp_path / "s-r2.jsonl", _rows(21, 10.0, 100.0, 50.0))  # 2.1/s, all good
     text = sweep_report(tmp_path / "s", slo_ttft_ms=1000.0, slo_e2e_ms=5000.0)
     assert "not reached: goodput held at every rate up to 2 req/s" in text
+
+
+def test_sweep_users_start_at_the_offered_rate(tmp_path: Path) -> None:
+    """Arrivals spread from the first second: users spawn at the offered rate (all at
+    once, their first requests were one burst), each pacing at its share of it."""
+    from loadtests.sweep import locust_command
+
+    cmd = locust_command("http://h", 2.0, 64, 30, tmp_path / "s")
+    assert cmd[cmd.index("-u") + 1] == "64" and cmd[cmd.index("-r") + 1] == "2"
+    assert cmd[cmd.index("--csv") + 1] == f"{tmp_path / 's'}-r2"
