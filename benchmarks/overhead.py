@@ -292,7 +292,7 @@ def plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = result["runs"]
-    shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms", FRONTEND)
+    shown = ("output_throughput", "median_ttft_ms", "p99_itl_ms", SLOW_GAPS, FRONTEND)
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6))
     rates = [key(r) for r in args.rates]
     width = 0.8 / len(SYSTEMS)
