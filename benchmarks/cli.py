@@ -24,6 +24,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "remote": ("benchmarks.remote", "gateway hop cost, one vs two vLLM replicas"),
     "reliability": ("benchmarks.reliability", "overload, faults, drain, restarts, fuzz, soak"),
     "engine-wait": ("benchmarks.engine_wait", "vLLM's 1 s engine spin vs 1 ms, on CPU"),
+    "stream-gaps": ("benchmarks.stream_gaps", "token gaps: engine ring recheck 20 ms vs 2 ms"),
     "confidence": ("benchmarks.confidence", "DeepConf: accuracy vs tokens, online early stop"),
     "overhead": ("benchmarks.overhead", "vs vLLM's server and the engine alone, vllm bench serve"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),

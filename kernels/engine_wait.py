@@ -16,7 +16,12 @@ batch took 0.65x the time, while a request alone took 1.6x longer at p50 (it wai
 wake-up at every step instead of spinning through it): that is the default's cost. A
 short spin exposes a lost wake-up (the notification socket keeps one message and drops
 the others: measured, a 5.6 s stall whenever it hit), so the recheck interval becomes
-:data:`RECHECK_MS` whenever the spin is shortened.
+:data:`RECHECK_MS` whenever the spin is shortened. Lost wake-ups are frequent under load
+(a step outlasts the 1 ms spin, the reader sleeps, the worker's notification is
+dropped): at a 20 ms recheck they were the ~24 ms inter-token gaps behind every server's
+p99 ITL here; at 2 ms they cost 2 ms (``thinkgate bench stream-gaps``:
+benchmarks/results/stream-gaps.md), for about 1% of a core more while idle (the worker
+polls every 2 ms: 2.7% of a core instead of 1.6%, measured over 10 s of an idle server).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from typing import Final
 
 ENV: Final = "THINKGATE_ENGINE_SPIN_MS"
 """Milliseconds a waiting vLLM engine process spins before it sleeps; unset: vLLM's own (1000)."""
-RECHECK_MS: Final = 20
+RECHECK_MS: Final = 2
 """How often a sleeping reader rechecks the ring (vLLM: 5000), so a lost wake-up costs this."""
+RECHECK_ENV: Final = "THINKGATE_ENGINE_RECHECK_MS"
+"""Overrides :data:`RECHECK_MS` (whole milliseconds >= 1); read only with a short spin."""
 CPU_DEFAULT_MS: Final = 1.0
 """The spin thinkgate asks for on a CPU host unless told otherwise."""
 
@@ -48,11 +55,21 @@ def register() -> None:
     except ValueError:
         log.warning("%s=%r is not a number of milliseconds >= 0; vLLM's spin is kept", ENV, raw)
         return
-    apply(spin_ms / 1000.0)
+    recheck_ms = RECHECK_MS
+    raw = os.environ.get(RECHECK_ENV, "").strip()
+    if raw:
+        if raw.isdigit() and int(raw) >= 1:
+            recheck_ms = int(raw)
+        else:
+            log.warning(
+                "%s=%r is not whole milliseconds >= 1; %d is kept", RECHECK_ENV, raw, recheck_ms
+            )
+    apply(spin_ms / 1000.0, recheck_ms)
 
 
-def apply(spin_s: float) -> bool:
-    """Set the spin of every ``SpinCondition`` this process creates from now on; True if done."""
+def apply(spin_s: float, recheck_ms: int = RECHECK_MS) -> bool:
+    """Set the spin of every ``SpinCondition`` this process creates from now on, and the
+    recheck of a sleeping reader when the spin is short; True if done."""
     try:
         from vllm.distributed.device_communicators import shm_broadcast as shm
     except ImportError:  # a vLLM without the ring: nothing spins there
@@ -64,7 +81,7 @@ def apply(spin_s: float) -> bool:
         return False
     init.__defaults__ = (spin_s,)
     if spin_s < 1.0:
-        shm.SHM_READER_RECHECK_INTERVAL_MS = min(shm.SHM_READER_RECHECK_INTERVAL_MS, RECHECK_MS)
+        shm.SHM_READER_RECHECK_INTERVAL_MS = min(shm.SHM_READER_RECHECK_INTERVAL_MS, recheck_ms)
     return True
 
 

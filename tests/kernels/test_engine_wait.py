@@ -37,6 +37,23 @@ def test_a_short_spin_and_a_short_recheck(pristine: None, monkeypatch: pytest.Mo
     assert shm.SHM_READER_RECHECK_INTERVAL_MS == engine_wait.RECHECK_MS
 
 
+def test_the_recheck_can_be_set(pristine: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(engine_wait.ENV, "1")
+    monkeypatch.setenv(engine_wait.RECHECK_ENV, "20")
+    engine_wait.register()
+    assert shm.SHM_READER_RECHECK_INTERVAL_MS == 20
+
+
+@pytest.mark.parametrize("raw", ["0", "1.5", "soon"])
+def test_a_bad_recheck_keeps_the_default(
+    pristine: None, monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv(engine_wait.ENV, "1")
+    monkeypatch.setenv(engine_wait.RECHECK_ENV, raw)
+    engine_wait.register()
+    assert shm.SHM_READER_RECHECK_INTERVAL_MS == engine_wait.RECHECK_MS
+
+
 def test_a_long_spin_keeps_vllms_recheck(pristine: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(engine_wait.ENV, "2000")
     engine_wait.register()
