@@ -60,11 +60,11 @@ METRICS = (
 # spends beside the engine (its engine core is another process). A count, not a timing,
 # so it holds still on a shared machine where the latency percentiles do not.
 FRONTEND = "frontend_cpu_us_per_token"
-# Share of inter-token gaps over 15 ms, in %. On 2 shared cores some engine steps take
-# ~24 ms whatever the server (the client, the front end and the engine core preempt
-# one another), so p99 ITL jumps between ~10 and ~24 ms depending on whether those
-# steps are just under or just over 1% of the gaps: the share itself is what moves
-# smoothly, and what a server's own stalls would add to.
+# Share of inter-token gaps over 15 ms, in %. A few late steps decide p99 ITL: with the
+# engine ring rechecked every 20 ms, a dropped wake-up made a ~24 ms gap in every
+# server (benchmarks.stream_gaps), and p99 jumped between ~10 and ~24 ms depending on
+# whether those steps were just under or just over 1% of the gaps: the share itself
+# moves smoothly, and is what a server's own stalls would add to.
 SLOW_GAPS = "itl_over_15ms_pct"
 SLOW_GAP_S = 0.015
 SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "thinkgate-bare", "engine")
@@ -279,7 +279,7 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         "time of the server's HTTP process (its engine core excluded) per generated token, "
         "from /proc; the engine alone has no front end. `itl_over_15ms_pct`: the share of "
         "inter-token gaps over 15 ms (all requests' gaps, from bench serve's detailed "
-        "result), the stable form of the ITL tail on this machine. The loop-lag probe wakes every "
+        "result), a steadier form of the ITL tail than p99. The loop-lag probe wakes every "
         "50 ms, so a run of ~10 s takes ~200 probes."
     )
     return "\n".join(lines) + "\n"

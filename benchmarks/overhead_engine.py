@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.overhead import SLOW_GAP_S, SLOW_GAPS
 from benchmarks.reliability import pct
 
 
@@ -68,8 +69,7 @@ async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float
         "p99_tpot_ms": pct(tpot, 0.99),
         "median_itl_ms": statistics.median(itl) if itl else float("nan"),
         "p99_itl_ms": pct(itl, 0.99),
-        # as benchmarks.overhead's SLOW_GAPS (not imported: this runs as its own process)
-        "itl_over_15ms_pct": 100.0 * sum(x > 15.0 for x in itl) / max(1, len(itl)),
+        SLOW_GAPS: 100.0 * sum(x > SLOW_GAP_S * 1e3 for x in itl) / max(1, len(itl)),
     }
 
 
