@@ -10,7 +10,8 @@ greedy, 32-token prompts) arriving at ``--rate`` a second; every inter-chunk gap
 timed on the client (chunks carry their token count: ``continuous_usage_stats``).
 
 Reported per setting (median over pairs) and as paired ratios 2 ms / 20 ms: gap p50,
-p90, p99, max, and the share of gaps over 15 ms. Writes
+p90, p99, max, the share of gaps over 15 ms, and the cores the engine processes use
+while the server idles (10 s before the load). Writes
 ``benchmarks/results/stream-gaps.{md,json}``.
 """
 
@@ -30,12 +31,14 @@ from typing import Any
 import httpx
 
 import testbed
-from benchmarks.servers import ROOT, machine, thinkgate
+from benchmarks.overhead import SLOW_GAP_S
+from benchmarks.servers import ROOT, ServerUrl, machine, thinkgate
 from kernels import engine_wait
 
 RESULTS = ROOT / "benchmarks" / "results"
 SETTINGS = (20, 2)  # recheck ms: before, now
-FIGURES = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "over_15ms_pct")
+FIGURES = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "over_15ms_pct", "idle_engine_cpu_share")
+IDLE_S = 10.0  # an idle server watched this long before the load
 
 
 async def stream_all(url: str, model: str, args: argparse.Namespace) -> list[float]:
@@ -81,9 +84,24 @@ def figures(gaps: Sequence[float]) -> dict[str, float]:
         "p90_ms": q(0.90),
         "p99_ms": q(0.99),
         "max_ms": ordered[-1],
-        "over_15ms_pct": 100.0 * sum(g > 15.0 for g in ordered) / len(ordered),
+        "over_15ms_pct": 100.0 * sum(g > SLOW_GAP_S * 1e3 for g in ordered) / len(ordered),
         "gaps": float(len(ordered)),
     }
+
+
+def idle_engine_cpu_share(url: ServerUrl) -> float:
+    """Cores the server's engine processes (its children) use while nothing is asked:
+    what a shorter recheck costs an idle server."""
+    import psutil
+
+    children = psutil.Process(url.pid).children(recursive=True)
+
+    def cpu() -> float:
+        return sum(float(sum(c.cpu_times()[:2])) for c in children)
+
+    before = cpu()
+    time.sleep(IDLE_S)
+    return (cpu() - before) / IDLE_S
 
 
 def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
@@ -96,7 +114,9 @@ def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
             log = RESULTS / "logs" / f"stream-gaps-{recheck}.log"
             flags = ("--reward-model", "none", "--served-model-name", model)
             with thinkgate(model, *flags, log=log) as url:
+                idle = idle_engine_cpu_share(url)
                 got = figures(asyncio.run(stream_all(url, model, args)))
+            got["idle_engine_cpu_share"] = idle
             runs[recheck].append(got)
             print(f"[stream-gaps] pair {pair + 1} recheck {recheck} ms: {json.dumps(got)}")
     return runs
