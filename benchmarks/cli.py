@@ -26,6 +26,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "engine-wait": ("benchmarks.engine_wait", "vLLM's 1 s engine spin vs 1 ms, on CPU"),
     "stream-gaps": ("benchmarks.stream_gaps", "token gaps: engine ring recheck 20 ms vs 2 ms"),
     "confidence": ("benchmarks.confidence", "DeepConf: accuracy vs tokens, online early stop"),
+    "confidence-grid": ("benchmarks.confidence_grid", "DeepConf defaults chosen on validation"),
     "overhead": ("benchmarks.overhead", "vs vLLM's server and the engine alone, vllm bench serve"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
 }

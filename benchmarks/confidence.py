@@ -10,8 +10,11 @@ sample budget N of ``--ns``:
                 offline): both read from the one ``self-consistency`` answer, whose
                 ``thinkgate`` object lists every sample's answer and confidence, so they
                 cost exactly the tokens of sc
-  online-low    ``deepconf`` N, variant low (threshold at the warm-up's 90th percentile)
-  online-high   ``deepconf`` N, variant high (its 10th percentile)
+  online        ``deepconf`` N with its defaults (chosen on validation questions by
+                ``benchmarks/confidence_grid.py``: variant high, warm-up >= 4, rounds of
+                1, consensus 0.6)
+  online-paper  ``deepconf`` N with the paper's settings (variant low, consensus 0.95,
+                warm-up max(2, ceil(N/4)) and rounds of that size): the previous defaults
   pets          ``pets`` with N as its cap (the shipped table plans an average of 16)
 
 Accuracy is the share of questions whose returned answer equals the gold one; tokens are
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -45,7 +49,22 @@ from testbed import model_path
 from testbed.task import Question, make_questions
 
 RESULTS = ROOT / "benchmarks" / "results"
-METHODS = ("sc", "conf-offline", "conf-top", "online-low", "online-high", "pets")
+METHODS = ("sc", "conf-offline", "conf-top", "online", "online-paper", "pets")
+ONLINE = ("online", "online-paper")
+
+
+def online_body(name: str, n: int, window: int) -> dict[str, Any]:
+    """The deepconf body of an online method at budget ``n``."""
+    if name == "online":
+        return {"confidence_window": window}
+    warmup = min(n, max(2, math.ceil(n / 4)))
+    return {
+        "confidence_window": window,
+        "variant": "low",
+        "consensus": 0.95,
+        "warmup": warmup,
+        "round_size": warmup,
+    }
 
 
 def _right(answer: str | None, q: Question) -> bool:
@@ -101,13 +120,13 @@ async def run_questions(
                 opts = VoteOptions(vote=vote, share=share, window=window)  # type: ignore[arg-type]
                 chosen = select_weighted(voting_classes(answers, confs, opts), 1).chosen
                 row[name] = (_right(chosen[0].answer if chosen else None, q), tokens)
-            for name, variant in (("online-low", "low"), ("online-high", "high")):
+            for name in ONLINE:
                 r = await _ask(
                     client,
                     model,
                     q,
                     {"X-Strategy": "deepconf", **samples},
-                    {"variant": variant, "confidence_window": window},
+                    online_body(name, n, window),
                 )
                 t = r.model_extra["thinkgate"]
                 row[name] = (_right(_answer_of(r), q), r.usage.completion_tokens)
@@ -136,7 +155,7 @@ def summarise(
                 "accuracy": 100.0 * statistics.fmean(ok for ok, _ in mine),
                 "tokens": statistics.fmean(t for _, t in mine),
             }
-    for m in ("online-low", "online-high"):
+    for m in ONLINE:
         for n in ns:
             mine = [r for r in rows if r["n"] == n]
             table[m][n]["stopped"] = statistics.fmean(r[f"{m}-stopped"] for r in mine)
@@ -312,10 +331,10 @@ def write_report(
     lines += [
         "",
         "Online traces stopped in the engine (mean per question, of traces drawn; online "
-        "rounds after the warm-up, each of the warm-up's size):",
+        "rounds after the warm-up):",
         "",
     ]
-    for m in ("online-low", "online-high"):
+    for m in ONLINE:
         parts = [
             f"N={n}: {table[m][n]['stopped']:.1f} of {table[m][n]['drawn']:.1f}"
             f" in {table[m][n].get('rounds', 0):.1f} rounds"
@@ -357,6 +376,17 @@ def write_report(
         else:
             change = f"{(1 - v) * 100:.0f}% fewer" if v <= 1 else f"{(v - 1) * 100:.0f}% more"
             lines.append(f"- {m}: {v:.2f}x ({change})")
+    top_tokens = table["sc"][top]["tokens"]
+    lines += [
+        "",
+        f"The same, relative to sc@{top}'s own tokens ({top_tokens:.0f}; the paper's "
+        "comparison: the same budget):",
+        "",
+    ]
+    for m, v in reach.items():
+        if v is not None:
+            ratio = v * cheapest / top_tokens
+            lines.append(f"- {m}: {ratio:.2f}x ({(1 - ratio) * 100:.0f}% fewer)")
     if choose:
         keys = [key for key in choose if key.startswith(("w=", "mean"))]
         lines += [

@@ -7,18 +7,23 @@ sample budget ``N`` of the request (``X-Budget-Samples``):
    trace's confidence is its lowest sliding-window mean (``strategies.confidence``);
 2. threshold: a percentile of the warm-up confidences: ``variant`` ``low`` keeps the
    top 10% (the 90th percentile, aggressive), ``high`` the top 90% (the 10th);
-3. the other ``N - warmup`` traces run in rounds of ``round_size`` (default: the
-   warm-up's size), one engine request per round, with the ``confidence`` logits
-   processor, which forces EOS in a trace as soon as its window mean falls below the
-   threshold (``kernels.confidence``);
+3. the other ``N - warmup`` traces run in rounds of ``round_size``, one engine request
+   per round, with the ``confidence`` logits processor, which forces EOS in a trace as
+   soon as its window mean falls below the threshold (``kernels.confidence``);
 4. votes are confidence-weighted over the warm-up and the traces that were not stopped;
-   sampling ends once the leading answer holds ``consensus`` (0.95) of the weight,
-   aborting the traces still running and drawing no further round, or when the budget
-   is spent. Rounds are the paper's trace-by-trace generation made batch-friendly: one
-   request of all ``N - warmup`` traces finishes them together (they are about as long
-   as each other), so a consensus reached on the way saves almost nothing; smaller
-   rounds save more tokens and cost a round trip each (``round_size = N - warmup``:
-   one round, lowest latency).
+   sampling ends once the leading answer holds ``consensus`` of the weight, aborting
+   the traces still running and drawing no further round, or when the budget is spent.
+   Rounds are the paper's trace-by-trace generation made batch-friendly: a round's
+   traces finish together (they are about as long as each other), so smaller rounds
+   let a consensus stop the draw sooner and cost a round trip each
+   (``round_size = N - warmup``: one round, lowest latency, fewest savings).
+
+Defaults (``variant`` high, a warm-up of a quarter of N but at least 4, rounds of one
+trace, consensus 0.6) were chosen on validation questions by ``thinkgate bench
+confidence-grid`` (benchmarks/results/confidence-grid.md): the fewest tokens relative to
+self-consistency at the same budget among the settings as accurate as it at N = 8 and
+16. The paper's (``low``, consensus 0.95, a warm-up of 16 for budgets of hundreds) spend
+more on the testbed: at N = 8-32, 0.95 is unanimity and the warm-up a large share.
 
 Usage counts every token generated, stopped and aborted traces included. Budgets
 compose: thinking and solution budgets apply to every trace (one-pass only: the
@@ -61,7 +66,11 @@ from strategies.voting import (
 
 PROCESSOR: Final = conf_args.PROCESSOR_NAME  # as Engine.processors reports it
 VARIANTS: Final = {"low": 90.0, "high": 10.0}  # variant -> percentile of the warm-up
-DEFAULT_CONSENSUS: Final = 0.95
+# Chosen on validation questions (module doc; benchmarks/results/confidence-grid.md).
+DEFAULT_VARIANT: Final = "high"
+DEFAULT_CONSENSUS: Final = 0.6
+DEFAULT_ROUND_SIZE: Final = 1
+MIN_WARMUP: Final = 4  # a threshold from fewer traces is one trace's whim
 MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bound yet
 
 
@@ -78,24 +87,25 @@ class OnlinePlan:
 def _warmup(request: StrategyRequest, n: int) -> int:
     value = request.options.get("warmup")
     if value is None:
-        # A quarter of the budget (at least 2): the threshold is a percentile of these.
-        return min(n, max(2, math.ceil(n / 4)))
+        # A quarter of the budget, at least MIN_WARMUP: the threshold is a percentile of
+        # these, and they all vote before any consensus can end the draw.
+        return min(n, max(MIN_WARMUP, math.ceil(n / 4)))
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n:
         raise InvalidRequest(f"warmup must be an integer in [1, samples={n}]", param="warmup")
     return value
 
 
-def _round_size(request: StrategyRequest, warmup: int) -> int:
+def _round_size(request: StrategyRequest) -> int:
     value = request.options.get("round_size")
     if value is None:
-        return warmup
+        return DEFAULT_ROUND_SIZE
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidRequest("round_size must be an integer >= 1", param="round_size")
     return value
 
 
 def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
-    variant = request.options.get("variant", "low")
+    variant = request.options.get("variant", DEFAULT_VARIANT)
     if not isinstance(variant, str) or variant not in VARIANTS:
         raise InvalidRequest(
             f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}", param="variant"
@@ -109,7 +119,7 @@ def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
     return OnlinePlan(
         samples=n,
         warmup=warmup,
-        round_size=_round_size(request, warmup),
+        round_size=_round_size(request),
         variant=variant,
         consensus=share_option(request, "consensus", DEFAULT_CONSENSUS),
         votes=votes,

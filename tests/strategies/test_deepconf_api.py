@@ -39,10 +39,20 @@ def test_online_stops_traces_in_the_engine_and_counts_every_token(openai_client:
     headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "12"}
     online = 0
     for q in HARD:
-        # consensus 1.0: only a unanimous vote ends the draw early.
-        r, tg = _ask(openai_client, q.prompt, headers, confidence_window=WINDOW, consensus=1.0)
+        # consensus 1.0: only a unanimous vote ends the draw early; the paper's low
+        # variant (not the default) so that the engine stops most online traces.
+        r, tg = _ask(
+            openai_client,
+            q.prompt,
+            headers,
+            confidence_window=WINDOW,
+            consensus=1.0,
+            variant="low",
+            warmup=3,
+            round_size=3,
+        )
         warmup = tg["warmup"]
-        assert warmup == 3  # a quarter of 12
+        assert warmup == 3
         confs, voted = tg["sample_confidences"], tg["sample_voted"]
         # The "low" threshold: the 90th percentile of the warm-up's trace confidences.
         assert tg["threshold"] == pytest.approx(percentile(confs[:warmup], 90.0), abs=1e-4)
@@ -74,6 +84,23 @@ def test_online_stops_traces_in_the_engine_and_counts_every_token(openai_client:
         online += 1
         break
     assert online, "every warm-up was unanimous: no online phase to check"
+
+
+def test_the_defaults_on_the_engine(openai_client: Any) -> None:
+    """No option: variant high, a warm-up of 4 at N=8, then one trace per engine request
+    until the leader holds 0.6 of the weight or the budget is spent."""
+    headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+    r, tg = _ask(openai_client, HARD[1].prompt, headers)
+    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, 1)
+    assert tg["threshold"] == pytest.approx(
+        percentile(tg["sample_confidences"][:4], 10.0), abs=1e-4
+    )
+    assert tg["engine_requests"] == 1 + tg["rounds"] and tg["samples"] == 4 + tg["rounds"]
+    if tg["samples"] < 8:  # stopped before the budget: by the consensus
+        assert tg["consensus"] >= 0.6
+    else:
+        assert tg["samples"] == 8
+    assert r.usage.completion_tokens == sum(tg["sample_tokens"])
 
 
 def test_high_variant_and_budgets_compose(openai_client: Any) -> None:

@@ -85,18 +85,25 @@ async def test_online_threshold_stop_and_weighted_vote(
     # 6 online traces: three unsure 3s (cut by the low threshold), three sure 7s.
     online = [(3, 1.0), (7, 8.0), (3, 1.5), (7, 9.0), (3, 1.0), (7, 8.5)]
     async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
-        body = _chat(app.model, confidence_window=WINDOW, consensus=1.0)
+        body = _chat(
+            app.model,
+            confidence_window=WINDOW,
+            consensus=1.0,
+            variant="low",
+            warmup=2,
+            round_size=2,
+        )
         headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
         r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
         assert r.status_code == 200, r.text
         out = r.json()
     tg = out["thinkgate"]
     warm_confs = [lowest_group(_trace(tokens, a, [c]).confidences or (), WINDOW) for a, c in warm]
-    assert tg["warmup"] == 2  # ceil(8 / 4)
-    # The default variant "low" keeps the top 10%: the 90th percentile of the warm-up.
+    assert tg["warmup"] == 2
+    # The variant "low" keeps the top 10%: the 90th percentile of the warm-up.
     assert tg["threshold"] == pytest.approx(percentile(warm_confs[:2], 90.0), abs=1e-6)
-    # No consensus (1.0 is out of reach): the budget is spent in rounds of the warm-up's
-    # size, one engine request each.
+    # No consensus (1.0 is out of reach): the budget is spent in rounds of 2, one engine
+    # request each.
     calls = app.engine.calls
     assert [c.sampling.n for c in calls] == [2, 2, 2, 2]
     assert [c.request_id.rsplit("-", 2)[-2:] for c in calls[1:]] == [
@@ -142,7 +149,12 @@ async def test_consensus_while_drawing_aborts_the_rest_and_counts_their_tokens(
     online = [(7, 100.0)] + [(123456, 6.0)] * 5
     async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
         body = _chat(
-            app.model, confidence_window=WINDOW, variant="high", consensus=0.9, round_size=6
+            app.model,
+            confidence_window=WINDOW,
+            variant="high",
+            consensus=0.9,
+            warmup=2,
+            round_size=6,
         )
         headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
         r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
@@ -165,7 +177,15 @@ async def test_a_consensus_after_a_round_draws_no_further_round(
     warm = [(7, 5.0), (3, 5.0)]
     online = [(7, 9.0)] * 6  # confident 7s: two of them make 7 hold 0.8 of the weight
     async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
-        body = _chat(app.model, confidence_window=WINDOW, variant="high", consensus=0.8, seed=11)
+        body = _chat(
+            app.model,
+            confidence_window=WINDOW,
+            variant="high",
+            consensus=0.8,
+            warmup=2,
+            round_size=2,
+            seed=11,
+        )
         headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
         r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
         assert r.status_code == 200, r.text
@@ -180,6 +200,30 @@ async def test_a_consensus_after_a_round_draws_no_further_round(
     assert tg["consensus"] >= 0.8 and tg["aborted_at_consensus"] == 0
     assert tg["tokens_saved_estimate"] == round(4 * tg["mean_full_trace_tokens"])
     assert out["usage"]["completion_tokens"] == sum(tg["sample_tokens"])
+    assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
+
+
+async def test_the_defaults_draw_trace_by_trace_until_a_consensus_of_0_6(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    """variant high, a warm-up of at least 4, rounds of 1, consensus 0.6: the settings
+    benchmarks/confidence_grid.py chose on validation questions."""
+    tokens = testbed_tokens
+    warm = [(7, 5.0), (3, 5.0), (7, 5.0), (3, 5.0)]  # a split warm-up: share 0.5
+    online = [(7, 9.0)] * 4  # one confident 7 lifts 7 to 19 / 29 of the weight
+    async with scripted_app(_model(tokens, warm, online), processors=DEEPCONF) as app:
+        body = _chat(app.model, confidence_window=WINDOW)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        out = r.json()
+    tg = out["thinkgate"]
+    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, 1)
+    assert tg["consensus_target"] == 0.6
+    warm_confs = tg["sample_confidences"][:4]
+    assert tg["threshold"] == pytest.approx(percentile(warm_confs, 10.0), abs=1e-6)
+    assert [c.sampling.n for c in app.engine.calls] == [4, 1]
+    assert tg["samples"] == 5 and tg["consensus"] == pytest.approx(19 / 29, abs=1e-3)
     assert out["choices"][0]["message"]["content"] == "\\boxed{7}"
 
 
