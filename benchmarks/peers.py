@@ -474,16 +474,16 @@ def run(args: argparse.Namespace) -> list[Row]:
 
         if "its_hub" in on_vllm:
             try:
-                with its_hub(venv, vllm_url, served, args.samples) as url:
-                    measure("its_hub", url)
+                with its_hub(venv, vllm_url, served, args.samples) as hub_url:
+                    measure("its_hub", hub_url)
             except Exception as e:
                 rows.append(failed("its_hub", f"could not start: {type(e).__name__}: {e}"))
         opt = [p for p in on_vllm if p.startswith("optillm")]
         if opt:
             try:
-                with optillm(venv, vllm_url, served) as url:
+                with optillm(venv, vllm_url, served) as opt_url:
                     for name in opt:
-                        measure(name, url)
+                        measure(name, opt_url)
             except Exception as e:
                 for name in opt:
                     if not any(r.name == name for r in rows):
