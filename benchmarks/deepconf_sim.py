@@ -29,8 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strategies.confidence import group_confidences, percentile
-
-VARIANT_PERCENTILE = {"low": 90.0, "high": 10.0}  # as strategies.deepconf.VARIANTS
+from strategies.deepconf import VARIANTS as VARIANT_PERCENTILE
 
 
 @dataclass(frozen=True, slots=True)
