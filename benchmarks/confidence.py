@@ -464,7 +464,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(json.dumps(overhead, indent=1))
         if args.overhead_only:
-            (RESULTS / "confidence-overhead.json").write_text(json.dumps(overhead, indent=1))
+            record = {
+                **overhead,
+                "prompts": args.overhead_prompts,
+                "tokens": args.overhead_tokens,
+                "machine": machine(),
+            }
+            (RESULTS / "confidence-overhead.json").write_text(json.dumps(record, indent=1))
             return 0
     t0 = time.perf_counter()
     if args.url:
