@@ -116,21 +116,39 @@ class RatePoint:
     latency: dict[str, dict[str, float | None]]  # metric -> p50/p90/p99
     reasoning_tokens: float | None
     answer_tokens: float | None
+    users: int | None = None  # locust users of this rate's run (its concurrency cap)
+
+
+def meta_path(records: Path) -> Path:
+    """The settings a rate's run was recorded with, beside its records."""
+    return records.with_name(records.name.removesuffix(".jsonl") + ".meta.json")
 
 
 def read_sweep(prefix: Path) -> list[dict[str, Any]]:
-    """(offered rate, records) per ``<prefix>-r<rate>.jsonl``, by rate."""
+    """(offered rate, records, meta) per ``<prefix>-r<rate>.jsonl``, by rate; meta is
+    what ``loadtests.sweep`` wrote beside the records (users, seconds, git), or {}."""
     found = []
     for path in prefix.parent.glob(f"{prefix.name}-r*.jsonl"):
         m = re.fullmatch(re.escape(prefix.name) + r"-r([0-9.]+)\.jsonl", path.name)
         if m:
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            found.append({"rate": float(m.group(1)), "records": rows})
+            meta = meta_path(path)
+            found.append(
+                {
+                    "rate": float(m.group(1)),
+                    "records": rows,
+                    "meta": json.loads(meta.read_text()) if meta.exists() else {},
+                }
+            )
     return sorted(found, key=lambda x: x["rate"])
 
 
 def rate_point(
-    rate: float, rows: list[dict[str, Any]], slo_ttft_ms: float, slo_e2e_ms: float
+    rate: float,
+    rows: list[dict[str, Any]],
+    slo_ttft_ms: float,
+    slo_e2e_ms: float,
+    users: int | None = None,
 ) -> RatePoint:
     ts = [r["t"] for r in rows]
     span = max(ts) - min(ts) if len(ts) > 1 else 1.0
@@ -159,6 +177,7 @@ def rate_point(
         latency=latency,
         reasoning_tokens=reasoning,
         answer_tokens=None if completion is None or reasoning is None else completion - reasoning,
+        users=users,
     )
 
 
@@ -188,13 +207,14 @@ def render_sweep(points: Sequence[RatePoint], slo_ttft_ms: float, slo_e2e_ms: fl
         f"SLOs: TTFT <= {slo_ttft_ms:.0f} ms (streams), end-to-end <= {slo_e2e_ms:.0f} ms. "
         f"Knee (goodput >= {KNEE_SHARE:.0%} of the offered rate): " + knee_text(points) + ".",
         "",
-        "| offered req/s | achieved | goodput | failures | "
+        "| offered req/s | users | achieved | goodput | failures | "
         + " | ".join(f"{label} p50/p90/p99 ms" for _, label in LATENCIES)
         + " | reasoning tok | answer tok |",
-        "|" + "---:|" * (4 + len(LATENCIES) + 2),
+        "|" + "---:|" * (5 + len(LATENCIES) + 2),
     ]
     for p in points:
-        cells = [f"{p.offered:g}", f"{p.achieved:.2f}", f"{p.goodput:.2f}", str(p.failures)]
+        users = "" if p.users is None else str(p.users)
+        cells = [f"{p.offered:g}", users, f"{p.achieved:.2f}", f"{p.goodput:.2f}", str(p.failures)]
         for _, label in LATENCIES:
             q = p.latency[label]
             cells.append("/".join(_ms(q[k]) for k in ("p50", "p90", "p99")))
@@ -244,10 +264,16 @@ def sweep_report(prefix: Path, *, slo_ttft_ms: float, slo_e2e_ms: float) -> str:
     runs = read_sweep(prefix)
     if not runs:
         raise SystemExit(f"no {prefix}-r<rate>.jsonl records")
-    points = [rate_point(r["rate"], r["records"], slo_ttft_ms, slo_e2e_ms) for r in runs]
+    points = [
+        rate_point(r["rate"], r["records"], slo_ttft_ms, slo_e2e_ms, r["meta"].get("users"))
+        for r in runs
+    ]
     plot_sweep(points, prefix)
+    # The code the runs were recorded with (the report may be rendered later).
+    recorded = sorted({str(r["meta"]["git"]) for r in runs if "git" in r["meta"]})
+    sha = ", ".join(recorded) if recorded else git_sha()
     text = (
-        f"# Load sweep ({git_sha()})\n\n{render_sweep(points, slo_ttft_ms, slo_e2e_ms)}\n\n"
+        f"# Load sweep ({sha})\n\n{render_sweep(points, slo_ttft_ms, slo_e2e_ms)}\n\n"
         f"![latency]({prefix.name}_latency.png)\n\n![goodput]({prefix.name}_goodput.png)\n"
     )
     Path(f"{prefix}_sweep.md").write_text(text)

@@ -16,11 +16,14 @@ tables and plots, with goodput against the SLOs given here.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from loadtests.report import git_sha, meta_path, sweep_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +50,8 @@ def run_rate(host: str, rate: float, users: int, seconds: float, out: Path) -> P
     env["THINKGATE_LOAD_RECORDS"] = str(records)
     env["THINKGATE_LOAD_RATE_PER_USER"] = str(rate / users)
     cmd = locust_command(host, rate, users, seconds, out)
+    meta = {"users": users, "seconds": seconds, "host": host, "git": git_sha()}
+    meta_path(records).write_text(json.dumps(meta))
     subprocess.run(cmd, cwd=ROOT, env=env, check=False, capture_output=True)
     return records
 
@@ -65,8 +70,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for rate in (float(r) for r in args.rates.split(",")):
         print(f"[sweep] {rate:g} req/s for {args.seconds:g} s ...", flush=True)
         run_rate(args.host, rate, args.users, args.seconds, args.out)
-    from loadtests.report import sweep_report
-
     print(sweep_report(args.out, slo_ttft_ms=args.slo_ttft_ms, slo_e2e_ms=args.slo_e2e_ms))
     return 0
 

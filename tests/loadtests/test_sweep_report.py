@@ -68,3 +68,23 @@ def test_sweep_users_start_at_the_offered_rate(tmp_path: Path) -> None:
     cmd = locust_command("http://h", 2.0, 64, 30, tmp_path / "s")
     assert cmd[cmd.index("-u") + 1] == "64" and cmd[cmd.index("-r") + 1] == "2"
     assert cmd[cmd.index("--csv") + 1] == f"{tmp_path / 's'}-r2"
+
+
+def test_each_rate_reports_the_users_and_code_it_was_recorded_with(tmp_path: Path) -> None:
+    """A sweep run in two parts (64 users, then 128 for the high rates) says so per rate,
+    and the header names the commit the runs were recorded at, not the reader's."""
+    from loadtests.report import meta_path
+
+    for rate, users in ((2, 64), (32, 128)):
+        records = tmp_path / f"s-r{rate}.jsonl"
+        _write(records, _rows(11, 10.0, 100.0, 50.0))
+        meta_path(records).write_text(json.dumps({"users": users, "git": "abc1234"}))
+    _write(tmp_path / "s-r4.jsonl", _rows(11, 10.0, 100.0, 50.0))  # recorded before meta
+    text = sweep_report(tmp_path / "s", slo_ttft_ms=1000.0, slo_e2e_ms=5000.0)
+    assert text.startswith("# Load sweep (abc1234)")
+    rows = {
+        line.split(" | ")[0]: line.split(" | ")[1]
+        for line in text.splitlines()
+        if line.startswith("| ") and line[2].isdigit()
+    }
+    assert rows == {"| 2": "64", "| 4": "", "| 32": "128"}
