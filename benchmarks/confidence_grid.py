@@ -29,7 +29,6 @@ import argparse
 import functools
 import itertools
 import json
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -48,6 +47,7 @@ from benchmarks.deepconf_sim import (
     tokens_at,
 )
 from benchmarks.servers import ROOT, machine
+from strategies.deepconf import default_warmup
 from strategies.voting import DEFAULT_TOP_K, DEFAULT_WINDOW
 from testbed import model_path
 from testbed.task import Question, make_questions
@@ -79,7 +79,7 @@ class Rule:
     min_warmup: int
 
     def at(self, n: int) -> OnlineConfig:
-        warmup = min(n, max(self.min_warmup, math.ceil(n / 4)))
+        warmup = default_warmup(n, self.min_warmup)
         return OnlineConfig(self.variant, warmup, self.round_size or warmup, self.consensus)
 
     @property

@@ -84,12 +84,18 @@ class OnlinePlan:
     votes: VoteOptions
 
 
+def default_warmup(n: int, floor: int = MIN_WARMUP) -> int:
+    """The warm-up of a budget of ``n`` traces: a quarter of it, at least ``floor`` (the
+    threshold is a percentile of these, and they all vote before any consensus can end
+    the draw). ``floor`` is a parameter for benchmarks/confidence_grid.py, which tries
+    several."""
+    return min(n, max(floor, math.ceil(n / 4)))
+
+
 def _warmup(request: StrategyRequest, n: int) -> int:
     value = request.options.get("warmup")
     if value is None:
-        # A quarter of the budget, at least MIN_WARMUP: the threshold is a percentile of
-        # these, and they all vote before any consensus can end the draw.
-        return min(n, max(MIN_WARMUP, math.ceil(n / 4)))
+        return default_warmup(n)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n:
         raise InvalidRequest(f"warmup must be an integer in [1, samples={n}]", param="warmup")
     return value
