@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from typing import Any
 
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
+from strategies.deepconf import default_warmup
 from strategies.selection import select_weighted, top_by_count
 from strategies.voting import VoteOptions, voting_classes
 from testbed import model_path
@@ -57,7 +57,7 @@ def online_body(name: str, n: int, window: int) -> dict[str, Any]:
     """The deepconf body of an online method at budget ``n``."""
     if name == "online":
         return {"confidence_window": window}
-    warmup = min(n, max(2, math.ceil(n / 4)))
+    warmup = default_warmup(n, floor=2)
     return {
         "confidence_window": window,
         "variant": "low",

@@ -38,7 +38,6 @@ from typing import Any
 
 from benchmarks.deepconf_sim import (
     OnlineConfig,
-    Outcome,
     Point,
     SimTrace,
     expected,
@@ -148,10 +147,6 @@ def orders_for(
     return out
 
 
-def _majority_of(pool: Sequence[SimTrace], order: Sequence[int], n: int) -> Outcome:
-    return majority(pool, order, n)
-
-
 @dataclass(frozen=True, slots=True)
 class Split:
     """One split's pools and random orders, and sc's curve on them (n = 1 .. the pool)."""
@@ -168,7 +163,7 @@ class Split:
         orders = orders_for(pools, repeats, seed=1)
         size = min(len(p) for p in pools)
         sc = [
-            expected(pools, golds, orders, functools.partial(_majority_of, n=n))
+            expected(pools, golds, orders, functools.partial(majority, n=n))
             for n in range(1, size + 1)
         ]
         return cls(pools, golds, orders, sc)
@@ -328,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cache", type=Path, default=RESULTS / "logs" / "confidence-grid-pools.json"
     )
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.pool < max(CHOOSE_AT):
+        parser.error(f"--pool must hold the largest budget chosen at ({max(CHOOSE_AT)})")
     questions = {
         "validation": make_questions("validation", args.questions, seed=11, min_ops=9, max_ops=12),
         "test": make_questions("test", args.questions, seed=3, min_ops=9, max_ops=12),

@@ -80,7 +80,9 @@ class Outcome:
 
 
 class _Votes:
-    """Confidence-weighted classes, in order of first appearance."""
+    """Confidence-weighted classes, in order of first appearance: the vote of
+    ``strategies.voting.voting_classes`` for the replay's integer answers (no math-verify
+    equivalence to run, and the grid replays ~10^5 draws; a test checks they agree)."""
 
     def __init__(self) -> None:
         self.weight: dict[int, float] = {}
@@ -175,7 +177,7 @@ def tokens_at(curve: Sequence[Point], accuracy: float) -> float | None:
     prev: Point | None = None
     for p in curve:
         if p.accuracy >= accuracy:
-            if prev is None or p.accuracy <= best:
+            if prev is None:
                 return p.tokens
             frac = (accuracy - best) / (p.accuracy - best)
             return prev.tokens + frac * (p.tokens - prev.tokens)
