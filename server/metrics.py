@@ -4,7 +4,7 @@ What is counted: requests by route/strategy/status, latency, tokens by phase
 (thinking/answer), samples drawn, budget cut-ins (choices whose ``info`` has a truthy
 ``budget_cut``, e.g. ``"thinking"``), aborted requests by reason, in-flight requests and
 samples, the engine's unfinished requests at scrape time, its deaths and restarts, and
-the event loop's lag.
+the event loop's lag, and how long streamed frames wait in the gateway.
 """
 
 from __future__ import annotations
@@ -71,6 +71,13 @@ class Metrics:
             "thinkgate_event_loop_lag_seconds",
             "How late the event loop woke a 50 ms sleep (server.loop_lag)",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.frame_wait = Histogram(
+            "thinkgate_stream_frame_wait_seconds",
+            "How long each streamed frame waited in the gateway, from the strategy's event "
+            "to the socket write (server.streaming)",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
             registry=r,
         )
         self.gc_pause = Histogram(

@@ -14,20 +14,23 @@ the first byte is one ``data: {"error": ...}`` frame, then the stream closes.
 ``StreamRun`` runs the strategy in its own task and queues encoded frames; the response
 body (``sse_body``) sends what is queued, and when nothing comes for
 ``sse_keepalive_s`` it sends ``: keep-alive`` so that proxies do not cut a stream whose
-samples are still being drawn. The headers go as soon as the first event is there, or
-after ``FIRST_EVENT_WAIT_S``; errors found before that keep their real status code. A
-strategy that draws samples before it answers then opens the body with ``:
-thinkgate.progress {"status": "admitted"}``. A live strategy (``plain``, ``elastic``)
-sends no comment before its first token, as vLLM's own server sends none: vLLM's
-benchmark client strips every network read and, when a comment arrives in a read of its
-own, glues the next event onto it and loses every event after it (measured: 35 of 100
-requests at once "failed", each one queued in the engine for over a second).
+samples are still being drawn. How long each frame waited between the queue and the
+end of its send goes to ``thinkgate_stream_frame_wait_seconds``. The headers go as soon
+as the first event is there, or after ``FIRST_EVENT_WAIT_S``; errors found before that
+keep their real status code. A strategy that draws samples before it answers then opens
+the body with ``: thinkgate.progress {"status": "admitted"}``. A live strategy
+(``plain``, ``elastic``) sends no comment before its first token, as vLLM's own server
+sends none: vLLM's benchmark client strips every network read and, when a comment
+arrives in a read of its own, glues the next event onto it and loses every event after
+it (measured: 35 of 100 requests at once "failed", each one queued in the engine for
+over a second).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -95,6 +98,8 @@ class StreamRun:
         self._encoder = encoder
         self._strategy = strategy
         self._items: collections.deque[Item] = collections.deque()
+        self._put_at: collections.deque[float] = collections.deque()  # one per item
+        self.waiting_since = 0.0  # when the item ``next`` returned last was queued
         self._waiter: asyncio.Future[None] | None = None
         self._aborting = aborting
         self._aborted = aborting.done()
@@ -116,6 +121,7 @@ class StreamRun:
 
     def _put(self, item: Item) -> None:
         self._items.append(item)
+        self._put_at.append(time.perf_counter())
         self._wake()
 
     def _wake(self) -> None:
@@ -143,9 +149,11 @@ class StreamRun:
         if not self._items:
             return KEEPALIVE
         item = self._items.popleft()
+        self.waiting_since = self._put_at.popleft()
         # Frames that queued up while the client was being written to go in one send.
         while isinstance(item, bytes) and self._items and isinstance(self._items[0], bytes):
             item += self._items.popleft()  # type: ignore[operator]
+            self._put_at.popleft()
         return item
 
     async def aclose(self) -> None:
@@ -285,19 +293,22 @@ async def sse_body(
     result: Result | None = None
     timeout = gw.settings.request_timeout_s
     keepalive_s = gw.settings.sse_keepalive_s
+    frame_wait = gw.metrics.frame_wait
     try:
         async with asyncio.timeout(timeout):
             item = first
             if item is KEEPALIVE:
-                admitted = {"status": "admitted", "strategy": strategy}
-                item = (
-                    sse.comment(sse.PROGRESS, admitted) if announce else await run.next(keepalive_s)
-                )
+                if announce:
+                    yield sse.comment(sse.PROGRESS, {"status": "admitted", "strategy": strategy})
+                item = await run.next(keepalive_s)
             while True:
                 if isinstance(item, bytes):
                     yield item
+                    # Resumed once the send returned: the frame's whole stay in the gateway.
+                    frame_wait.observe(time.perf_counter() - run.waiting_since)
                 elif isinstance(item, Done):
                     yield item.frames
+                    frame_wait.observe(time.perf_counter() - run.waiting_since)
                     result = item.final
                     break
                 elif item is KEEPALIVE:
