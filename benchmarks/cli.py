@@ -28,6 +28,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "confidence": ("benchmarks.confidence", "DeepConf: accuracy vs tokens, online early stop"),
     "confidence-grid": ("benchmarks.confidence_grid", "DeepConf defaults chosen on validation"),
     "overhead": ("benchmarks.overhead", "vs vLLM's server and the engine alone, vllm bench serve"),
+    "interleaved": ("benchmarks.interleaved", "two servers up at once, short runs in turn, A/A"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
 }
 

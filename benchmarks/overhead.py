@@ -29,6 +29,7 @@ Writes ``benchmarks/results/overhead.{md,json,png}``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -70,6 +71,11 @@ SLOW_GAP_S = 0.015
 SYSTEMS = ("vllm", "thinkgate", "thinkgate-plain", "thinkgate-bare", "engine")
 COMPARED = ("thinkgate", "thinkgate-plain", "thinkgate-bare")  # each against vllm, paired
 STALLS = ("loop_lag_over_10ms", "loop_lag_over_50ms", "gc_pause_ms")
+# Streamed frames' stay in the gateway (thinkgate_stream_frame_wait_seconds): from the
+# strategy's event to the socket write, timed inside the server, so engine and machine
+# noise do not reach it the way they reach the client's inter-token latencies.
+FRAMES = ("frame_wait_s", "frames", "frames_over_10ms")
+FRAME_COLUMNS = ("frame_wait_mean_ms", "frames_over_10ms_pct")
 ENGINE_FLAGS = (
     "--max-num-seqs", "64", "--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill",
 )  # fmt: skip
@@ -153,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         before = loop_stalls(url)
         got = timed(url, rate, headers)
         after = loop_stalls(url)
-        return got | {k: after[k] - before[k] for k in STALLS}
+        return got | {k: after[k] - before[k] for k in (*STALLS, *FRAMES)}
 
     def thinkgate_side() -> None:
         with thinkgate(model, *flags, log=LOGS / "overhead-thinkgate.log") as url:
@@ -191,13 +197,20 @@ def frontend_cpu_s(url: ServerUrl) -> float:
 
 
 def loop_stalls(url: str) -> dict[str, float]:
-    """The server's stall counters so far: loop-lag probes later than 10 ms and 50 ms
-    (``thinkgate_event_loop_lag_seconds``), and milliseconds spent collecting garbage
-    (``thinkgate_gc_pause_seconds``, all generations)."""
+    """The server's stall counters so far (``stall_counters`` of its /metrics)."""
     import httpx
 
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    got = {k: 0.0 for k in STALLS}
+    return stall_counters(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def stall_counters(text: str) -> dict[str, float]:
+    """From a /metrics text: loop-lag probes later than 10 ms and 50 ms
+    (``thinkgate_event_loop_lag_seconds``), milliseconds spent collecting garbage
+    (``thinkgate_gc_pause_seconds``, all generations), and streamed frames: their total
+    wait in seconds, how many, how many waited over 10 ms
+    (``thinkgate_stream_frame_wait_seconds``)."""
+    got = {k: 0.0 for k in (*STALLS, *FRAMES)}
+    frames_fast = 0.0
     count = below_10 = below_50 = 0.0
     for line in text.splitlines():
         name, _, value = line.rpartition(" ")
@@ -207,10 +220,17 @@ def loop_stalls(url: str) -> dict[str, float]:
             below_10 = float(value)
         elif name == 'thinkgate_event_loop_lag_seconds_bucket{le="0.05"}':
             below_50 = float(value)
+        elif name == "thinkgate_stream_frame_wait_seconds_sum":
+            got["frame_wait_s"] = float(value)
+        elif name == "thinkgate_stream_frame_wait_seconds_count":
+            got["frames"] = float(value)
+        elif name == 'thinkgate_stream_frame_wait_seconds_bucket{le="0.01"}':
+            frames_fast = float(value)
         elif name.startswith("thinkgate_gc_pause_seconds_sum"):
             got["gc_pause_ms"] += float(value) * 1e3
     got["loop_lag_over_10ms"] = count - below_10
     got["loop_lag_over_50ms"] = count - below_50
+    got["frames_over_10ms"] = got["frames"] - frames_fast
     return got
 
 
@@ -223,6 +243,25 @@ def ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[fl
     mine, base = runs[system][rate], runs["vllm"][rate]
     pairs = zip(mine, base, strict=False)
     return [a[metric] / b[metric] for a, b in pairs if a.get(metric) and b.get(metric)]
+
+
+def drift(runs: dict[str, Any], rate: str, metric: str) -> list[float]:
+    """vLLM's server against itself: each pair's run over the previous pair's. Nothing
+    differs but the instance and the minute, so these ratios show how far a paired ratio
+    moves on this machine when the servers are equal."""
+    base = runs["vllm"][rate]
+    return [
+        b[metric] / a[metric]
+        for a, b in itertools.pairwise(base)
+        if a.get(metric) and b.get(metric)
+    ]
+
+
+def spread_cell(values: Sequence[float], form: str = "{:.2f}") -> str:
+    """Median (max), or '-' when there is nothing (runs recorded before a counter existed)."""
+    if not values:
+        return "-"
+    return f"{form.format(statistics.median(values))} (max {form.format(max(values))})"
 
 
 def median_cell(values: Sequence[float]) -> str:
@@ -249,25 +288,27 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
     for rate in (key(r) for r in args.rates):
         lines += [f"## request rate {rate}", ""]
         heads = " | ".join(f"{s.replace('thinkgate-', '')} / vLLM" for s in COMPARED)
-        lines.append("| metric | " + " | ".join(SYSTEMS) + " | " + heads + " |")
-        lines.append("|---|" + "---:|" * (len(SYSTEMS) + len(COMPARED)))
+        lines.append("| metric | " + " | ".join(SYSTEMS) + " | " + heads + " | vLLM / vLLM |")
+        lines.append("|---|" + "---:|" * (len(SYSTEMS) + len(COMPARED) + 1))
         for m in (*METRICS, SLOW_GAPS, FRONTEND):
             cells = [median_cell([x[m] for x in runs[s][rate] if m in x]) for s in SYSTEMS]
             cells += [ratio_cell(ratios(runs, s, rate, m)) for s in COMPARED]
+            cells.append(ratio_cell(drift(runs, rate, m)))
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
-        lines.append("Event-loop stalls during each thinkgate run (median over pairs, max):")
+        lines.append(
+            "Event-loop stalls and streamed frames' wait in the gateway during each thinkgate "
+            "run (median over pairs, max):"
+        )
         lines.append("")
-        lines.append("| system | " + " | ".join(STALLS) + " |")
-        lines.append("|---|" + "---:|" * len(STALLS))
+        lines.append("| system | " + " | ".join((*STALLS, *FRAME_COLUMNS)) + " |")
+        lines.append("|---|" + "---:|" * (len(STALLS) + len(FRAME_COLUMNS)))
         for s in COMPARED:
             got = [x for x in runs[s][rate] if STALLS[0] in x]
-            cells = [
-                f"{statistics.median(x[k] for x in got):.0f} (max {max(x[k] for x in got):.0f})"
-                if got
-                else "-"
-                for k in STALLS
-            ]
+            cells = [spread_cell([x[k] for x in got], "{:.0f}") for k in STALLS]
+            timed = [x for x in got if x.get("frames")]
+            cells.append(spread_cell([1e3 * x["frame_wait_s"] / x["frames"] for x in timed]))
+            cells.append(spread_cell([100 * x["frames_over_10ms"] / x["frames"] for x in timed]))
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
         lines.append("")
     lines.append(
@@ -279,8 +320,13 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         "time of the server's HTTP process (its engine core excluded) per generated token, "
         "from /proc; the engine alone has no front end. `itl_over_15ms_pct`: the share of "
         "inter-token gaps over 15 ms (all requests' gaps, from bench serve's detailed "
-        "result), a steadier form of the ITL tail than p99. The loop-lag probe wakes every "
-        "50 ms, so a run of ~10 s takes ~200 probes."
+        "result), a steadier form of the ITL tail than p99. `vLLM / vLLM`: vLLM's server "
+        "against itself (each pair's run over the previous pair's): how far a ratio moves "
+        "when nothing differs; `thinkgate bench interleaved --a bare --b bare` measures the "
+        "same for many short pairs. The loop-lag probe wakes every 50 ms, so a run of ~10 s "
+        "takes ~200 probes. `frame_wait_mean_ms` / `frames_over_10ms_pct`: how long "
+        "streamed frames waited in the gateway between the strategy's event and the socket "
+        "write (`thinkgate_stream_frame_wait_seconds`), timed inside the server."
     )
     return "\n".join(lines) + "\n"
 
