@@ -16,7 +16,9 @@ elastic, guidance with its wrapper model: what a user gets), or none (``-bare``)
 After every thinkgate run the server's own ``/metrics`` say whether its event loop
 stalled: probes that woke more than 10 ms / 50 ms late, and the garbage collector's
 pauses (``loop_lag_over_10ms``, ``loop_lag_over_50ms``, ``gc_pause_ms`` in the JSON and
-a table).
+a table), and how long its streamed frames waited inside it (mean, share over 10 ms).
+A ``vLLM / vLLM`` column sets vLLM's server against itself (each pair's run over the
+previous pair's): how far a paired ratio moves here when nothing differs.
 
 Each server (and the engine alone) first serves one unmeasured run of all the prompts at
 once: the CPU kernels build their primitives on the first batch of each shape.
