@@ -30,6 +30,7 @@ from typing import Any
 import testbed
 from benchmarks.overhead import ENGINE_FLAGS, LOGS, METRICS, RESULTS, SLOW_GAPS, bench_serve, key
 from benchmarks.servers import ServerUrl, machine, thinkgate, vllm_server
+from loadtests.report import git_sha
 
 SIDES = ("vllm", "thinkgate", "bare")
 SHOWN = (*METRICS, SLOW_GAPS)
@@ -82,7 +83,9 @@ def report(result: dict[str, Any], command: str) -> str:
     lines = [
         f"# Interleaved: {b} / {a} at request rate {key(args['rate'])}",
         "",
-        f"`{command}` on {result['machine']}; both servers up at once, driven in turn by "
+        f"`{command}` on {result['machine']}"
+        + (f" at commit {result['git']}" if result.get("git") else "")
+        + "; both servers up at once, driven in turn by "
         f"vLLM's `bench serve` (random dataset, {args['input_len']} in / "
         f"{args['output_len']} out, {args['prompts']} prompts per run, `--ignore-eos`), "
         f"{args['pairs']} pairs in alternating order, {result['seconds']:.0f} s.",
@@ -147,7 +150,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "seconds": seconds,
         "machine": machine(),
-        "args": {k: v for k, v in vars(args).items()},
+        "git": git_sha(),
+        "args": dict(vars(args)),
     }
 
 
