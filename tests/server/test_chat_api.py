@@ -273,3 +273,25 @@ def test_multi_sample_stream_sends_progress_comments_then_the_answer(
     assert thinkgate is not None
     assert thinkgate["strategy"] == "self-consistency" and thinkgate["samples"] == 4
     assert usage is not None and usage.completion_tokens >= 4  # summed over all 4 samples
+
+
+def _frames_timed(base_url: str) -> float:
+    for line in httpx.get(f"{base_url}/metrics").text.splitlines():
+        if line.startswith("thinkgate_stream_frame_wait_seconds_count "):
+            return float(line.split()[1])
+    raise AssertionError("thinkgate_stream_frame_wait_seconds missing from /metrics")
+
+
+def test_streamed_frames_are_timed_in_metrics(
+    openai_client: Any, served_model: str, base_url: str
+) -> None:
+    """An SDK stream leaves its frames' wait in the gateway in /metrics."""
+    before = _frames_timed(base_url)
+    stream = openai_client.chat.completions.create(
+        model=served_model, messages=MESSAGES, max_tokens=16, stream=True
+    )
+    chunks = sum(1 for _ in stream)
+    timed = _frames_timed(base_url) - before
+    # Frames queued during a send go out (and are timed) together: at least one send,
+    # never more than the chunks the SDK read.
+    assert 1 <= timed <= chunks
