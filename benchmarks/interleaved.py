@@ -10,9 +10,10 @@ A/B on it must clear.
 
 Sides: ``vllm`` (vLLM's OpenAI server), ``thinkgate`` (default logits processors),
 ``bare`` (thinkgate without logits processors: the engine vLLM's server runs), all with
-the engine settings of ``bench overhead``. Reported per metric: each side's median over
-its runs, the paired ratio B / A (median, interquartile range, min-max) and in how many
-pairs B measured higher. Writes ``benchmarks/results/interleaved-<A>-<B>-r<rate>.{md,json}``.
+the engine settings of ``bench overhead`` (``benchmarks.overhead.served``). Reported
+per metric: each side's median over its runs, the paired ratio B / A (median,
+interquartile range, min-max) and in how many pairs B measured higher. Writes
+``benchmarks/results/interleaved-<A>-<B>-r<rate>.{md,json}``.
 """
 
 from __future__ import annotations
@@ -23,31 +24,17 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import testbed
-from benchmarks.overhead import ENGINE_FLAGS, LOGS, METRICS, RESULTS, SLOW_GAPS, bench_serve, key
-from benchmarks.servers import ServerUrl, machine, thinkgate, vllm_server
+from benchmarks.overhead import LOGS, METRICS, RESULTS, SLOW_GAPS, bench_serve, key, served
+from benchmarks.servers import machine
 from loadtests.report import git_sha
 
 SIDES = ("vllm", "thinkgate", "bare")
 SHOWN = (*METRICS, SLOW_GAPS)
-
-
-@contextmanager
-def server(side: str, model: str, instance: str) -> Iterator[ServerUrl]:
-    log = LOGS / f"interleaved-{instance}.log"
-    if side == "vllm":
-        with vllm_server(model, *ENGINE_FLAGS, log=log) as url:
-            yield url
-        return
-    flags = ["--reward-model", "none", "--served-model-name", model]
-    if side == "bare":
-        flags += ["--logits-processors", "[]"]
-    with thinkgate(model, *flags, log=log) as url:
-        yield url
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float]:
@@ -127,8 +114,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
     with ExitStack() as stack:
         urls = {
-            "a": stack.enter_context(server(args.a, model, f"{args.a}-A")),
-            "b": stack.enter_context(server(args.b, model, f"{args.b}-B")),
+            side: stack.enter_context(
+                served(name, model, LOGS / f"interleaved-{name}-{side.upper()}.log")
+            )
+            for side, name in (("a", args.a), ("b", args.b))
         }
         for url in urls.values():  # the CPU kernels build their primitives on first use
             bench_serve(url, model, model, float("inf"), shape)

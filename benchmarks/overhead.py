@@ -40,7 +40,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,23 @@ FRAME_COLUMNS = ("frame_wait_mean_ms", "frames_over_10ms_pct")
 ENGINE_FLAGS = (
     "--max-num-seqs", "64", "--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill",
 )  # fmt: skip
+
+
+@contextmanager
+def served(side: str, model: str, log: Path) -> Iterator[ServerUrl]:
+    """One compared server up: ``vllm`` (vLLM's OpenAI server), ``thinkgate`` (its
+    default logits processors) or ``bare`` (none: the engine vLLM's server runs), all
+    with the same engine settings; thinkgate without its reward engine, which would sit
+    idle beside the measured one."""
+    if side == "vllm":
+        with vllm_server(model, *ENGINE_FLAGS, log=log) as url:
+            yield url
+        return
+    flags = ["--reward-model", "none", "--served-model-name", model]
+    if side == "bare":
+        flags += ["--logits-processors", "[]"]
+    with thinkgate(model, *flags, log=log) as url:
+        yield url
 
 
 def bench_serve(url: str, model: str, tokenizer: str, rate: float, args: argparse.Namespace,
@@ -150,12 +168,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return got | {FRONTEND: (frontend_cpu_s(url) - cpu) / tokens * 1e6}
 
     def vllm_side() -> None:
-        with vllm_server(model, *ENGINE_FLAGS, log=LOGS / "overhead-vllm.log") as url:
+        with served("vllm", model, LOGS / "overhead-vllm.log") as url:
             warm(url)
             for rate in args.rates:
                 record("vllm", rate, timed(url, rate))
-
-    flags = ("--reward-model", "none", "--served-model-name", model)
 
     def measured(url: ServerUrl, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
         before = loop_stalls(url)
@@ -164,15 +180,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return got | {k: after[k] - before[k] for k in (*STALLS, *FRAMES)}
 
     def thinkgate_side() -> None:
-        with thinkgate(model, *flags, log=LOGS / "overhead-thinkgate.log") as url:
+        with served("thinkgate", model, LOGS / "overhead-thinkgate.log") as url:
             warm(url)
             for rate in args.rates:
                 record("thinkgate", rate, measured(url, rate))
                 record("thinkgate-plain", rate, measured(url, rate, ("X-Strategy=plain",)))
 
     def bare_side() -> None:
-        bare = (*flags, "--logits-processors", "[]")
-        with thinkgate(model, *bare, log=LOGS / "overhead-thinkgate-bare.log") as url:
+        with served("bare", model, LOGS / "overhead-thinkgate-bare.log") as url:
             warm(url)
             for rate in args.rates:
                 record("thinkgate-bare", rate, measured(url, rate))
