@@ -29,6 +29,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "confidence-grid": ("benchmarks.confidence_grid", "DeepConf defaults chosen on validation"),
     "overhead": ("benchmarks.overhead", "vs vLLM's server and the engine alone, vllm bench serve"),
     "interleaved": ("benchmarks.interleaved", "two servers up at once, short runs in turn, A/A"),
+    "processors-idle": ("benchmarks.processors_idle", "engine with processors loaded, unused"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
 }
 

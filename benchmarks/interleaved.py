@@ -30,7 +30,7 @@ from typing import Any
 
 import testbed
 from benchmarks.overhead import LOGS, METRICS, RESULTS, SLOW_GAPS, bench_serve, key, served
-from benchmarks.servers import machine
+from benchmarks.servers import machine, worker_binding
 from loadtests.report import git_sha
 
 SIDES = ("vllm", "thinkgate", "bare")
@@ -64,6 +64,29 @@ def paired(a_runs: Sequence[dict[str, float]], b_runs: Sequence[dict[str, float]
     }
 
 
+Runs = Sequence[dict[str, float]]
+
+
+def ratio_table(a: str, b: str, runs_a: Runs, runs_b: Runs, metrics: Sequence[str]) -> list[str]:
+    """Markdown rows: each side's median per metric and the paired B / A statistics."""
+    lines = [
+        f"| metric | {a} (A) | {b} (B) | B / A median | IQR | min-max | pairs B higher |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in metrics:
+        s = paired(runs_a, runs_b, m)
+        if not s:
+            continue
+        med_a = statistics.median(x[m] for x in runs_a)
+        med_b = statistics.median(x[m] for x in runs_b)
+        lines.append(
+            f"| {m} | {med_a:.2f} | {med_b:.2f} | {s['median']:.3f} | "
+            f"{s['q1']:.2f}-{s['q3']:.2f} | {s['min']:.2f}-{s['max']:.2f} | "
+            f"{s['b_higher']:.0f}/{s['pairs']:.0f} |"
+        )
+    return lines
+
+
 def report(result: dict[str, Any], command: str) -> str:
     a, b, args = result["a"], result["b"], result["args"]
     runs = result["runs"]
@@ -72,25 +95,14 @@ def report(result: dict[str, Any], command: str) -> str:
         "",
         f"`{command}` on {result['machine']}"
         + (f" at commit {result['git']}" if result.get("git") else "")
+        + (f", {result['binding']}" if result.get("binding") else "")
         + "; both servers up at once, driven in turn by "
         f"vLLM's `bench serve` (random dataset, {args['input_len']} in / "
         f"{args['output_len']} out, {args['prompts']} prompts per run, `--ignore-eos`), "
         f"{args['pairs']} pairs in alternating order, {result['seconds']:.0f} s.",
         "",
-        f"| metric | {a} (A) | {b} (B) | B / A median | IQR | min-max | pairs B higher |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for m in SHOWN:
-        s = paired(runs["a"], runs["b"], m)
-        if not s:
-            continue
-        med_a = statistics.median(x[m] for x in runs["a"])
-        med_b = statistics.median(x[m] for x in runs["b"])
-        lines.append(
-            f"| {m} | {med_a:.2f} | {med_b:.2f} | {s['median']:.3f} | "
-            f"{s['q1']:.2f}-{s['q3']:.2f} | {s['min']:.2f}-{s['max']:.2f} | "
-            f"{s['b_higher']:.0f}/{s['pairs']:.0f} |"
-        )
+    lines += ratio_table(a, b, runs["a"], runs["b"], SHOWN)
     lines += [
         "",
         "Ratios above 1: B measured more (slower for latencies, faster for throughputs). "
@@ -139,6 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "seconds": seconds,
         "machine": machine(),
+        "binding": worker_binding(),
         "git": git_sha(),
         "args": dict(vars(args)),
     }

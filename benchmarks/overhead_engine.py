@@ -18,27 +18,22 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from benchmarks.overhead import SLOW_GAP_S, SLOW_GAPS
 from benchmarks.reliability import pct
 
 
-async def _one(llm: Any, prompt: list[int], params: Any) -> dict[str, Any]:
-    from vllm.inputs import TokensPrompt
-
+async def timed(counts: AsyncIterator[int]) -> dict[str, Any]:
+    """One request's client-side timings, from its stream of new-token counts."""
     started = time.perf_counter()
     times: list[float] = []
-    counts: list[int] = []
     seen = 0
-    async for out in llm.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex):
-        now = time.perf_counter()
-        n = len(out.outputs[0].token_ids)
-        if n > seen:
-            times.append(now)
-            counts.append(n - seen)
-            seen = n
+    async for n in counts:
+        if n > 0:
+            times.append(time.perf_counter())
+            seen += n
     ended = time.perf_counter()
     ttft = times[0] - started
     itl = [b - a for a, b in zip(times, times[1:], strict=False)]
@@ -46,12 +41,25 @@ async def _one(llm: Any, prompt: list[int], params: Any) -> dict[str, Any]:
     return {"ttft": ttft, "itl": itl, "tpot": tpot, "tokens": seen, "e2e": ended - started}
 
 
-async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float) -> dict[str, Any]:
+async def _llm_counts(llm: Any, prompt: list[int], params: Any) -> AsyncIterator[int]:
+    from vllm.inputs import TokensPrompt
+
+    seen = 0
+    async for out in llm.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex):
+        n = len(out.outputs[0].token_ids)
+        yield n - seen
+        seen = n
+
+
+async def run_rate(one: Callable[[list[int]], Coroutine[Any, Any, dict[str, Any]]],
+                   prompts: list[list[int]], rate: float) -> dict[str, Any]:  # fmt: skip
+    """Every prompt through ``one`` (a :func:`timed` request), Poisson arrivals at ``rate``
+    (seeded: every run the same schedule) or all at once; the metrics ``bench serve`` names."""
     rng = random.Random(0)
-    tasks = []
+    tasks: list[asyncio.Task[dict[str, Any]]] = []
     started = time.perf_counter()
     for p in prompts:
-        tasks.append(asyncio.create_task(_one(llm, p, params)))
+        tasks.append(asyncio.create_task(one(p)))
         if rate != float("inf"):
             await asyncio.sleep(rng.expovariate(rate))
     results = await asyncio.gather(*tasks)
@@ -71,6 +79,13 @@ async def _run_rate(llm: Any, prompts: list[list[int]], params: Any, rate: float
         "p99_itl_ms": pct(itl, 0.99),
         SLOW_GAPS: 100.0 * sum(x > SLOW_GAP_S * 1e3 for x in itl) / max(1, len(itl)),
     }
+
+
+def random_prompts(vocab: int, count: int, length: int) -> list[list[int]]:
+    """Ordinary tokens only (ids past the specials), like vLLM's random dataset."""
+    rng = random.Random(1)
+    low = min(16, vocab - 1)
+    return [[rng.randrange(low, vocab) for _ in range(length)] for _ in range(count)]
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -104,18 +119,17 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     )
     try:
         vocab = llm.tokenizer.vocab_size if llm.tokenizer is not None else 64
-        rng = random.Random(1)
-        # Ordinary tokens only (ids past the specials), like vLLM's random dataset.
-        low = min(16, vocab - 1)
-        prompts = [
-            [rng.randrange(low, vocab) for _ in range(args.input_len)] for _ in range(args.prompts)
-        ]
+        prompts = random_prompts(vocab, args.prompts, args.input_len)
         params = SamplingParams(max_tokens=args.output_len, ignore_eos=True, temperature=1.0)
+
+        def one(prompt: list[int]) -> Coroutine[Any, Any, dict[str, Any]]:
+            return timed(_llm_counts(llm, prompt, params))
+
         # Warm-up, not measured: every batch shape once, as the servers get (overhead.py).
-        await _run_rate(llm, prompts, params, float("inf"))
+        await run_rate(one, prompts, float("inf"))
         out: dict[str, Any] = {}
         for rate in args.rates:
-            runs = [await _run_rate(llm, prompts, params, rate) for _ in range(args.repeat)]
+            runs = [await run_rate(one, prompts, rate) for _ in range(args.repeat)]
             out[str(rate)] = runs[0] if args.repeat == 1 else runs
         return out
     finally:

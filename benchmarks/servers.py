@@ -140,3 +140,16 @@ def machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+
+
+def worker_binding() -> str:
+    """How vLLM's CPU workers were placed: figures differ with it (scripts/env.sh unbinds
+    them for several engines on 2 cores; vLLM's default pins each worker to a core)."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if not bind and not threads:
+        return "vLLM's default worker binding"
+    parts = [f"VLLM_CPU_OMP_THREADS_BIND={bind or 'auto'}"]
+    if threads:
+        parts.append(f"OMP_NUM_THREADS={threads}")
+    return " ".join(parts)

@@ -52,6 +52,7 @@ def test_report_says_when_it_is_an_a_a_run() -> None:
         "runs": {"a": [metrics, metrics], "b": [slower, metrics]},
         "seconds": 60.0,
         "machine": "test box",
+        "binding": "VLLM_CPU_OMP_THREADS_BIND=nobind",
         "git": "abc1234",
         "args": {"rate": 15.0, "input_len": 32, "output_len": 64, "prompts": 150, "pairs": 2},
     }
@@ -60,4 +61,5 @@ def test_report_says_when_it_is_an_a_a_run() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| p99_itl_ms |"))
     # ratios 1.25 and 1.0: median 1.125, one pair of two higher
     assert "| 1.125 |" in row and "| 1/2 |" in row
-    assert "rate 15" in text and "test box at commit abc1234;" in text
+    assert "rate 15" in text
+    assert "test box at commit abc1234, VLLM_CPU_OMP_THREADS_BIND=nobind;" in text
