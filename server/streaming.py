@@ -218,7 +218,11 @@ class StreamEncoder:
             return [sse.comment(sse.PROGRESS, event.data)]
         if isinstance(event, ChoiceDelta):
             usage = self._usage_so_far(event) if self._continuous else None
-            return [self._chunk(c, usage) for c in self._delta(event)]
+            # Tokens without text yet still get a chunk, as vLLM's server sends one per
+            # engine output (chat: an empty delta, which starts neither reasoning nor
+            # content in a client).
+            bodies = self._delta(event) or [render.delta_choice(self._env.kind, event.index)]
+            return [self._chunk(c, usage) for c in bodies]
         return self._final(event)
 
     def _usage_so_far(self, d: ChoiceDelta) -> Body:

@@ -90,7 +90,11 @@ class TrajectorySet:
         return traj
 
     def push(self, delta: SampleDelta, *, index: int | None = None) -> ChoiceDelta | None:
-        """Feed one delta; the live text event to send, if there is text or an end."""
+        """Feed one delta; the live event to send: one per delta that carried tokens or
+        text, even when its text is empty (a special token, a delimiter, bytes of a
+        character not complete yet). vLLM's server streams a chunk per engine output
+        the same way, and clients time tokens by chunks: vLLM's benchmark client counts
+        an empty chunk as a token and a skipped one as a gap twice as long."""
         traj = self.get(delta.index if index is None else index)
         traj.token_ids.extend(delta.token_ids)
         text = traj.splitter.push(delta.token_ids)
@@ -104,7 +108,7 @@ class TrajectorySet:
             traj.cumulative_logprob = delta.cumulative_logprob
         traj.reasoning.append(reasoning)
         traj.content.append(content)
-        if not reasoning and not content:
+        if not reasoning and not content and not delta.token_ids:
             return None
         return ChoiceDelta(
             index=traj.index,

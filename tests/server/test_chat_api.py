@@ -295,3 +295,28 @@ def test_streamed_frames_are_timed_in_metrics(
     # Frames queued during a send go out (and are timed) together: at least one send,
     # never more than the chunks the SDK read.
     assert 1 <= timed <= chunks
+
+
+def test_every_token_gets_a_chunk_even_without_text(
+    openai_client: Any, served_model: str, hf_tokenizer: Any
+) -> None:
+    """A token with no text (EOS here) still gets an empty chunk, as vLLM's server streams
+    one per engine output: clients that time tokens by chunks (vLLM's benchmark client,
+    GuideLLM) otherwise see one gap twice as long."""
+    text = hf_tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    stream = openai_client.completions.create(
+        model=served_model,
+        prompt=text + "3\n</think>",  # thinking done: the answer, then EOS
+        max_tokens=24,
+        seed=2,
+        stream=True,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
+    chunks = [c.choices[0] for c in stream if c.choices]
+    *live, end = chunks
+    ids = end.model_extra["thinkgate"]["token_ids"]
+    silent = [t for t in ids if hf_tokenizer.decode([t], skip_special_tokens=True) == ""]
+    assert silent, f"no token without text to test with: {hf_tokenizer.decode(ids)!r}"
+    empty = [c for c in live if c.text == "" and not (c.model_extra or {}).get("reasoning_content")]
+    assert empty and all(c.finish_reason is None for c in live)
+    assert len(live) <= len(ids)  # one chunk per engine output, never more than its tokens

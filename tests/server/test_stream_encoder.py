@@ -99,6 +99,21 @@ def test_live_deltas_are_not_replayed_and_finish_waits_for_final() -> None:
     assert end["thinkgate"]["samples"] == 1  # type: ignore[index]
 
 
+def test_a_live_delta_without_text_is_an_empty_chunk() -> None:
+    """Tokens with no text yet (a delimiter, EOS) still go out as a chunk, as vLLM's
+    server sends one per engine output: chat an empty delta, completions empty text."""
+    chat = StreamEncoder(_env(), include_usage=False)
+    first = _frames(chat.encode(ChoiceDelta(index=0)))
+    later = _frames(chat.encode(ChoiceDelta(index=0)))
+    assert [c["choices"][0]["delta"] for c in first] == [{"role": "assistant", "content": ""}]  # type: ignore[index]
+    assert [c["choices"][0]["delta"] for c in later] == [{}]  # type: ignore[index]
+    completions = StreamEncoder(_env("completion"), include_usage=False)
+    (empty,) = _frames(completions.encode(ChoiceDelta(index=0)))
+    assert empty["choices"][0]["text"] == ""  # type: ignore[index]
+    assert empty["choices"][0]["finish_reason"] is None  # type: ignore[index]
+    assert "reasoning_content" not in empty["choices"][0]  # type: ignore[operator, index]
+
+
 def test_continuous_usage_counts_live_tokens_on_every_chunk() -> None:
     """vLLM's continuous_usage_stats: each chunk carries the usage so far; live chunks the
     tokens generated until then over every choice, the final chunks the result's usage."""

@@ -166,3 +166,22 @@ def test_matcher_falls_back_to_the_longest_prefix() -> None:
     assert find_sequence([5], (5,)) == 0 and find_sequence([], (5,)) == -1
     with pytest.raises(ValueError):
         SequenceMatcher(())
+
+
+def test_every_delta_with_tokens_is_an_event_even_without_text() -> None:
+    """A held delimiter token or an EOS has no text yet; the stream still gets an event
+    for it (an empty chunk), as vLLM's server sends one per engine output."""
+    from strategies.engine import SampleDelta
+    from strategies.trajectories import TrajectorySet
+
+    trajectories = TrajectorySet(TOKENS, thinking_open=True)
+    ids = TOKENS.encode("ab</think>c")
+    events = [trajectories.push(SampleDelta(index=0, token_ids=(t,))) for t in ids]
+    events.append(trajectories.push(SampleDelta(index=0, token_ids=(EOS,))))
+    assert all(e is not None for e in events)
+    texts = [(e.reasoning, e.content) for e in events if e is not None]
+    assert texts[:2] == [("a", ""), ("b", "")]
+    assert texts[2:10] == [("", "")] * 8  # the eight tokens of </think>: held, dropped
+    assert texts[10:] == [("", "c"), ("", "")]  # then the answer and its EOS
+    assert [e.completion_tokens for e in events if e is not None] == list(range(1, 13))
+    assert trajectories.push(SampleDelta(index=0, token_ids=())) is None  # nothing came
