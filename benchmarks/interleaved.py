@@ -157,15 +157,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def add_run_shape(parser: argparse.ArgumentParser, *, rate: float) -> None:
+    """The options of a paired run: pairs, request rate, prompts per run and lengths."""
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=rate, help="requests/s (inf: all at once)")
+    parser.add_argument("--prompts", type=int, default=150, help="prompts per run")
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=64)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="thinkgate bench interleaved", description=__doc__)
     parser.add_argument("--a", choices=SIDES, default="vllm", help="side A (the baseline)")
     parser.add_argument("--b", choices=SIDES, default="bare", help="side B")
-    parser.add_argument("--pairs", type=int, default=10)
-    parser.add_argument("--rate", type=float, default=15.0, help="requests/s (inf: all at once)")
-    parser.add_argument("--prompts", type=int, default=150, help="prompts per run")
-    parser.add_argument("--input-len", type=int, default=32)
-    parser.add_argument("--output-len", type=int, default=64)
+    add_run_shape(parser, rate=15.0)
     args = parser.parse_args(list(argv) if argv is not None else None)
     command = "thinkgate bench interleaved " + " ".join(sys.argv[1:] if argv is None else argv)
     result = run(args)

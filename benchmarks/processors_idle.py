@@ -29,7 +29,7 @@ import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
-from benchmarks.interleaved import ratio_table
+from benchmarks.interleaved import add_run_shape, ratio_table
 from benchmarks.overhead import METRICS, RESULTS, SLOW_GAPS, key
 from benchmarks.overhead_engine import random_prompts, run_rate, timed
 from benchmarks.servers import machine, worker_binding
@@ -127,11 +127,7 @@ def report(result: dict[str, Any], command: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="thinkgate bench processors-idle", description=__doc__)
-    parser.add_argument("--pairs", type=int, default=10)
-    parser.add_argument("--rate", type=float, default=30.0, help="requests/s (inf: all at once)")
-    parser.add_argument("--prompts", type=int, default=150, help="requests per run")
-    parser.add_argument("--input-len", type=int, default=32)
-    parser.add_argument("--output-len", type=int, default=64)
+    add_run_shape(parser, rate=30.0)
     args = parser.parse_args(list(argv) if argv is not None else None)
     command = "thinkgate bench processors-idle " + " ".join(sys.argv[1:] if argv is None else argv)
     engine_wait.export(None)  # as the server does: the engines wait alike, as it has them
