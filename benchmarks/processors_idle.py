@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from benchmarks.interleaved import add_run_shape, ratio_table
@@ -59,12 +59,14 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     sides: dict[str, tuple[str, ...]] = {"a": (), "b": DEFAULT}
     settings = {s: Settings(logits_processors=p) for s, p in sides.items()}
-    engines = {s: LocalEngine.start(settings[s]) for s in sides}
+    engines: dict[str, LocalEngine] = {}
     try:
+        for side in sides:  # one by one: a failed start still closes the one before
+            engines[side] = LocalEngine.start(settings[side])
         vocab = AutoConfig.from_pretrained(settings["a"].model_path).vocab_size
         prompts = random_prompts(vocab, args.prompts, args.input_len)
 
-        def driver(engine: Engine) -> Any:
+        def driver(engine: Engine) -> Callable[[list[int]], Coroutine[Any, Any, dict[str, Any]]]:
             def one(prompt: list[int]) -> Coroutine[Any, Any, dict[str, Any]]:
                 return timed(_counts(engine, prompt, args.output_len))
 
