@@ -4,7 +4,9 @@ Packages offer defaults through the ``thinkgate.defaults`` entry-point group (th
 offers its trained models, ``testbed.defaults:defaults``), so the runtime never imports
 the testbed: without a provider, ``--model`` is simply required. A provider is a
 callable returning a mapping with ``model`` (directory or hub id), ``served_name`` and
-optionally ``reward_model`` and ``max_model_len`` (a replica's vLLM flag).
+optionally ``reward_model``, ``prm_model`` (a process reward model for the step search),
+``step_delimiter`` (where a reasoning step of that model ends) and ``max_model_len`` (a
+replica's vLLM flag).
 """
 
 from __future__ import annotations
@@ -29,18 +31,32 @@ class ModelDefaults:
     served_name: str
     reward_model: str | None = None
     max_model_len: int | None = None
+    prm_model: str | None = None
+    step_delimiter: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, object], source: str) -> ModelDefaults:
         model, name = raw.get("model"), raw.get("served_name")
         reward, length = raw.get("reward_model"), raw.get("max_model_len")
+        prm, delimiter = raw.get("prm_model"), raw.get("step_delimiter")
         if not isinstance(model, str | Path) or not isinstance(name, str) or not name:
             raise NoDefaultModel(f"{source} must give 'model' and 'served_name'")
         if reward is not None and not isinstance(reward, str | Path):
             raise NoDefaultModel(f"{source}: 'reward_model' must be a path or id")
         if length is not None and (isinstance(length, bool) or not isinstance(length, int)):
             raise NoDefaultModel(f"{source}: 'max_model_len' must be an integer")
-        return cls(str(model), name, None if reward is None else str(reward), length)
+        if prm is not None and not isinstance(prm, str | Path):
+            raise NoDefaultModel(f"{source}: 'prm_model' must be a path or id")
+        if delimiter is not None and (not isinstance(delimiter, str) or not delimiter):
+            raise NoDefaultModel(f"{source}: 'step_delimiter' must be a non-empty string")
+        return cls(
+            str(model),
+            name,
+            None if reward is None else str(reward),
+            length,
+            None if prm is None else str(prm),
+            delimiter,
+        )
 
     def is_default_model(self, model: str | Path) -> bool:
         """Whether ``model`` names this default model (by directory)."""

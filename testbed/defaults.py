@@ -11,5 +11,7 @@ def defaults() -> dict[str, object]:
         "model": str(model_path("base")),
         "served_name": "testbed-base",
         "reward_model": str(model_path("reward")),
+        "prm_model": str(model_path("prm")),
+        "step_delimiter": "\n",  # one thinking line is one step
         "max_model_len": 512,  # the testbed's context (a replica's vLLM flag)
     }
