@@ -1,4 +1,4 @@
-"""The tiny reasoning-model family thinkgate trains itself ."""
+"""The tiny reasoning-model family thinkgate trains itself."""
 
 from __future__ import annotations
 
