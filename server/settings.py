@@ -188,6 +188,19 @@ class Settings(BaseSettings):
     """Best-of-Majority frequency threshold (a fraction of the samples); a request may
     override it with the body field ``alpha``."""
 
+    # --- step search with a process reward model (beam-search, particle-filtering, dvts)
+    step_delimiter: str | None = None
+    """Where a reasoning step ends (a request may override it with ``step_delimiter``);
+    None: what the served model's defaults say (the testbed: a newline), else a blank
+    line (``"\\n\\n"``, as PRMs for real models such as Qwen2.5-Math-PRM expect)."""
+    search_max_steps: int = Field(default=64, ge=1)
+    """Steps a search takes at most (a request may lower or raise it with ``max_steps``)."""
+    search_max_step_tokens: int = Field(default=256, ge=1)
+    """Tokens one step may take (a longer step is cut and scored as it is)."""
+    search_expansions: int = Field(default=4, ge=1)
+    """Candidates per beam (beam-search) or per subtree (dvts), M, when the request sets
+    no ``expansions``."""
+
     # --- state: PETS batch jobs
     state_dir: str | None = None
     """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``

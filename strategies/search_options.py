@@ -1,0 +1,119 @@
+"""The options of the step-search strategies (beam search, particle filtering, DVTS):
+server defaults (``SearchDefaults``, a resource) and one request's, checked and typed
+(``SearchOptions``). A bad value is a 400 naming its field, before any engine call."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from strategies.base import ResourceKey, StrategyContext, StrategyRequest
+from strategies.errors import InvalidBudget, InvalidRequest
+from strategies.prm import AGGREGATES
+
+Aggregate = Literal["last", "min", "prod"]
+Select = Literal["best", "vote"]
+SELECTS: Final = ("best", "vote")
+
+# Upper bounds a request may ask for (a search of 10^4 steps is a mistake, not a plan).
+MAX_EXPANSIONS: Final = 64
+MAX_STEPS: Final = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchDefaults:
+    """Server settings of the step search (``Resources`` item ``"search"``)."""
+
+    step_delimiter: str = "\n\n"  # where a step ends (the testbed: "\n")
+    max_steps: int = 64
+    max_step_tokens: int = 256
+    expansions: int = 4  # M: candidates per beam (beam search) or per subtree (DVTS)
+
+
+DEFAULTS_KEY: Final = ResourceKey("search", SearchDefaults)
+
+
+def defaults_of(ctx: StrategyContext) -> SearchDefaults:
+    return ctx.resources.get(DEFAULTS_KEY) or SearchDefaults()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """One request's search, resolved against the server's defaults."""
+
+    step_delimiter: str
+    max_steps: int
+    max_step_tokens: int
+    expansions: int
+    aggregate: Aggregate
+    select: Select
+    resample_temperature: float  # particle filtering only
+
+
+def _int(request: StrategyRequest, name: str, default: int, hi: int) -> int:
+    value = request.options.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise InvalidRequest(f"{name} must be an integer in [1, {hi}], got {value!r}", param=name)
+    return value
+
+
+def _choice(request: StrategyRequest, name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = request.options.get(name, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidRequest(
+            f"{name} must be one of {', '.join(allowed)}, got {value!r}", param=name
+        )
+    return value
+
+
+def _temperature(request: StrategyRequest) -> float:
+    value = request.options.get("resample_temperature", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(
+            "resample_temperature must be a number >= 0", param="resample_temperature"
+        )
+    if value < 0:
+        raise InvalidRequest(
+            f"resample_temperature must be >= 0, got {value}", param="resample_temperature"
+        )
+    return float(value)
+
+
+def _delimiter(request: StrategyRequest, default: str) -> str:
+    value = request.options.get("step_delimiter", default)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest("step_delimiter must be a non-empty string", param="step_delimiter")
+    return value
+
+
+def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
+    """The request's options; 400 naming the field for a bad one."""
+    aggregate = _choice(request, "aggregate", "last", AGGREGATES)
+    select = _choice(request, "select", "best", SELECTS)
+    return SearchOptions(
+        step_delimiter=_delimiter(request, defaults.step_delimiter),
+        max_steps=_int(request, "max_steps", defaults.max_steps, MAX_STEPS),
+        max_step_tokens=_int(request, "max_step_tokens", defaults.max_step_tokens, 1 << 20),
+        expansions=_int(request, "expansions", defaults.expansions, MAX_EXPANSIONS),
+        aggregate=aggregate,  # type: ignore[arg-type]  # checked against AGGREGATES
+        select=select,  # type: ignore[arg-type]  # checked against SELECTS
+        resample_temperature=_temperature(request),
+    )
+
+
+def check_budgets(request: StrategyRequest) -> None:
+    """The budgets a search honours must be positive; it returns one answer."""
+    b = request.budget
+    if b.samples is not None and b.samples < 1:
+        raise InvalidBudget("samples must be >= 1", param="samples")
+    if b.thinking is not None and b.thinking < 0:
+        raise InvalidBudget("thinking must be >= 0", param="thinking")
+    if b.solution is not None and b.solution < 1:
+        raise InvalidBudget("solution must be >= 1", param="solution")
+    if request.n != 1:
+        raise InvalidRequest(
+            "a step search returns one answer (its best path); n must be 1", param="n"
+        )

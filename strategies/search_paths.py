@@ -1,0 +1,333 @@
+"""Paths of a step search and how they grow: one engine round per step, PRM scores, answers.
+
+A *path* is a prefix of reasoning steps generated after the prompt. Each round extends
+every live path by one step: the live paths are submitted together (one engine request
+per distinct path, with ``n`` = the candidates it needs, all awaited at once so the
+engine batches them; a path's ids are its request's prompt, so the prefix shared with
+its siblings and parent is in vLLM's prefix cache), and every new step is scored by the
+PRM in one batched call. Token ids throughout: nothing is re-tokenised between steps.
+
+Budgets hold per path: a step may not take the path's thinking past the thinking
+budget (the step's ``max_tokens``); a path that reaches it is closed by the gateway
+(``</think>`` appended, not generated), as a budget-forced path; the answer is then
+generated under the solution budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from strategies.base import StrategyContext
+from strategies.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
+from strategies.errors import BackendError
+from strategies.prm import ProcessRewardModel
+from strategies.reasoning import Split, split_ids
+from strategies.search_options import SearchOptions
+
+# live: more steps to come; closed: the model ended its thinking (an answer follows);
+# forced: thinking budget, max_steps or the search's end closed it (``</think>`` is
+# appended, then the answer); ended: the model stopped (EOS) or the context is full
+# (nothing follows: its content, if any, is what it wrote).
+PathState = Literal["live", "closed", "forced", "ended"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Path:
+    ids: tuple[int, ...] = ()  # generated after the prompt, delimiters included
+    steps: tuple[tuple[int, ...], ...] = ()  # each step as the PRM sees it (no delimiter)
+    rewards: tuple[float, ...] = ()  # the PRM's reward of each scored step
+    state: PathState = "live"
+    finish: Literal["stop", "length"] = "stop"  # how the model's last call ended
+
+    @property
+    def live(self) -> bool:
+        return self.state == "live"
+
+
+@dataclass(slots=True)
+class Ledger:
+    """What the search spent: every generated token (pruned paths included), engine
+    requests, the prompt tokens the engine was handed (before its prefix cache) and the
+    PRM's input tokens."""
+
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    engine_requests: int = 0
+    engine_prompt_tokens: int = 0
+    prm_calls: int = 0
+    prm_tokens: int = 0
+    seed_offset: int = 0  # seeded requests: child j of a request gets seed + offset + j
+    candidates: list[int] = field(default_factory=list)  # per step
+    survivors: list[int] = field(default_factory=list)  # per step, live paths after it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPlan:
+    """How one step is generated: stops at the delimiter and at the end of thinking."""
+
+    stop_token_ids: tuple[int, ...]
+    stop: tuple[str, ...]
+    delimiter_ids: tuple[int, ...]
+
+
+def step_plan(tokens: ModelTokens, options: SearchOptions) -> StepPlan:
+    """Stop tokens where a delimiter is one token (the fast path: no detokenising in the
+    engine), stop strings otherwise."""
+    delimiter_ids = tuple(tokens.encode(options.step_delimiter))
+    stop_ids: list[int] = []
+    stop: list[str] = []
+    if len(delimiter_ids) == 1:
+        stop_ids.append(delimiter_ids[0])
+    else:
+        stop.append(options.step_delimiter)
+    if tokens.think_end_id is not None:
+        stop_ids.append(tokens.think_end_id)
+    elif tokens.think_end_ids:
+        stop.append(tokens.decode(tokens.think_end_ids) or "")
+    return StepPlan(
+        stop_token_ids=tuple(stop_ids),
+        stop=tuple(s for s in stop if s),
+        delimiter_ids=delimiter_ids,
+    )
+
+
+def split_of(ctx: StrategyContext, ids: Sequence[int]) -> Split:
+    return split_ids(ids, ctx.engine.tokens, thinking_open=ctx.request.thinking_open)
+
+
+def thinking_used(ctx: StrategyContext, path: Path) -> int:
+    split = split_of(ctx, path.ids)
+    return split.reasoning_tokens if ctx.request.thinking_open or split.think_closed else 0
+
+
+def room(ctx: StrategyContext, path: Path) -> int:
+    """Tokens the context still has for this path."""
+    return ctx.engine.max_model_len - len(ctx.request.prompt_token_ids) - len(path.ids)
+
+
+def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> int:
+    """The next step's ``max_tokens``: the step cap, the context, the thinking budget."""
+    cap = min(options.max_step_tokens, room(ctx, path))
+    budget = ctx.request.budget.thinking
+    if budget is not None and ctx.engine.tokens.think_end_ids:
+        cap = min(cap, budget - thinking_used(ctx, path))
+    return cap
+
+
+async def _generate_all(
+    ctx: StrategyContext, requests: Sequence[GenerateRequest]
+) -> list[list[Sample]]:
+    """Every request at once, so the engine batches them. Cancelling the caller (the
+    client left) cancels each call, which aborts its engine request."""
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(ctx.engine.generate(r)) for r in requests]
+    return [t.result() for t in tasks]
+
+
+def _sampling(ctx: StrategyContext, ledger: Ledger, **changes: object) -> SamplingConfig:
+    base = ctx.request.sampling
+    seed = None if base.seed is None else base.seed + ledger.seed_offset
+    return replace(base, seed=seed, logprobs=False, top_logprobs=0, **changes)  # type: ignore[arg-type]
+
+
+def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) -> Path:
+    """``parent`` extended by one generated step."""
+    gen = tuple(sample.token_ids)
+    ids = parent.ids + gen
+    before, after = split_of(ctx, parent.ids), split_of(ctx, ids)
+    closed = after.think_closed and not before.think_closed
+    step = gen
+    if closed:  # the step is the thinking this call added, without the end delimiter
+        step = tuple(after.reasoning_ids[len(before.reasoning_ids) :])
+    elif plan.delimiter_ids and step[-len(plan.delimiter_ids) :] == plan.delimiter_ids:
+        step = step[: -len(plan.delimiter_ids)]
+    state: PathState = "live"
+    if closed:
+        state = "closed"
+    elif sample.finish_reason == "stop" and sample.stop_reason is None:
+        state = "ended"  # EOS
+    finish: Literal["stop", "length"] = "length" if sample.finish_reason == "length" else "stop"
+    steps = parent.steps + ((step,) if step else ())
+    return settle(
+        ctx, Path(ids=ids, steps=steps, rewards=parent.rewards, state=state, finish=finish)
+    )
+
+
+def settle(ctx: StrategyContext, path: Path) -> Path:
+    """A live path that can take no further step: ``forced`` when its thinking budget is
+    spent (the answer still follows), ``ended`` when the context is full."""
+    if not path.live:
+        return path
+    if room(ctx, path) <= 0:
+        return replace(path, state="ended", finish="length")
+    budget = ctx.request.budget.thinking
+    closable = budget is not None and bool(ctx.engine.tokens.think_end_ids)
+    if closable and budget is not None and thinking_used(ctx, path) >= budget:
+        return replace(path, state="forced")
+    return path
+
+
+async def expand(
+    ctx: StrategyContext,
+    plan: StepPlan,
+    options: SearchOptions,
+    parents: Sequence[Path],
+    per_parent: int,
+    ledger: Ledger,
+) -> list[list[Path]]:
+    """One step: ``per_parent`` candidates of every parent, in parent order. Parents
+    with the same ids (resampled particles) share one engine request. Every parent must
+    be live and :func:`settle`\ d (it has room for a step)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(parents):
+        groups.setdefault(p.ids, []).append(i)
+    requests: list[GenerateRequest] = []
+    keys = list(groups)
+    for g, key in enumerate(keys):
+        parent = parents[groups[key][0]]
+        n = per_parent * len(groups[key])
+        sampling = _sampling(
+            ctx,
+            ledger,
+            n=n,
+            max_tokens=_step_tokens(ctx, parent, options),
+            stop=plan.stop,
+            stop_token_ids=plan.stop_token_ids,
+            extra_args={},
+        )
+        ledger.seed_offset += n
+        prompt = ctx.request.prompt_token_ids + parent.ids
+        requests.append(
+            GenerateRequest(
+                request_id=f"{ctx.request.request_id}-s{len(ledger.candidates)}-{g}",
+                prompt_token_ids=prompt,
+                sampling=sampling,
+            )
+        )
+    results = await _generate_all(ctx, requests)
+    out: list[list[Path]] = [[] for _ in parents]
+    for key, req, samples in zip(keys, requests, results, strict=True):
+        if len(samples) != req.sampling.n:
+            raise BackendError(f"engine returned {len(samples)} of {req.sampling.n} samples")
+        ledger.engine_requests += 1
+        ledger.engine_prompt_tokens += len(req.prompt_token_ids)
+        members = groups[key]
+        for j, sample in enumerate(samples):
+            parent = parents[members[j // per_parent]]
+            child = _grow(ctx, plan, parent, sample)
+            _count(ctx, ledger, parent, child)
+            out[members[j // per_parent]].append(child)
+    ledger.candidates.append(sum(len(c) for c in out))
+    return out
+
+
+def _count(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> None:
+    new = len(child.ids) - len(parent.ids)
+    ledger.completion_tokens += new
+    before = split_of(ctx, parent.ids)
+    after = split_of(ctx, child.ids)
+    if ctx.request.thinking_open or after.think_closed or before.think_closed:
+        ledger.reasoning_tokens += after.reasoning_tokens - before.reasoning_tokens
+
+
+async def score(
+    ctx: StrategyContext, prm: ProcessRewardModel, paths: Sequence[Path], ledger: Ledger
+) -> list[Path]:
+    """Paths whose last step has no reward yet get one (one batched PRM call)."""
+    todo = [i for i, p in enumerate(paths) if len(p.steps) > len(p.rewards)]
+    if not todo:
+        return list(paths)
+    prompt = ctx.request.prompt_token_ids
+    rewards = await prm.score_paths(prompt, [paths[i].steps for i in todo])
+    ledger.prm_calls += 1
+    ledger.prm_tokens += sum(len(prm.sequence(prompt, paths[i].steps)) for i in todo)
+    out = list(paths)
+    for i, r in zip(todo, rewards, strict=True):
+        out[i] = replace(paths[i], rewards=tuple(r))
+    return out
+
+
+def force_close(paths: Sequence[Path]) -> list[Path]:
+    """Live paths at the search's end are closed by the gateway (``forced``)."""
+    return [replace(p, state="forced") if p.live else p for p in paths]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answered:
+    """A finished path with its answer: ``ids`` = path + (forced ``</think>``) + answer."""
+
+    path: Path
+    ids: tuple[int, ...]
+    answer_ids: tuple[int, ...]
+    finish: Literal["stop", "length", "abort"]
+    solution_cut: bool
+
+
+async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) -> list[Answered]:
+    """The answer of each path (closed or forced ones are continued after ``</think>``
+    under the solution budget; ended ones have what they wrote). Distinct paths are one
+    engine request each, all at once."""
+    tokens = ctx.engine.tokens
+    solution = ctx.request.budget.solution
+    heads: list[tuple[int, ...]] = []
+    for p in paths:
+        head = p.ids
+        if p.state == "forced" and tokens.think_end_ids:
+            head = head + tokens.think_end_ids
+        heads.append(head)
+    prompt_len = len(ctx.request.prompt_token_ids)
+
+    def space(head: tuple[int, ...]) -> int:
+        return ctx.engine.max_model_len - prompt_len - len(head)
+
+    todo = sorted(
+        {h for h, p in zip(heads, paths, strict=True) if p.state != "ended" and space(h) > 0}
+    )
+    requests = []
+    for g, head in enumerate(todo):
+        cap = space(head) if solution is None else min(solution, space(head))
+        requests.append(
+            GenerateRequest(
+                request_id=f"{ctx.request.request_id}-answer-{g}",
+                prompt_token_ids=ctx.request.prompt_token_ids + head,
+                sampling=_sampling(ctx, ledger, n=1, max_tokens=cap, extra_args={}),
+            )
+        )
+        ledger.seed_offset += 1
+    results = await _generate_all(ctx, requests)
+    got: dict[tuple[int, ...], Sample] = {}
+    for head, req, samples in zip(todo, requests, results, strict=True):
+        if len(samples) != 1:
+            raise BackendError(f"engine returned {len(samples)} answers for one request")
+        ledger.engine_requests += 1
+        ledger.engine_prompt_tokens += len(req.prompt_token_ids)
+        ledger.completion_tokens += len(samples[0].token_ids)
+        got[head] = samples[0]
+    out: list[Answered] = []
+    for head, p in zip(heads, paths, strict=True):
+        sample = got.get(head)
+        if sample is None:
+            out.append(
+                Answered(path=p, ids=p.ids, answer_ids=(), finish=p.finish, solution_cut=False)
+            )
+            continue
+        content = tuple(t for t in sample.token_ids if t not in tokens.eos_token_ids)
+        cut = solution is not None and sample.finish_reason == "length" and len(content) >= solution
+        out.append(
+            Answered(
+                path=p,
+                ids=head + tuple(sample.token_ids),
+                answer_ids=tuple(sample.token_ids),
+                finish=sample.finish_reason,
+                solution_cut=cut,
+            )
+        )
+    return out
+
+
+def distinct_counts(paths: Sequence[Path]) -> Counter[tuple[int, ...]]:
+    return Counter(p.ids for p in paths)

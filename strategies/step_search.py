@@ -1,0 +1,296 @@
+"""The step search with a process reward model: the loop the three strategies share.
+
+Every step: all live paths are extended by one step in one engine round
+(``search_paths.expand``), every new step is scored by the PRM in one batched call,
+and the strategy's rule (:meth:`StepSearch.advance`) decides which paths go on. The
+loop ends when the rule says so, no path is live, or ``max_steps`` is reached (live
+paths are then closed by the gateway). Then the answer: the best finished path by its
+aggregate PRM score (``select: best``, one answer generated) or a PRM-weighted vote
+over every finished path (``select: vote``, one answer per distinct path).
+
+``beam-search``, ``particle-filtering`` and ``dvts`` subclass :class:`StepSearch`.
+Usage counts every token generated, pruned candidates included; the PRM's own input
+is reported in the ``thinkgate`` object (``prm_tokens``), not billed as completion.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
+
+from strategies.answers import extract_answer
+from strategies.base import (
+    JSON,
+    Choice,
+    Progress,
+    Result,
+    StrategyContext,
+    StrategyRequest,
+    Usage,
+    budget_cuts,
+)
+from strategies.engine import Engine
+from strategies.errors import BackendUnavailable, InvalidRequest
+from strategies.pool import SamplingDefaults
+from strategies.pool import defaults_of as sampling_defaults_of
+from strategies.prm import RESOURCE_KEY as PRM_KEY
+from strategies.prm import ProcessRewardModel, aggregate
+from strategies.search_options import (
+    SearchDefaults,
+    SearchOptions,
+    check_budgets,
+    search_options,
+)
+from strategies.search_options import defaults_of as search_defaults_of
+from strategies.search_paths import (
+    Answered,
+    Ledger,
+    Path,
+    answer,
+    expand,
+    force_close,
+    score,
+    settle,
+    split_of,
+    step_plan,
+)
+from strategies.selection import build_classes, top_by_weight
+
+COMMON_OPTIONS: Final = frozenset(
+    {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchState:
+    """Paths still growing, and finished ones (closed, forced or ended)."""
+
+    live: tuple[Path, ...]
+    complete: tuple[Path, ...] = ()
+
+
+@dataclass(slots=True)
+class Trace:
+    """What the rule reports about itself, merged into the ``thinkgate`` object."""
+
+    info: dict[str, JSON] = field(default_factory=dict)
+
+
+def resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:
+    prm = ctx.resources.get(PRM_KEY)
+    if prm is None:
+        raise BackendUnavailable(
+            "this strategy needs a process reward model and none is attached to this "
+            "server (start it with --prm-model DIR or --prm-url URL)",
+            param="strategy",
+            code="resource_unavailable",
+        )
+    return prm
+
+
+def samples_of(ctx: StrategyContext) -> int:
+    request = ctx.request
+    defaults: SamplingDefaults = sampling_defaults_of(ctx)
+    return request.budget.samples if request.budget.samples is not None else defaults.samples
+
+
+def path_score(path: Path, options: SearchOptions) -> float:
+    return aggregate(path.rewards, options.aggregate)
+
+
+def best_index(paths: Sequence[Path], options: SearchOptions) -> int:
+    """The highest aggregate score; ties to the first."""
+    return max(range(len(paths)), key=lambda i: (path_score(paths[i], options), -i))
+
+
+class StepSearch:
+    """Base of the PRM-guided searches: the loop, the answer, the result."""
+
+    name: ClassVar[str] = ""
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "thinking", "solution"})
+    body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS
+    streams_live: ClassVar[bool] = False
+
+    # --- the rule, per strategy -------------------------------------------------------
+    def check(self, n: int, options: SearchOptions) -> None:
+        """Rule-specific checks of N and the options (400s)."""
+
+    def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
+        raise NotImplementedError
+
+    def per_parent(self, options: SearchOptions) -> int:
+        """Candidates drawn from each live path per step."""
+        raise NotImplementedError
+
+    def advance(
+        self,
+        state: SearchState,
+        children: Sequence[Sequence[Path]],
+        n: int,
+        options: SearchOptions,
+        rng: random.Random,
+    ) -> SearchState:
+        """The next state from every live path's scored candidates (in live order)."""
+        raise NotImplementedError
+
+    def done(self, state: SearchState, n: int) -> bool:
+        return not state.live
+
+    def trace(self, n: int, options: SearchOptions) -> dict[str, JSON]:
+        return {}
+
+    # --- shared ------------------------------------------------------------------------
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        check_budgets(request)
+        options = search_options(request, SearchDefaults())
+        if request.budget.samples is not None:
+            self.check(request.budget.samples, options)
+        if not engine.tokens.encode(options.step_delimiter):
+            raise InvalidRequest(
+                "step_delimiter encodes to no token for this model", param="step_delimiter"
+            )
+
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
+        prm = resolve_prm(ctx)
+        options = search_options(ctx.request, search_defaults_of(ctx))
+        n = samples_of(ctx)
+        self.check(n, options)
+        plan = step_plan(ctx.engine.tokens, options)
+        seed = ctx.request.sampling.seed
+        rng = random.Random(seed) if seed is not None else random.Random()
+        ledger = Ledger()
+        begun = self.start(ctx, n, options)
+        settled = [settle(ctx, p) for p in begun.live]  # a thinking budget of 0: answer now
+        state = SearchState(
+            live=tuple(p for p in settled if p.live),
+            complete=begun.complete + tuple(p for p in settled if not p.live),
+        )
+        steps = 0
+        while not self.done(state, n):
+            if steps >= options.max_steps:
+                break
+            children = await expand(
+                ctx, plan, options, state.live, self.per_parent(options), ledger
+            )
+            flat = [c for group in children for c in group]
+            scored = await score(ctx, prm, flat, ledger)
+            regrouped: list[list[Path]] = []
+            at = 0
+            for group in children:
+                regrouped.append(scored[at : at + len(group)])
+                at += len(group)
+            state = self.advance(state, regrouped, n, options, rng)
+            steps += 1
+            ledger.survivors.append(len(state.live))
+            best = max(
+                (path_score(p, options) for p in (*state.live, *state.complete)), default=None
+            )
+            yield Progress(
+                data={
+                    "step": steps,
+                    "candidates": ledger.candidates[-1],
+                    "live": len(state.live),
+                    "complete": len(state.complete),
+                    "best_score": None if best is None else round(best, 6),
+                }
+            )
+        finished = list(state.complete) + force_close(state.live)
+        yield await self._result(ctx, options, n, finished, ledger, steps)
+
+    async def _result(
+        self,
+        ctx: StrategyContext,
+        options: SearchOptions,
+        n: int,
+        finished: list[Path],
+        ledger: Ledger,
+        steps: int,
+    ) -> Result:
+        tokens = ctx.engine.tokens
+        scores = [path_score(p, options) for p in finished]
+        classes_info: list[JSON] | None = None
+        if options.select == "best":
+            best = best_index(finished, options)
+            answered = (await answer(ctx, [finished[best]], ledger))[0]
+            answers_info: list[JSON] = []
+        else:
+            every = await answer(ctx, finished, ledger)
+            texts = [extract_answer(tokens.decode(split_of(ctx, a.ids).content_ids)) for a in every]
+            classes = build_classes(texts, scores)
+            if any(a is not None for a in texts):
+                top = top_by_weight(classes, 1)[0]
+                best = top.representative
+            else:
+                best = best_index(finished, options)
+            answered = every[best]
+            answers_info = list(texts)
+            total = sum(scores) or 1.0
+            classes_info = [
+                {
+                    "answer": c.answer,
+                    "count": c.count,
+                    "weight": round(sum(c.rewards) / total, 6),
+                    "selected": best in c.members,
+                }
+                for c in classes
+            ]
+        choice = self._choice(ctx, answered)
+        info: dict[str, JSON] = {
+            "strategy": self.name,
+            "samples": n,
+            **self.trace(n, options),
+            "aggregate": options.aggregate,
+            "select": options.select,
+            "max_steps": options.max_steps,
+            "steps": steps,
+            "candidates_per_step": list(ledger.candidates),
+            "survivors_per_step": list(ledger.survivors),
+            "complete_paths": sum(1 for p in finished if p.state in ("closed", "ended")),
+            "forced_paths": sum(1 for p in finished if p.state == "forced"),
+            "engine_requests": ledger.engine_requests,
+            "engine_prompt_tokens": ledger.engine_prompt_tokens,
+            "prm_calls": ledger.prm_calls,
+            "prm_tokens": ledger.prm_tokens,
+            "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
+            "chosen_score": round(scores[best], 6),
+            "path_scores": [round(s, 6) for s in scores],
+        }
+        if classes_info is not None:
+            info["path_answers"] = answers_info
+            info["classes"] = classes_info
+        usage = Usage(
+            prompt_tokens=len(ctx.request.prompt_token_ids),
+            completion_tokens=ledger.completion_tokens,
+            reasoning_tokens=ledger.reasoning_tokens,
+        )
+        return Result(
+            choices=(choice,), usage=usage, samples=sum(ledger.candidates) or 1, info=info
+        )
+
+    def _choice(self, ctx: StrategyContext, answered: Answered) -> Choice:
+        tokens = ctx.engine.tokens
+        split = split_of(ctx, answered.ids)
+        budget = ctx.request.budget
+        cuts = None
+        if budget.thinking is not None or budget.solution is not None:
+            thinking_cut = (
+                budget.thinking is not None
+                and answered.path.state == "forced"
+                and split.reasoning_tokens >= budget.thinking
+            )
+            cuts = budget_cuts(thinking=thinking_cut, solution=answered.solution_cut)
+        content = tokens.decode(split.content_ids)
+        return Choice(
+            index=0,
+            reasoning=tokens.decode(split.reasoning_ids),
+            content=content,
+            finish_reason="length" if answered.solution_cut else answered.finish,
+            info={
+                "answer": extract_answer(content),
+                "path_state": answered.path.state,
+                "steps": len(answered.path.steps),
+            },
+            budget_cut=cuts,
+        )

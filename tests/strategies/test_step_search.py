@@ -1,0 +1,373 @@
+"""Beam search, particle filtering and DVTS on a scripted engine and a scripted PRM.
+
+The engine writes testbed-style thinking, one line per call (the step delimiter, a
+newline, is a stop token), right or wrong by the sample's index, then closes its
+thinking after ``LINES`` lines and answers; the PRM scores a line by exact arithmetic
+(0.9 right, 0.1 wrong), as the trained one is meant to. The whole path through vLLM and
+the trained PRM is tested end to end in tests/server/test_step_search_api.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import pytest
+
+from server.engines.scripted import ScriptedEngine
+from strategies.base import (
+    Progress,
+    Resources,
+    Result,
+    StrategyContext,
+    StrategyRequest,
+)
+from strategies.beam_search import BeamSearch
+from strategies.budget import Budget
+from strategies.dvts import Dvts
+from strategies.engine import GenerateRequest, Sample, SamplingConfig
+from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
+from strategies.particle_filtering import ParticleFiltering, resample, weights
+from strategies.prm import RESOURCE_KEY as PRM_KEY
+from strategies.prm import ProcessRewardModel
+from strategies.reasoning import thinking_open_after
+from strategies.search_options import DEFAULTS_KEY, SearchDefaults
+from strategies.step_search import StepSearch
+from testbed.traces import line_is_correct
+
+QUESTION = "Compute 3+8-5+7 mod 10."
+RIGHT = ["3+8=1", "1-5=6", "6+7=3"]  # the true running values
+LINES = len(RIGHT)
+
+
+def wrong(line: str, j: int) -> str:
+    """A wrong version of ``line``: its result digit moved by 1 + j % 8."""
+    head, _, digit = line.partition("=")
+    return f"{head}={(int(digit) + 1 + j % 8) % 10}"
+
+
+class World:
+    """The scripted model: call k of a path writes line k (right when ``right(j)`` for
+    the sample index j), closes thinking after LINES lines, then answers from the last
+    value its lines reached. Counts what it generated and what was cancelled."""
+
+    def __init__(self, tokens: Any, right: Any = lambda j: j % 2 == 0) -> None:
+        self.tokens = tokens
+        self.right = right
+        self.generated = 0
+        self.cancelled = 0
+        self.hold: asyncio.Event | None = None
+
+    async def __call__(self, request: GenerateRequest) -> Sequence[Sample]:
+        if self.hold is not None:
+            try:
+                await self.hold.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        t = self.tokens
+        text = t.decode(request.prompt_token_ids)
+        thinking = text.split("assistant\n", 1)[1]
+        out = []
+        for j in range(request.sampling.n):
+            if t.think_end_id in request.prompt_token_ids:
+                value = _last_value(thinking)
+                ids = (*t.encode(f"\n\\boxed{{{value}}}"), t.eos_token_ids[0])
+                limit = request.sampling.max_tokens
+                finish = "stop"
+                if limit is not None and len(ids) > limit:
+                    ids, finish = ids[:limit], "length"
+                out.append(Sample(index=j, token_ids=ids, finish_reason=finish))
+                continue
+            done = [ln for ln in thinking.split("\n") if ln]
+            if len(done) >= LINES:
+                ids = (t.think_end_id,)
+                out.append(Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=4))
+                continue
+            line = RIGHT[len(done)] if self.right(j) else wrong(RIGHT[len(done)], j)
+            ids = tuple(t.encode(line + "\n"))
+            limit = request.sampling.max_tokens
+            if limit is not None and len(ids) > limit:
+                out.append(Sample(index=j, token_ids=ids[:limit], finish_reason="length"))
+            else:
+                out.append(Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=47))
+        self.generated += sum(len(s.token_ids) for s in out)
+        return out
+
+
+def _last_value(thinking: str) -> str:
+    lines = [ln for ln in thinking.split("\n") if "=" in ln]
+    return lines[-1].rsplit("=", 1)[1][:1] if lines else "0"
+
+
+class ArithmeticPrm:
+    """A scripted PRM backend: at each newline, 0.9 when the line before it is true
+    arithmetic, else 0.1. Records every batch it was given."""
+
+    def __init__(self, tokens: Any) -> None:
+        self.tokens = tokens
+        self.batches: list[int] = []
+
+    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        self.batches.append(len(sequences))
+        out = []
+        for seq in sequences:
+            rewards, line = [], []
+            for tok in seq:
+                if tok == 47:
+                    text = self.tokens.decode(line)
+                    rewards.append(0.9 if line_is_correct(text) else 0.1)
+                    line = []
+                else:
+                    line.append(tok)
+            out.append(rewards)
+        return out
+
+
+class ConstantPrm:
+    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        return [[0.5] * sum(1 for t in s if t == 47) for s in sequences]
+
+
+def _ctx(
+    tokens: Any,
+    world: World,
+    *,
+    samples: int,
+    prm: Any = None,
+    options: dict[str, Any] | None = None,
+    thinking: int | None = None,
+    solution: int | None = None,
+    seed: int | None = 0,
+) -> StrategyContext:
+    prompt = tuple(tokens.render_chat([{"role": "user", "content": QUESTION}]))
+    request = StrategyRequest(
+        request_id="r",
+        prompt_token_ids=prompt,
+        thinking_open=thinking_open_after(prompt, tokens),
+        n=1,
+        sampling=SamplingConfig(seed=seed),
+        budget=Budget(samples=samples, thinking=thinking, solution=solution),
+        stream=False,
+        options=options or {},
+    )
+    items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
+    if prm is not None:
+        items[PRM_KEY.name] = ProcessRewardModel(model=prm, step_tag_id=47)
+    engine = ScriptedEngine(world, tokens=tokens)
+    return StrategyContext(engine=engine, request=request, resources=Resources(items=items))
+
+
+async def _run(strategy: StepSearch, ctx: StrategyContext) -> tuple[list[Progress], Result]:
+    strategy.validate(ctx.request, ctx.engine)
+    progress: list[Progress] = []
+    gen: AsyncGenerator[Any, None] = strategy.run(ctx)
+    async for event in gen:
+        if isinstance(event, Result):
+            return progress, event
+        progress.append(event)
+    raise AssertionError("no result")
+
+
+async def test_beam_search_keeps_the_right_steps(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=prm, options={"expansions": 2})
+    progress, result = await _run(BeamSearch(), ctx)
+    choice = result.choices[0]
+    assert choice.reasoning == "".join(line + "\n" for line in RIGHT)
+    assert choice.content == "\n\\boxed{3}"
+    info = result.info
+    # 2 beams x 2 candidates every step; the lines' 3 steps, then the closing step.
+    assert info["candidates_per_step"] == [4, 4, 4, 4]
+    assert info["steps"] == 4 and len(progress) == 4
+    assert info["chosen_step_rewards"] == [0.9, 0.9, 0.9]
+    # One PRM call per step that wrote lines, all candidates batched in it.
+    assert prm.batches == [4, 4, 4]
+    # Identical beams share one engine request (the root, and the two right lines).
+    first = ctx.engine.calls[0]  # type: ignore[attr-defined]
+    assert first.sampling.n == 4 and first.sampling.stop_token_ids == (47, 4)
+    # Usage: every generated token, pruned candidates and the answer included.
+    assert result.usage.completion_tokens == world.generated
+    assert result.usage.prompt_tokens == len(ctx.request.prompt_token_ids)
+    answer = len(testbed_tokens.encode("\n\\boxed{3}")) + 1
+    closing = 4  # the four candidates that closed the thinking, one token each
+    assert result.usage.reasoning_tokens == world.generated - answer - closing
+
+
+async def test_beam_search_with_a_constant_prm_is_independent_samples(
+    testbed_tokens: Any,
+) -> None:
+    """M = 1 and a constant PRM: every beam goes on, none is pruned."""
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(testbed_tokens, world, samples=3, prm=ConstantPrm(), options={"expansions": 1})
+    _, result = await _run(BeamSearch(), ctx)
+    assert result.info["candidates_per_step"] == [3, 3, 3, 3]
+    assert result.info["survivors_per_step"] == [3, 3, 3, 0]
+    assert result.info["complete_paths"] == 3
+
+
+async def test_dvts_keeps_each_subtree_greedy(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, prm=prm, options={"expansions": 2})
+    _, result = await _run(Dvts(), ctx)
+    assert result.info["subtrees"] == 2
+    assert result.info["candidates_per_step"] == [4, 4, 4, 4]
+    assert result.info["survivors_per_step"] == [2, 2, 2, 0]
+    assert result.choices[0].content == "\n\\boxed{3}"
+    assert result.usage.completion_tokens == world.generated
+
+
+def test_dvts_needs_samples_a_multiple_of_expansions(testbed_tokens: Any) -> None:
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=6, options={"expansions": 4})
+    with pytest.raises(InvalidBudget):
+        Dvts().validate(ctx.request, ctx.engine)
+
+
+async def test_particle_filtering_resamples_towards_right_steps(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, prm=prm)
+    _, result = await _run(ParticleFiltering(), ctx)
+    assert result.info["particles"] == 4
+    assert result.info["candidates_per_step"][0] == 4
+    assert result.choices[0].content == "\n\\boxed{3}"
+    assert result.usage.completion_tokens == world.generated
+    # Resampled duplicates share engine requests: fewer requests than particles.
+    assert result.info["engine_requests"] < 4 * result.info["steps"]
+
+
+async def test_particle_filtering_is_reproducible_with_a_seed(testbed_tokens: Any) -> None:
+    outs = []
+    for _ in range(2):
+        world = World(testbed_tokens, right=lambda j: j % 3 != 1)
+        ctx = _ctx(testbed_tokens, world, samples=6, prm=ArithmeticPrm(testbed_tokens), seed=7)
+        _, result = await _run(ParticleFiltering(), ctx)
+        outs.append((result.info["survivors_per_step"], result.info["path_scores"]))
+    assert outs[0] == outs[1]
+
+
+def test_resampling_properties() -> None:
+    assert weights([0.3, 0.3, 0.3], 1.0) == pytest.approx([1 / 3] * 3)  # constant: uniform
+    assert weights([0.2, 0.9, 0.9], 0.0) == [0.0, 1.0, 0.0]  # T = 0: greedy, first best
+    w = weights([0.9, 0.1], 1.0)
+    assert w[0] == pytest.approx(81 / 82, rel=1e-3)  # softmax of logits: odds 9 / (1/9)
+    from strategies.search_paths import Path
+
+    particles = [Path(ids=(i,), rewards=(r,)) for i, r in enumerate([0.9, 0.1, 0.5])]
+    drawn = resample(particles, 1.0, random.Random(0))
+    assert len(drawn) == 3 and all(p in particles for p in drawn)  # nothing new
+    assert resample(particles, 1.0, random.Random(0)) == drawn  # seeded: the same draw
+    greedy = resample(particles, 0.0, random.Random(1))
+    assert greedy == [particles[0]] * 3
+
+
+async def test_thinking_budget_caps_every_path(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=ArithmeticPrm(testbed_tokens), thinking=9)
+    _, result = await _run(BeamSearch(), ctx)
+    for call in ctx.engine.calls:  # type: ignore[attr-defined]
+        used = len(call.prompt_token_ids) - len(ctx.request.prompt_token_ids)
+        if testbed_tokens.think_end_id not in call.prompt_token_ids:
+            assert used + (call.sampling.max_tokens or 0) <= 9
+    choice = result.choices[0]
+    assert len(testbed_tokens.encode(choice.reasoning)) <= 9
+    assert choice.budget_cut == ("thinking",)
+    assert result.info["forced_paths"] >= 1
+    assert "boxed" in choice.content
+
+
+async def test_solution_budget_cuts_the_answer(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(testbed_tokens, world, samples=1, prm=ArithmeticPrm(testbed_tokens), solution=3)
+    _, result = await _run(BeamSearch(), ctx)
+    choice = result.choices[0]
+    assert choice.finish_reason == "length" and choice.budget_cut == ("solution",)
+    assert len(testbed_tokens.encode(choice.content)) == 3
+
+
+async def test_max_steps_ends_the_search(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(
+        testbed_tokens,
+        world,
+        samples=2,
+        prm=ArithmeticPrm(testbed_tokens),
+        options={"max_steps": 2, "expansions": 1},
+    )
+    _, result = await _run(BeamSearch(), ctx)
+    assert result.info["steps"] == 2
+    assert result.info["forced_paths"] == 2
+    choice = result.choices[0]
+    assert choice.reasoning == "".join(line + "\n" for line in RIGHT[:2])
+    assert choice.content == "\n\\boxed{6}"  # answered from where it stopped
+
+
+async def test_vote_selects_the_weighted_majority(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens, right=lambda j: j != 1)
+    ctx = _ctx(
+        testbed_tokens,
+        world,
+        samples=3,
+        prm=ArithmeticPrm(testbed_tokens),
+        options={"select": "vote", "expansions": 1},
+    )
+    _, result = await _run(BeamSearch(), ctx)
+    info = result.info
+    assert info["select"] == "vote"
+    assert sorted(a or "" for a in info["path_answers"]) == ["3", "3", "3"] or any(
+        c["selected"] and c["answer"] == "3" for c in info["classes"]
+    )
+    assert result.choices[0].content == "\n\\boxed{3}"
+
+
+async def test_client_gone_aborts_every_path(testbed_tokens: Any) -> None:
+    world = World(testbed_tokens)
+    world.hold = asyncio.Event()
+    ctx = _ctx(
+        testbed_tokens,
+        world,
+        samples=4,
+        prm=ArithmeticPrm(testbed_tokens),
+        options={"expansions": 2},
+    )
+    consumer = asyncio.ensure_future(_run(BeamSearch(), ctx))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(ctx.engine.calls) >= 1  # type: ignore[attr-defined]
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    assert world.cancelled == len(ctx.engine.calls)  # type: ignore[attr-defined]
+
+
+async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=2)
+    with pytest.raises(BackendUnavailable) as err:
+        await _run(BeamSearch(), ctx)
+    assert err.value.code == "resource_unavailable" and "--prm-model" in err.value.message
+    assert ctx.engine.calls == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"expansions": 0}, "expansions"),
+        ({"expansions": True}, "expansions"),
+        ({"aggregate": "mean"}, "aggregate"),
+        ({"select": "all"}, "select"),
+        ({"max_steps": "3"}, "max_steps"),
+        ({"step_delimiter": ""}, "step_delimiter"),
+        ({"resample_temperature": -1}, "resample_temperature"),
+    ],
+)
+def test_bad_options_are_400s_naming_the_field(
+    testbed_tokens: Any, options: dict[str, Any], param: str
+) -> None:
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=2, options=options)
+    with pytest.raises(InvalidRequest) as err:
+        ParticleFiltering().validate(ctx.request, ctx.engine)
+    assert err.value.param == param
