@@ -1,8 +1,9 @@
 """Which strategy a request runs and with what budget: pure code, no I/O.
 
 Per field, the first source that sets it wins:
-``X-Budget-*`` header > body ``budget.*`` > ``reasoning_effort`` (thinking only) >
-server default (``Settings.default_*``, only for fields the strategy honours).
+``X-Budget-*`` header > body ``budget.*`` > ``reasoning_effort`` (thinking only, a share
+of the model's context: ``server.effort``) > server default (``Settings.default_*``, only
+for fields the strategy honours).
 
 With no strategy named (``X-Strategy`` > body ``strategy``), a request that sets a
 thinking or solution budget runs ``Settings.budget_strategy`` (``elastic``), one that
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from server.effort import thinking_tokens
 from server.settings import EFFORTS, Effort, Settings
 from strategies.budget import Budget
 from strategies.errors import InvalidBudget, InvalidRequest, UnknownStrategy
@@ -40,12 +42,15 @@ def resolve(
     settings: Settings,
     *,
     honoured: Mapping[str, frozenset[str]] | None = None,
+    context: int | None = None,
 ) -> tuple[str, Budget]:
     """The strategy name and the budget as applied.
 
     ``body`` holds the request's ``strategy``, ``budget`` and ``reasoning_effort``
     (absent or None: not set). ``honoured`` maps every installed strategy to its
     ``budget_fields``; with it an unknown strategy and an unhonoured field are 400s.
+    ``context`` is the model's context length, which efforts scale with (default: the
+    local engine's ``max_model_len`` setting).
     Raises ``InvalidBudget``/``InvalidRequest``/``UnknownStrategy`` naming the param.
     """
     lower = {k.lower(): v for k, v in headers.items()}
@@ -59,7 +64,8 @@ def resolve(
             values[name] = _Value(_check_int(bv, f"budget.{name}"), f"budget.{name}")
     effort = body.get("reasoning_effort")
     if effort is not None and "thinking" not in values:
-        values["thinking"] = _Value(settings.effort_budget(_effort(effort)), "reasoning_effort")
+        tokens = thinking_tokens(settings, _effort(effort), context or settings.max_model_len)
+        values["thinking"] = _Value(tokens, "reasoning_effort")
     for name, v in values.items():
         _check_range(name, v, settings)
 

@@ -136,16 +136,21 @@ class Settings(BaseSettings):
     """Strategy of a request that names none but sets a thinking/solution budget."""
     samples_strategy: str = "self-consistency"
     """Strategy of a request that names none but sets samples > 1."""
-    effort_none: int = Field(default=0, ge=0)
-    """Thinking budget for reasoning_effort=none."""
-    effort_minimal: int = Field(default=16, ge=0)
-    """Thinking budget for reasoning_effort=minimal."""
-    effort_low: int = Field(default=48, ge=0)
-    """Thinking budget for reasoning_effort=low."""
-    effort_medium: int = Field(default=128, ge=0)
-    """Thinking budget for reasoning_effort=medium."""
-    effort_high: int = Field(default=320, ge=0)
-    """Thinking budget for reasoning_effort=high."""
+    effort_none: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Thinking budget of reasoning effort ``none``, as a share of the model's context
+    (docs/apis.md has the table)."""
+    effort_minimal: float = Field(default=0.03125, ge=0.0, le=1.0)
+    """Thinking budget of effort ``minimal``, as a share of the model's context."""
+    effort_low: float = Field(default=0.09375, ge=0.0, le=1.0)
+    """Thinking budget of effort ``low``, as a share of the model's context."""
+    effort_medium: float = Field(default=0.25, ge=0.0, le=1.0)
+    """Thinking budget of effort ``medium``, as a share of the model's context."""
+    effort_high: float = Field(default=0.625, ge=0.0, le=1.0)
+    """Thinking budget of effort ``high``, as a share of the model's context."""
+    answer_reserve: int = Field(default=16, ge=0)
+    """Tokens a thinking budget leaves for the answer under a request's output limit
+    (``max_tokens``, ``max_output_tokens``): a larger thinking budget is lowered to fit,
+    and ``X-Budget-Applied`` shows the lowered value."""
     default_thinking: int | None = Field(default=None, ge=0)
     """Thinking budget when the request sets none (strategies that honour it)."""
     default_solution: int | None = Field(default=None, ge=0)
@@ -345,8 +350,9 @@ class Settings(BaseSettings):
             return self.max_num_batched_tokens
         return self.max_num_seqs * self.max_model_len
 
-    def effort_budget(self, effort: Effort) -> int:
-        value: int = getattr(self, f"effort_{effort}")
+    def effort_share(self, effort: Effort) -> float:
+        """The share of the model's context that ``effort`` thinks for (server.effort)."""
+        value: float = getattr(self, f"effort_{effort}")
         return value
 
 

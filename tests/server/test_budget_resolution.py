@@ -34,7 +34,7 @@ def test_header_beats_body_beats_effort(settings: Settings) -> None:
     name, budget = resolve({}, body, settings, honoured=HONOURED)
     assert budget.thinking == 20
     name, budget = resolve({}, {"reasoning_effort": "high"}, settings, honoured=HONOURED)
-    assert budget.thinking == settings.effort_high
+    assert budget.thinking == int(settings.effort_high * settings.max_model_len)
 
 
 def test_header_names_are_case_insensitive(settings: Settings) -> None:
@@ -52,10 +52,28 @@ def test_header_names_are_case_insensitive(settings: Settings) -> None:
         ("high", "effort_high"),
     ],
 )
-def test_effort_maps_to_configured_thinking_budget(effort: str, setting: str) -> None:
-    settings = Settings.model_validate({setting: 77})
-    name, budget = resolve({}, {"reasoning_effort": effort}, settings, honoured=HONOURED)
-    assert (name, budget.thinking) == ("elastic", 77)
+def test_effort_is_its_configured_share_of_the_models_context(effort: str, setting: str) -> None:
+    settings = Settings.model_validate({setting: 0.25})
+    body = {"reasoning_effort": effort}
+    name, budget = resolve({}, body, settings, honoured=HONOURED, context=4096)
+    assert (name, budget.thinking) == ("elastic", 1024)
+    # Without a context given, the server's own max_model_len.
+    assert resolve({}, body, settings)[1].thinking == settings.max_model_len // 4
+
+
+def test_effort_table_defaults_and_cap() -> None:
+    from server.effort import table
+
+    assert table(Settings(), 512) == {
+        "none": 0,
+        "minimal": 16,
+        "low": 48,
+        "medium": 128,
+        "high": 320,
+    }
+    assert table(Settings(), 32768)["medium"] == 8192
+    capped = Settings(max_budget_tokens=1000)
+    assert table(capped, 131072)["high"] == 1000  # never over the server's cap (no 400)
 
 
 def test_default_strategies_follow_the_budget(settings: Settings) -> None:

@@ -1,0 +1,53 @@
+"""Reasoning effort as a real thinking budget, and a thinking budget fitted under the
+request's output limit. Pure code, used by every generation route.
+
+The effort table (``reasoning_effort`` on chat and completions, ``reasoning.effort`` on
+``/v1/responses``) is a server setting: each effort thinks for a share of the model's
+context (``--effort-none`` ... ``--effort-high``), so one table serves a 512-token
+testbed and a 128K-token model alike. With the defaults:
+
+    effort    share    512-token context    32K context
+    none      0        0                    0
+    minimal   1/32     16                   1,024
+    low       3/32     48                   3,072
+    medium    1/4      128                  8,192
+    high      5/8      320                  20,480
+
+An explicit thinking budget (``X-Budget-Thinking``, body ``budget.thinking``, Anthropic's
+``thinking.budget_tokens``) always wins over an effort. Whatever its source, a thinking
+budget is then lowered so that the answer still fits the request's output limit: it
+leaves ``--answer-reserve`` tokens (or the solution budget, when one is set) and the
+closing think delimiter. ``X-Budget-Applied`` reports the budget after both steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from server.settings import EFFORTS, Effort, Settings
+from strategies.budget import Budget
+
+
+def thinking_tokens(settings: Settings, effort: Effort, context: int) -> int:
+    """The thinking budget of ``effort`` on a model with ``context`` tokens (never over
+    the server's ``max_budget_tokens``)."""
+    return min(int(settings.effort_share(effort) * context), settings.max_budget_tokens)
+
+
+def table(settings: Settings, context: int) -> dict[Effort, int]:
+    """Every effort's thinking budget on this context, in order."""
+    return {e: thinking_tokens(settings, e, context) for e in EFFORTS}
+
+
+def fit_output(budget: Budget, limit: int | None, *, end_tokens: int, reserve: int) -> Budget:
+    """``budget`` with its thinking lowered so that ``end_tokens`` (the closing delimiter)
+    and the answer (the solution budget if set, else ``reserve`` tokens, at most half the
+    limit) still fit in ``limit`` output tokens; unchanged without a limit or a thinking
+    budget."""
+    if limit is None or budget.thinking is None:
+        return budget
+    answer = budget.solution if budget.solution is not None else min(reserve, limit // 2)
+    room = max(0, limit - end_tokens - answer)
+    if budget.thinking <= room:
+        return budget
+    return replace(budget, thinking=room)
