@@ -1,4 +1,5 @@
-"""The one error handler: every failure leaves as the OpenAI envelope.
+"""The one error handler: every failure leaves as the OpenAI envelope, except on
+``/v1/messages``, whose errors use Anthropic's (``server.messages_errors``).
 
 ``GatewayError`` carries its own status and envelope; FastAPI's request validation
 errors become a 400 naming the field; unknown routes a 404; anything unexpected a 500.
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import messages_errors
 from server.metrics import record_end, route_label
 from strategies.budget import Budget
 from strategies.errors import (
@@ -73,8 +75,12 @@ def error_response(request: Request, err: GatewayError) -> Response:
         param=err.param,
         message=err.message,
     )
+    if request.url.path == messages_errors.PATH:
+        body: object = messages_errors.envelope(err, request_id(request))
+    else:
+        body = err.envelope()
     return Response(
-        orjson.dumps(err.envelope()),
+        orjson.dumps(body),
         status_code=err.status,
         headers=headers,
         media_type="application/json",

@@ -315,3 +315,76 @@ BATCH_EVENTS: Final[Schema] = {
         503,
     ),
 }
+
+
+# --- the other APIs' generation routes (server/routes/responses.py, messages.py)
+
+_ANTHROPIC_ERROR: Final[Schema] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+        "request_id": {"type": "string"},
+    },
+}
+
+
+def translated_request(model: type[BaseModel], what: str) -> Schema:
+    """``openapi_extra`` of ``POST /v1/responses`` and ``/v1/messages``."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": f"A JSON object: {what} Fields not listed must be options of "
+            "the chosen strategy, else a 400 naming them.",
+            "content": {"application/json": {"schema": inline_schema(model)}},
+        },
+        "parameters": REQUEST_HEADERS,
+    }
+
+
+def translated_responses(
+    object_name: str, required: list[str], events: str, *, anthropic: bool
+) -> dict[int | str, Schema]:
+    """``responses`` of ``POST /v1/responses`` (OpenAI errors) and ``/v1/messages``
+    (Anthropic's error envelope)."""
+    ok: Schema = {
+        "description": f"A `{object_name}` object, or with `stream: true` server-sent "
+        f"events ({events}).",
+        "headers": RESPONSE_HEADERS,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": required,
+                    "properties": {
+                        "id": {"type": "string"},
+                        "type" if anthropic else "object": {"const": object_name},
+                        "model": {"type": "string"},
+                        "usage": {"type": "object"},
+                        "thinkgate": {"type": "object"},
+                    },
+                }
+            },
+            "text/event-stream": {"schema": {"type": "string"}},
+        },
+    }
+    statuses = (400, 401, 404, 408, 413, 429, 500, 503, 504)
+    answers: dict[int | str, Schema] = {200: ok}
+    for status in statuses:
+        if anthropic:
+            headers = dict(RESPONSE_HEADERS)
+            if status in (429, 503):
+                headers["Retry-After"] = _RETRY_AFTER
+            answers[status] = {
+                "description": ERRORS[status],
+                "headers": headers,
+                "content": {"application/json": {"schema": _ANTHROPIC_ERROR}},
+            }
+        else:
+            answers[status] = error_answer(status, model=True)
+    return answers

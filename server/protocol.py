@@ -175,6 +175,7 @@ class _Common(BaseModel):
 
 
 M = TypeVar("M", bound=_Common)
+B = TypeVar("B", bound=BaseModel)
 
 
 class ErrorDetail(BaseModel):
@@ -221,17 +222,38 @@ class CompletionRequest(_Common):
 
 def parse_body(model: type[M], raw: bytes) -> M:
     """Validate a raw JSON body; any problem is an ``InvalidRequest`` naming the field."""
-    if not raw.strip():
-        raise InvalidRequest("the request body is empty; expected a JSON object")
-    try:
-        body = model.model_validate_json(raw, strict=True)
-    except ValidationError as exc:
-        raise _invalid(exc) from None
+    body = validate_json(model, raw)
     body.refuse_unsupported()
     return body
 
 
-def _invalid(exc: ValidationError) -> InvalidRequest:
+def validate_json(model: type[B], raw: bytes) -> B:
+    """``raw`` as ``model``, strictly (any body model of any route); a problem is an
+    ``InvalidRequest`` naming the field."""
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise invalid(exc) from None
+
+
+def validate(model: type[B], value: object, *, prefix: str = "") -> B:
+    """A decoded JSON value as ``model`` (strictly); errors name the field under
+    ``prefix`` (``input.2``)."""
+    try:
+        return model.model_validate(value, strict=True)
+    except ValidationError as exc:
+        err = invalid(exc)
+        if prefix:
+            param = f"{prefix}.{err.param}" if err.param else prefix
+            message = f"{prefix}.{err.message}" if err.param else f"{prefix}: {err.message}"
+            raise InvalidRequest(message, param=param) from None
+        raise err from None
+
+
+def invalid(exc: ValidationError) -> InvalidRequest:
+    """The first problem pydantic found, as a 400 naming the field."""
     err = exc.errors(include_url=False)[0]
     if err["type"] == "json_invalid":
         return InvalidRequest(f"malformed JSON body: {err['msg']}")

@@ -1,4 +1,8 @@
-"""The request pipeline shared by /v1/chat/completions and /v1/completions.
+"""The request pipeline shared by every generation route.
+
+/v1/chat/completions and /v1/completions run it directly; /v1/responses and
+/v1/messages translate their body into the chat request it runs (``Translation``) and
+translate the strategy's result and events back into their own format.
 
 Order matters: everything a client can get wrong (auth, body, model, strategy,
 budget, sampling fields, prompt length) is checked before any engine call, then the
@@ -11,27 +15,28 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import structlog
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from server import budgets
+from server import budgets, chat_translation, effort
 from server.admission import Slot
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
 from server.metrics import record_end, route_label
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
-from server.render import Envelope, Kind, response_body
+from server.render import Body, Envelope, Kind, response_body
 from server.state import Gateway, gateway
 from server.streaming import (
     ABORTED,
     FIRST_EVENT_WAIT_S,
+    Encoder,
     EventStreamResponse,
     StreamEncoder,
     StreamRun,
@@ -50,6 +55,7 @@ from strategies.errors import (
     BackendError,
     BackendTimeout,
     BackendUnavailable,
+    GatewayError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -59,6 +65,35 @@ from strategies.reasoning import thinking_open_after
 
 log = structlog.get_logger("thinkgate.http")
 T = TypeVar("T")
+OpenAIBody = ChatCompletionRequest | CompletionRequest
+
+
+class Translation(Protocol):
+    """A request of another API, as the chat request the pipeline runs, and the way back
+    (``server.responses_api``, ``server.messages_api``)."""
+
+    @property
+    def chat(self) -> ChatCompletionRequest:
+        """The chat request this body means (one choice)."""
+        ...
+
+    @property
+    def id_prefix(self) -> str:
+        """The response id's prefix (``resp_``, ``msg_``); the request id follows."""
+        ...
+
+    @property
+    def renames(self) -> Mapping[str, str]:
+        """Chat field -> this API's field, for the errors the pipeline finds."""
+        ...
+
+    def body(self, env: Envelope, final: Result) -> Body:
+        """The whole non-streamed response."""
+        ...
+
+    def encoder(self, env: Envelope, prompt_tokens: int) -> Encoder:
+        """The encoder of the streamed response."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +113,53 @@ class Admitted:
     include_usage: bool
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
 
+    def encoder(self) -> Encoder:
+        """The OpenAI chunk encoder of this request's stream."""
+        return StreamEncoder(
+            self.env,
+            include_usage=self.include_usage,
+            continuous_usage=self.continuous_usage,
+            prompt_tokens=len(self.contexts[0].request.prompt_token_ids),
+        )
+
 
 async def serve(request: Request, kind: Kind) -> Response:
     """Answer one chat or completions request (JSON or SSE)."""
     adm, stream = await admit(request, kind)
     if stream:
-        return await _stream_response(request, adm)
-    return await _json_response(request, adm)
+        return await _stream_response(request, adm, adm.encoder())
+    return await _json_response(request, adm, lambda final: response_body(adm.env, final))
 
 
-async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
-    """Every check a client can fail, then the admission slot; ``(admitted, stream)``."""
+async def serve_translated(request: Request, translate: Callable[[bytes], Translation]) -> Response:
+    """Answer a request of another API: ``translate`` parses its body (raising
+    ``InvalidRequest`` naming the field) into the chat request the pipeline runs."""
+    translations: list[Translation] = []
+
+    def parse(raw: bytes) -> ChatCompletionRequest:
+        translations.append(translate(raw))
+        return translations[0].chat
+
+    try:
+        adm, stream = await admit(request, "chat", parse)
+    except GatewayError as exc:
+        if translations:  # name the route's own field
+            chat_translation.renamed(exc, translations[0].renames)
+        raise
+    tr = translations[0]
+    env = replace(adm.env, response_id=f"{tr.id_prefix}{adm.request_id}")
+    adm = replace(adm, env=env)
+    if stream:
+        prompt_tokens = len(adm.contexts[0].request.prompt_token_ids)
+        return await _stream_response(request, adm, tr.encoder(env, prompt_tokens))
+    return await _json_response(request, adm, lambda final: tr.body(env, final))
+
+
+async def admit(
+    request: Request, kind: Kind, parse: Callable[[bytes], OpenAIBody] | None = None
+) -> tuple[Admitted, bool]:
+    """Every check a client can fail, then the admission slot; ``(admitted, stream)``.
+    ``parse`` reads the raw body (default: the OpenAI model of ``kind``)."""
     started = time.perf_counter()
     rid = request_id(request)
     structlog.contextvars.bind_contextvars(request_id=rid)
@@ -102,8 +173,10 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
     # after the answer, and a client reusing it can meet the close (transport errors).
     gw.lifecycle.check_admission()
     gw.admission.check_room()
-    body: ChatCompletionRequest | CompletionRequest
-    if kind == "chat":
+    body: OpenAIBody
+    if parse is not None:
+        body = parse(raw)
+    elif kind == "chat":
         body = parse_body(ChatCompletionRequest, raw)
     else:
         body = parse_body(CompletionRequest, raw)
@@ -118,7 +191,9 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
         "budget": body.budget,
         "reasoning_effort": body.reasoning_effort,
     }
-    name, budget = budgets.resolve(request.headers, fields, settings, honoured=honoured)
+    name, budget = budgets.resolve(
+        request.headers, fields, settings, honoured=honoured, context=gw.engine.max_model_len
+    )
     request.state.budget = budget
     request.state.strategy = name
     strategy = gw.registry.get(name)
@@ -140,6 +215,15 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
             f"{settings.max_inflight_samples} samples in flight; send fewer prompts at once",
             param="prompt",
         )
+    samplings = [_sampling(gw, body, len(prompt_ids)) for prompt_ids in prompts]
+    # The thinking budget leaves the answer room under the output limit (server.effort).
+    budget = effort.fit_output(
+        budget,
+        samplings[0].max_tokens,
+        end_tokens=len(gw.engine.tokens.think_end_ids),
+        reserve=settings.answer_reserve,
+    )
+    request.state.budget = budget
     sreqs = [
         StrategyRequest(
             # Engine ids are ours and unique: the client's X-Request-Id is for logs and the
@@ -148,12 +232,12 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
             prompt_token_ids=prompt_ids,
             thinking_open=thinking_open_after(prompt_ids, gw.engine.tokens),
             n=body.n,
-            sampling=_sampling(gw, body, len(prompt_ids)),
+            sampling=sampling,
             budget=budget,
             stream=body.stream,
             options=options,
         )
-        for prompt_ids in prompts
+        for prompt_ids, sampling in zip(prompts, samplings, strict=True)
     ]
     for sreq in sreqs:
         strategy.validate(sreq, gw.engine)
@@ -183,7 +267,9 @@ async def admit(request: Request, kind: Kind) -> tuple[Admitted, bool]:
     return admitted, body.stream
 
 
-async def _json_response(request: Request, adm: Admitted) -> Response:
+async def _json_response(
+    request: Request, adm: Admitted, render: Callable[[Result], Body]
+) -> Response:
     gw = adm.gw
     try:
         runs = [adm.strategy.run(c) for c in adm.contexts]
@@ -199,11 +285,11 @@ async def _json_response(request: Request, adm: Admitted) -> Response:
         started=adm.started,
         result=final,
     )
-    content = orjson.dumps(response_body(adm.env, final))
+    content = orjson.dumps(render(final))
     return Response(content, media_type="application/json", headers=adm.headers)
 
 
-async def _stream_response(request: Request, adm: Admitted) -> Response:
+async def _stream_response(request: Request, adm: Admitted, encoder: Encoder) -> Response:
     """Streams: the strategy runs in its own task (``StreamRun``); the headers wait for its
     first event (so that errors the engine raises at once, like bad sampling values, keep
     their real status code), but not longer than FIRST_EVENT_WAIT_S: a strategy that draws
@@ -212,12 +298,7 @@ async def _stream_response(request: Request, adm: Admitted) -> Response:
     gw = adm.gw
     run = StreamRun(
         adm.strategy.run(adm.contexts[0]),
-        StreamEncoder(
-            adm.env,
-            include_usage=adm.include_usage,
-            continuous_usage=adm.continuous_usage,
-            prompt_tokens=len(adm.contexts[0].request.prompt_token_ids),
-        ),
+        encoder,
         strategy=adm.name,
         aborting=gw.lifecycle.aborting,
     )

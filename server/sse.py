@@ -23,3 +23,8 @@ def data(obj: object) -> bytes:
 
 def comment(name: bytes, obj: object) -> bytes:
     return b": " + name + b" " + orjson.dumps(obj) + b"\n\n"
+
+
+def event(name: str, obj: object) -> bytes:
+    """A named event (``event: name``), as the Responses and Anthropic streams send them."""
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"

@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from starlette.responses import StreamingResponse
@@ -79,6 +79,23 @@ ABORTED: Final = Signal("ABORTED")  # the server stopped waiting (drain time is 
 Item = bytes | Done | Exception | Signal
 
 
+class Encoder(Protocol):
+    """A stream's wire format: OpenAI chunks (``StreamEncoder``), or another API's events
+    (``server.responses_api``, ``server.messages_api``)."""
+
+    def encode(self, event: StrategyEvent) -> list[bytes]:
+        """The frames of one strategy event (``Result`` last: the closing frames)."""
+        ...
+
+    def error(self, err: GatewayError) -> bytes:
+        """The one frame a failure after the first byte sends."""
+        ...
+
+    def end(self) -> bytes:
+        """What follows the last event (``data: [DONE]`` for OpenAI chunks)."""
+        ...
+
+
 class StreamRun:
     """A strategy's events, encoded by a producer task into a queue of SSE frames.
 
@@ -89,13 +106,13 @@ class StreamRun:
     def __init__(
         self,
         events: AsyncGenerator[StrategyEvent, None],
-        encoder: StreamEncoder,
+        encoder: Encoder,
         *,
         strategy: str,
         aborting: asyncio.Future[None],
     ) -> None:
         self._events = events
-        self._encoder = encoder
+        self.encoder = encoder
         self._strategy = strategy
         self._items: collections.deque[Item] = collections.deque()
         self._put_at: collections.deque[float] = collections.deque()  # one per item
@@ -110,7 +127,7 @@ class StreamRun:
         try:
             async with aclosing(self._events):
                 async for event in self._events:
-                    frames = b"".join(self._encoder.encode(event))
+                    frames = b"".join(self.encoder.encode(event))
                     if isinstance(event, Result):
                         self._put(Done(frames, event))
                         return
@@ -212,6 +229,12 @@ class StreamEncoder:
         self._prompt_tokens = prompt_tokens
         self._started: set[int] = set()
         self._generated: dict[int, int] = {}  # choice -> tokens so far (continuous usage)
+
+    def error(self, err: GatewayError) -> bytes:
+        return sse.data(err.envelope())
+
+    def end(self) -> bytes:
+        return sse.DONE
 
     def encode(self, event: StrategyEvent) -> list[bytes]:
         if isinstance(event, Progress):
@@ -325,7 +348,7 @@ async def sse_body(
                 elif isinstance(item, Exception):
                     raise item
                 item = await run.next(keepalive_s)
-        yield sse.DONE
+        yield run.encoder.end()
     except asyncio.CancelledError:
         status = "499"
         gw.metrics.aborted.labels("client_disconnect").inc()
@@ -335,7 +358,7 @@ async def sse_body(
         status = str(err.status)
         gw.metrics.aborted.labels("shutdown" if err.code == "shutting_down" else "error").inc()
         log.error("stream.error", request_id=request_id, status=err.status, message=err.message)
-        yield sse.data(err.envelope())
+        yield run.encoder.error(err)
     finally:
         on_end()
         record_end(

@@ -58,6 +58,8 @@ class Choice:
     # The budgets that cut this choice short, in order (empty: none did); None where no
     # budget applies. Rendered as the choice's ``thinkgate.budget_cut`` list.
     budget_cut: tuple[BudgetName, ...] | None = None
+    # The client's stop string that ended it, when one did (Anthropic's stop_sequence).
+    stop_sequence: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

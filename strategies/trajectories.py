@@ -55,6 +55,7 @@ class Trajectory:
             finish_reason=finish_reason or self.finish_reason or "abort",
             info=info or {},
             budget_cut=budget_cut,
+            stop_sequence=self.stop_reason if isinstance(self.stop_reason, str) else None,
         )
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.routes import batches, chat, completions, health, metrics, models
+from server.routes import batches, chat, completions, health, messages, metrics, models, responses
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,
     completions.router,
+    responses.router,
+    messages.router,
     models.router,
     health.router,
     metrics.router,

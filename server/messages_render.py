@@ -1,0 +1,147 @@
+"""Anthropic Messages API bodies and stream events (``POST /v1/messages``), as dicts.
+
+``content`` is, per choice, a ``thinking`` block (the thinking text; ``signature`` is
+empty: nothing here signs) when the choice thought, then a ``text`` block (the answer).
+``stop_reason``: ``end_turn``, ``stop_sequence`` (with ``stop_sequence`` set to the one
+that matched) or ``max_tokens`` (a choice was cut). Usage: ``input_tokens`` and
+``output_tokens`` (thinking included; ``output_tokens_details.thinking_tokens`` says how
+many), exact over every sample the strategy drew. The ``thinkgate`` extension sits on
+the message (a stream: on ``message_delta``).
+
+A stream sends Anthropic's events, each as ``event: <type>``: ``message_start``, then per
+block ``content_block_start``, ``content_block_delta`` (``thinking_delta`` or
+``text_delta``) and ``content_block_stop``, then ``message_delta`` (stop reason, usage)
+and ``message_stop``. A failure after the first byte is one ``error`` event in
+Anthropic's envelope. Progress of multi-sample strategies and keep-alives are SSE
+comments, which SDKs skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from server import messages_errors, sse
+from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
+from server.protocol import ChatCompletionRequest
+from server.render import Body, Envelope
+from strategies.base import ChoiceDelta, Progress, Result, StrategyEvent, Usage
+from strategies.errors import GatewayError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesCall:
+    """One /v1/messages request as the pipeline runs it (``serving.Translation``)."""
+
+    chat: ChatCompletionRequest
+    renames: Mapping[str, str]  # chat field -> this route's, for errors found later
+    id_prefix: str = "msg_"
+
+    def body(self, env: Envelope, final: Result) -> Body:
+        content = [_block(b.kind, b.text) for b in of_result(final)]
+        reason, sequence = stop_reason(final)
+        return {
+            "id": env.response_id,
+            "type": "message",
+            "role": "assistant",
+            "model": env.model,
+            "content": content,
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "usage": {**usage_body(final.usage), "cache_creation_input_tokens": 0},
+            "thinkgate": env.thinkgate(final),
+        }
+
+    def encoder(self, env: Envelope, prompt_tokens: int) -> MessagesEncoder:
+        return MessagesEncoder(env, prompt_tokens)
+
+
+def usage_body(usage: Usage) -> Body:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "cache_read_input_tokens": 0,
+        "output_tokens_details": {"thinking_tokens": usage.reasoning_tokens},
+    }
+
+
+def stop_reason(final: Result) -> tuple[str, str | None]:
+    """(``stop_reason``, ``stop_sequence``) of a result: ``max_tokens`` if any choice was
+    cut, else the first choice's way of ending."""
+    choices = sorted(final.choices, key=lambda c: c.index)
+    if any(c.finish_reason != "stop" for c in choices):
+        return "max_tokens", None
+    if choices and choices[0].stop_sequence is not None:
+        return "stop_sequence", choices[0].stop_sequence
+    return "end_turn", None
+
+
+def _block(kind: BlockKind, text: str) -> Body:
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": text, "signature": ""}
+    return {"type": "text", "text": text}
+
+
+class MessagesEncoder:
+    """Strategy events -> Anthropic stream events (``streaming.Encoder``)."""
+
+    def __init__(self, env: Envelope, prompt_tokens: int) -> None:
+        self._env = env
+        self._prompt_tokens = prompt_tokens
+        self._started = False
+        self._blocks = Blocks()
+
+    def _opening(self) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        message: Body = {
+            "id": self._env.response_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._env.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": self._prompt_tokens, "output_tokens": 0},
+        }
+        return [sse.event("message_start", {"type": "message_start", "message": message})]
+
+    def encode(self, event: StrategyEvent) -> list[bytes]:
+        frames = self._opening()
+        if isinstance(event, Progress):
+            frames.append(sse.comment(sse.PROGRESS, event.data))
+        elif isinstance(event, ChoiceDelta):
+            frames += [self._frame(b) for b in self._blocks.delta(event)]
+        else:
+            frames += [self._frame(b) for b in self._blocks.final(event)]
+            reason, sequence = stop_reason(event)
+            delta = {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                "usage": usage_body(event.usage),
+                "thinkgate": self._env.thinkgate(event),
+            }
+            frames.append(sse.event("message_delta", delta))
+            frames.append(sse.event("message_stop", {"type": "message_stop"}))
+        return frames
+
+    def _frame(self, b: Opened | Text | Closed) -> bytes:
+        if isinstance(b, Opened):
+            start = {"type": "content_block_start", "index": b.position}
+            return sse.event("content_block_start", {**start, "content_block": _block(b.kind, "")})
+        if isinstance(b, Text):
+            if b.kind == "thinking":
+                delta: Body = {"type": "thinking_delta", "thinking": b.text}
+            else:
+                delta = {"type": "text_delta", "text": b.text}
+            body = {"type": "content_block_delta", "index": b.position, "delta": delta}
+            return sse.event("content_block_delta", body)
+        return sse.event("content_block_stop", {"type": "content_block_stop", "index": b.position})
+
+    def error(self, err: GatewayError) -> bytes:
+        rid = self._env.response_id.removeprefix("msg_")
+        return sse.event("error", messages_errors.envelope(err, rid))
+
+    def end(self) -> bytes:
+        return b""

@@ -1,0 +1,232 @@
+"""The body of ``POST /v1/responses`` (OpenAI Responses API, stateless subset) and the
+chat request it becomes.
+
+Honoured: ``input`` (a string, or a list of messages with ``user`` / ``system`` /
+``developer`` / ``assistant`` roles and text parts; ``reasoning`` items given back are
+the next assistant message's thinking), ``instructions`` (a system message first),
+``max_output_tokens``, ``temperature``, ``top_p``, ``reasoning.effort`` (the effort table,
+``server.effort``), ``metadata`` (echoed), ``stream``; thinkgate's ``strategy`` and
+``budget`` and vLLM's ``seed``, ``top_k``, ``min_p``, ``repetition_penalty`` as on chat;
+other fields pass on as strategy options. Accepted and ignored: ``user``,
+``safety_identifier``, ``prompt_cache_key``, ``service_tier``, ``truncation``,
+``parallel_tool_calls``, ``reasoning.summary``, ``stream_options``. What a stateless
+server without tools cannot do is a 400 naming the field: ``previous_response_id``,
+``conversation``, ``store: true``, ``background: true``, ``tools``, a ``tool_choice``
+other than ``none``/``auto``, ``include``, ``prompt``, a non-text ``text.format``,
+``top_logprobs``, items other than messages and reasoning, non-text content parts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+
+from server.chat_translation import to_chat
+from server.protocol import BUDGET_SCHEMA, PositiveInt, Temperature, TopP, validate, validate_json
+from server.responses_render import Echo, ResponsesCall
+from server.settings import Effort
+from strategies.errors import InvalidRequest
+
+ROUTE: Final = "/v1/responses"
+# Chat names of the fields errors found later name, as this route calls them.
+RENAMES: Final = {
+    "reasoning_effort": "reasoning.effort",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+}
+_STATELESS: Final = "thinkgate is stateless: send the whole conversation in input"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputText(_Strict):
+    type: Literal["input_text", "output_text"]
+    text: str
+    annotations: list[JsonValue] | None = None  # output_text given back
+    logprobs: list[JsonValue] | None = None
+
+
+class InputMessage(_Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputText]
+    id: str | None = None  # an output message given back
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ReasoningText(_Strict):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningInput(_Strict):
+    """A reasoning item given back: its text becomes the next assistant message's
+    thinking, as chat's ``reasoning_content``."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[ReasoningText] = []
+    content: list[ReasoningText] | None = None
+    encrypted_content: None = None  # nothing here encrypts, so nothing decrypts
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def text(self) -> str:
+        parts = self.content if self.content is not None else self.summary
+        return "".join(p.text for p in parts)
+
+
+_ITEM_SCHEMA: Final[dict[str, JsonValue]] = {
+    "type": "object",
+    "description": "A message {role, content} (type message) or a reasoning item.",
+    "properties": {"type": {"type": "string", "enum": ["message", "reasoning"]}},
+}
+
+
+class Reasoning(_Strict):
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # no summaries: ignored
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class TextFormat(_Strict):
+    type: Literal["text"]
+
+
+class TextConfig(_Strict):
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # strategy options (module doc)
+
+    model: str
+    input: (
+        str
+        | Annotated[
+            list[Annotated[dict[str, JsonValue], WithJsonSchema(_ITEM_SCHEMA)]], Field(min_length=1)
+        ]
+    )
+    instructions: str | None = None
+    max_output_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    reasoning: Reasoning | None = None
+    metadata: Annotated[dict[str, str], Field(max_length=16)] | None = None
+    stream: bool = False
+    stream_options: dict[str, JsonValue] | None = None  # include_obfuscation: nothing to hide
+    text: TextConfig | None = None
+    # thinkgate (as on chat)
+    strategy: str | None = None
+    budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
+    # Accepted and ignored.
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    parallel_tool_calls: bool | None = None
+    # Refused unless neutral (what a stateless server without tools cannot do).
+    store: bool | None = None
+    background: bool | None = None
+    previous_response_id: str | None = None
+    conversation: JsonValue = None
+    tools: list[JsonValue] | None = None
+    tool_choice: JsonValue = None
+    max_tool_calls: int | None = None
+    include: list[str] | None = None
+    prompt: JsonValue = None
+    top_logprobs: int | None = None
+
+    def refuse_stateful(self) -> None:
+        refusals = (
+            ("previous_response_id", self.previous_response_id is not None, _STATELESS),
+            ("conversation", self.conversation is not None, _STATELESS),
+            ("store", self.store is True, "thinkgate stores nothing; send store false or omit it"),
+            ("background", self.background is True, "background mode needs stored responses"),
+            ("tools", bool(self.tools), "tools are not supported by thinkgate"),
+            (
+                "tool_choice",
+                self.tool_choice not in (None, "none", "auto"),
+                "tool_choice needs tools, which thinkgate does not support",
+            ),
+            ("include", bool(self.include), "include has nothing to add here"),
+            ("prompt", self.prompt is not None, "stored prompt templates need stored state"),
+            ("top_logprobs", bool(self.top_logprobs), "logprobs are not supported by thinkgate"),
+        )
+        for param, refused, why in refusals:
+            if refused:
+                raise InvalidRequest(f"{param}: {why}", param=param)
+
+    def messages(self) -> list[dict[str, object]]:
+        """The conversation as chat messages (instructions first)."""
+        out: list[dict[str, object]] = []
+        if self.instructions is not None:
+            out.append({"role": "system", "content": self.instructions})
+        if isinstance(self.input, str):
+            out.append({"role": "user", "content": self.input})
+            return out
+        thinking: str | None = None
+        for i, raw in enumerate(self.input):
+            kind = raw.get("type", "message")
+            if kind == "reasoning":
+                item = validate(ReasoningInput, raw, prefix=f"input.{i}")
+                thinking = (thinking or "") + item.text()
+                continue
+            if kind != "message":
+                raise InvalidRequest(
+                    f"input.{i}: item type {kind!r} is not supported (messages and reasoning "
+                    "items only: thinkgate has no tools and keeps no state)",
+                    param=f"input.{i}.type",
+                )
+            msg = validate(InputMessage, raw, prefix=f"input.{i}")
+            chat: dict[str, object] = {"role": msg.role, "content": msg.text()}
+            if msg.role == "assistant" and thinking is not None:
+                chat["reasoning_content"] = thinking
+                thinking = None
+            out.append(chat)
+        return out
+
+
+def translate(raw: bytes) -> ResponsesCall:
+    """A raw /v1/responses body as the chat request it means (400s name its fields)."""
+    body = validate_json(ResponsesRequest, raw)
+    body.refuse_stateful()
+    effort = body.reasoning.effort if body.reasoning else None
+    fields: dict[str, object] = {
+        "model": body.model,
+        "messages": body.messages(),
+        "max_completion_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "stream": body.stream,
+        "strategy": body.strategy,
+        "budget": body.budget,
+        "reasoning_effort": effort,
+        "seed": body.seed,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "repetition_penalty": body.repetition_penalty,
+    }
+    chat = to_chat(ROUTE, fields, body.model_extra or {})
+    echo = Echo(
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        effort=effort,
+        metadata=dict(body.metadata or {}),
+    )
+    return ResponsesCall(chat=chat, echo=echo, renames=RENAMES)
