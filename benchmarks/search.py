@@ -1,0 +1,331 @@
+"""``thinkgate bench search``: accuracy against generated tokens for the step searches
+with a process reward model and the sampling strategies, on hard held-out questions.
+
+One ``thinkgate serve`` (the testbed model in process, with its outcome reward model and
+its PRM attached by default) answers every held-out question (test split, ``--min-ops``
+to ``--max-ops`` operations, harder than the training range so that self-consistency@16
+stays below 90%) once per strategy and N, temperature 1, through the OpenAI SDK:
+
+  self-consistency   N samples, majority vote
+  best-of-n          N samples, the outcome reward model's best answer class
+  deepconf           N samples at most, confidence early stop (its defaults)
+  beam-search        N beams x ``--beam-expansions`` candidates a step, PRM-pruned
+  particle-filtering N particles, resampled by PRM weight each step
+  dvts               N / ``--dvts-expansions`` greedy subtrees
+
+Per cell: accuracy, generated (completion) tokens per question as billed in ``usage``
+(every sample and pruned candidate), the PRM's input tokens per question (reported by
+the search in its ``thinkgate`` object, not billed), and wall seconds. The goal it
+checks: a PRM search at some N reaches self-consistency@16's accuracy with at most half
+its generated tokens. Writes ``benchmarks/results/search.{md,json,png}``.
+
+    .venv/bin/python -m benchmarks.search [--questions 32] [--ns 4,8,16,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.servers import ROOT, machine, thinkgate
+from strategies.answers import equivalent
+from testbed import model_path
+from testbed.task import Question, make_questions
+
+RESULTS = ROOT / "benchmarks" / "results"
+STRATEGIES = (
+    "self-consistency",
+    "best-of-n",
+    "deepconf",
+    "beam-search",
+    "particle-filtering",
+    "dvts",
+)
+SEARCHES = ("beam-search", "particle-filtering", "dvts")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    question: str
+    gold: int
+    answer: str | None
+    correct: bool
+    completion_tokens: int
+    prompt_tokens: int
+    prm_tokens: int
+    seconds: float
+    failed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    strategy: str
+    n: int
+    accuracy: float
+    completion_tokens: float  # mean per question
+    prm_tokens: float
+    seconds: float  # wall time of the whole set
+    failed: int
+
+
+def request_of(
+    strategy: str, n: int, args: argparse.Namespace
+) -> tuple[dict[str, str], dict[str, Any]]:
+    headers = {"X-Strategy": strategy, "X-Budget-Samples": str(n)}
+    body: dict[str, Any] = {}
+    if strategy == "best-of-n":
+        body["scorer"] = "reward"
+    elif strategy == "beam-search":
+        body["expansions"] = args.beam_expansions
+    elif strategy == "dvts":
+        body["expansions"] = args.dvts_expansions
+    return headers, body
+
+
+async def run_cell(
+    url: str, strategy: str, n: int, questions: Sequence[Question], args: argparse.Namespace
+) -> tuple[Cell, list[Answer]]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
+    model = (await client.models.list()).data[0].id
+    gate = asyncio.Semaphore(args.concurrency)
+    headers, body = request_of(strategy, n, args)
+
+    async def one(q: Question) -> Answer:
+        async with gate:
+            t0 = time.monotonic()
+            try:
+                r = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": q.prompt}],
+                    temperature=1.0,
+                    extra_headers=headers,
+                    extra_body=body,
+                )
+            except openai.APIError as exc:
+                return Answer(q.prompt, q.answer, None, False, 0, 0, 0, 0.0, failed=str(exc))
+            seconds = time.monotonic() - t0
+        tg: dict[str, Any] = r.model_extra.get("thinkgate", {}) if r.model_extra else {}
+        choice_tg = (r.choices[0].model_extra or {}).get("thinkgate", {})
+        answer = choice_tg.get("answer")
+        usage = r.usage
+        return Answer(
+            question=q.prompt,
+            gold=q.answer,
+            answer=answer,
+            correct=answer is not None and equivalent(str(answer), str(q.answer)),
+            completion_tokens=usage.completion_tokens if usage else 0,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            prm_tokens=int(tg.get("prm_tokens") or 0),
+            seconds=seconds,
+        )
+
+    t0 = time.monotonic()
+    answers = list(await asyncio.gather(*(one(q) for q in questions)))
+    wall = time.monotonic() - t0
+    await client.close()
+    ok = [a for a in answers if a.failed is None]
+    cell = Cell(
+        strategy=strategy,
+        n=n,
+        accuracy=100.0 * sum(a.correct for a in answers) / len(answers),
+        completion_tokens=statistics.fmean(a.completion_tokens for a in ok) if ok else 0.0,
+        prm_tokens=statistics.fmean(a.prm_tokens for a in ok) if ok else 0.0,
+        seconds=wall,
+        failed=len(answers) - len(ok),
+    )
+    return cell, answers
+
+
+def goal(cells: Sequence[Cell]) -> list[str]:
+    """Lines on the goal: a PRM search at SC@16's accuracy with <= half its tokens."""
+    sc16 = next((c for c in cells if c.strategy == "self-consistency" and c.n == 16), None)
+    if sc16 is None:
+        return ["self-consistency@16 was not run: no goal check."]
+    lines = [
+        f"self-consistency@16: accuracy {sc16.accuracy:.1f}%, "
+        f"{sc16.completion_tokens:.0f} generated tokens per question."
+    ]
+    for name in SEARCHES:
+        hits = [
+            c for c in cells if c.strategy == name and c.accuracy >= sc16.accuracy and c.failed == 0
+        ]
+        if not hits:
+            lines.append(f"{name}: no N reached {sc16.accuracy:.1f}%.")
+            continue
+        best = min(hits, key=lambda c: c.completion_tokens)
+        ratio = best.completion_tokens / sc16.completion_tokens if sc16.completion_tokens else 0
+        verdict = "met" if ratio <= 0.5 else "not met"
+        lines.append(
+            f"{name}@{best.n}: accuracy {best.accuracy:.1f}% with {best.completion_tokens:.0f} "
+            f"tokens = {ratio:.2f}x self-consistency@16's ({verdict}: at most 0.5x)."
+        )
+    return lines
+
+
+def plot(cells: Sequence[Cell], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for name in dict.fromkeys(c.strategy for c in cells):
+        row = sorted((c for c in cells if c.strategy == name), key=lambda c: c.n)
+        style = "-o" if name in SEARCHES else "--s"
+        ax.plot([c.completion_tokens for c in row], [c.accuracy for c in row], style, label=name)
+        for c in row:
+            ax.annotate(str(c.n), (c.completion_tokens, c.accuracy), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("generated tokens per question (log; every sample and pruned candidate)")
+    ax.set_ylabel("accuracy %")
+    ax.set_title("Accuracy against generated tokens (labels: N)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> str:
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    ns = sorted({c.n for c in cells})
+    names = list(dict.fromkeys(c.strategy for c in cells))
+    head = "| strategy | " + " | ".join(f"N={n}" for n in ns) + " |"
+    sep = "|---" * (len(ns) + 1) + "|"
+
+    def row(name: str, fmt: Any) -> str:
+        by_n = {c.n: c for c in cells if c.strategy == name}
+        return f"| {name} | " + " | ".join(fmt(by_n[n]) if n in by_n else "" for n in ns) + " |"
+
+    acc = [
+        row(n, lambda c: f"{c.accuracy:.1f}" + (f" ({c.failed} failed)" if c.failed else ""))
+        for n in names
+    ]
+    tok = [row(n, lambda c: f"{c.completion_tokens:.0f}") for n in names]
+    prm = [row(n, lambda c: f"{c.prm_tokens:.0f}") for n in names if n in SEARCHES]
+    sec = [row(n, lambda c: f"{c.seconds:.0f}") for n in names]
+    return "\n".join(
+        [
+            "# Step search with a PRM against the sampling strategies (thinkgate bench search)",
+            "",
+            f"{args.questions} held-out testbed questions (test split, {args.min_ops}-"
+            f"{args.max_ops} operations, seed {args.seed}), temperature 1, "
+            f"{args.concurrency} questions in flight, the testbed `base` model in process "
+            "with its outcome reward model and PRM (`thinkgate serve` defaults). "
+            f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
+            f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
+            "1; all searches: the last step's reward as the path's score, the best path's "
+            f"answer. Total {minutes:.1f} min.",
+            "",
+            "## Accuracy %",
+            head,
+            sep,
+            *acc,
+            "",
+            "## Generated tokens per question (usage.completion_tokens, every candidate)",
+            head,
+            sep,
+            *tok,
+            "",
+            "## PRM input tokens per question (the searches' scoring, not billed)",
+            head,
+            sep,
+            *prm,
+            "",
+            "## Wall seconds for the whole set",
+            head,
+            sep,
+            *sec,
+            "",
+            "## Goal",
+            "",
+            *[f"- {line}" for line in goal(cells)],
+            "",
+            "![accuracy against generated tokens](search.png)",
+            "",
+            f"Machine: {machine()}. Commit {sha}.",
+            "",
+            "Command: `.venv/bin/python -m benchmarks.search " + " ".join(args.argv) + "`",
+            "",
+        ]
+    )
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="thinkgate bench search", description=__doc__.split("\n")[0])
+    p.add_argument("--questions", type=int, default=32)
+    p.add_argument("--min-ops", type=int, default=13)
+    p.add_argument("--max-ops", type=int, default=16)
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--ns", default="4,8,16,32")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--beam-expansions", type=int, default=2)
+    p.add_argument("--dvts-expansions", type=int, default=4)
+    p.add_argument("--url", help="a running thinkgate server (default: start one)")
+    p.add_argument("--out", default=str(RESULTS / "search"), help="path prefix of the results")
+    args = p.parse_args(argv)
+    args.argv = list(argv or [])
+    return args
+
+
+async def run_all(url: str, args: argparse.Namespace, questions: Sequence[Question]) -> list[Cell]:
+    from tqdm import tqdm
+
+    ns = [int(x) for x in args.ns.split(",")]
+    names = [s for s in args.strategies.split(",") if s]
+    cells: list[Cell] = []
+    raw: list[dict[str, Any]] = []
+    out = Path(args.out)
+    bar = tqdm(total=len(ns) * len(names), desc="search bench")
+    for name in names:
+        for n in ns:
+            if name == "dvts" and n % args.dvts_expansions:
+                bar.update(1)
+                continue
+            cell, answers = await run_cell(url, name, n, questions, args)
+            cells.append(cell)
+            raw.append({"cell": asdict(cell), "answers": [asdict(a) for a in answers]})
+            bar.set_postfix(strategy=name, n=n, acc=f"{cell.accuracy:.0f}")
+            bar.update(1)
+            # Written after every cell: a long run that stops still leaves its figures.
+            out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
+    bar.close()
+    return cells
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    questions = make_questions(
+        "test", args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
+    )
+    t0 = time.monotonic()
+    if args.url:
+        cells = asyncio.run(run_all(args.url, args, questions))
+    else:
+        log = RESULTS / "logs" / "search-thinkgate.log"
+        with thinkgate(model_path("base"), "--max-n", "16", log=log) as url:
+            cells = asyncio.run(run_all(url, args, questions))
+    out = Path(args.out)
+    text = report(cells, args, (time.monotonic() - t0) / 60)
+    out.with_suffix(".md").write_text(text)
+    plot(cells, out.with_suffix(".png"))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
