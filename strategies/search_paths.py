@@ -62,6 +62,8 @@ class Ledger:
     prm_tokens: int = 0
     seed_offset: int = 0  # seeded requests: child j of a request gets seed + offset + j
     candidates: list[int] = field(default_factory=list)  # per step
+    step_tokens: list[int] = field(default_factory=list)  # per step, all candidates
+    answer_tokens: int = 0
     survivors: list[int] = field(default_factory=list)  # per step, live paths after it
 
 
@@ -222,6 +224,9 @@ async def expand(
             _count(ctx, ledger, parent, child)
             out[members[j // per_parent]].append(child)
     ledger.candidates.append(sum(len(c) for c in out))
+    ledger.step_tokens.append(
+        sum(len(c.ids) - len(parents[i].ids) for i, group in enumerate(out) for c in group)
+    )
     return out
 
 
@@ -306,6 +311,7 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
         ledger.engine_requests += 1
         ledger.engine_prompt_tokens += len(req.prompt_token_ids)
         ledger.completion_tokens += len(samples[0].token_ids)
+        ledger.answer_tokens += len(samples[0].token_ids)
         got[head] = samples[0]
     out: list[Answered] = []
     for head, p in zip(heads, paths, strict=True):

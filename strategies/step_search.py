@@ -247,6 +247,9 @@ class StepSearch:
             "steps": steps,
             "candidates_per_step": list(ledger.candidates),
             "survivors_per_step": list(ledger.survivors),
+            # What usage sums, so a client can audit it: every candidate, every answer.
+            "tokens_per_step": list(ledger.step_tokens),
+            "answer_tokens": ledger.answer_tokens,
             "complete_paths": sum(1 for p in finished if p.state in ("closed", "ended")),
             "forced_paths": sum(1 for p in finished if p.state == "forced"),
             "engine_requests": ledger.engine_requests,

@@ -191,6 +191,7 @@ async def test_beam_search_keeps_the_right_steps(testbed_tokens: Any) -> None:
     assert first.sampling.n == 4 and first.sampling.stop_token_ids == (47, 4)
     # Usage: every generated token, pruned candidates and the answer included.
     assert result.usage.completion_tokens == world.generated
+    assert sum(info["tokens_per_step"]) + info["answer_tokens"] == world.generated
     assert result.usage.prompt_tokens == len(ctx.request.prompt_token_ids)
     answer = len(testbed_tokens.encode("\n\\boxed{3}")) + 1
     closing = 4  # the four candidates that closed the thinking, one token each
