@@ -85,6 +85,7 @@ def final_from_samples(
                 content=tokens.decode(split.content_ids),
                 finish_reason=s.finish_reason,
                 info={"token_ids": list(s.token_ids)} if with_ids else {},
+                stop_sequence=s.stop_reason if isinstance(s.stop_reason, str) else None,
             )
         )
     usage = Usage(
