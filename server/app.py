@@ -23,6 +23,7 @@ from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe
 from server.metrics import Metrics
+from server.prm_resources import preflight as prm_preflight
 from server.resources import build_resources
 from server.routes import ROUTERS
 from server.scoring import preflight
@@ -66,6 +67,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         registry = load_registry(settings)
         if engine is None:
             preflight(settings)  # refusals that need no engine come before its long start
+            prm_preflight(settings)
         async with AsyncExitStack() as stack:
             metrics = Metrics()
             # An engine passed in belongs to the caller; otherwise settings pick one.

@@ -61,9 +61,16 @@ def same_tokenizer(policy: tuple[int, ...], other: tuple[int, ...]) -> bool:
     return policy == other
 
 
-def mismatch(what: str, other: str, served: str) -> TokenizerMismatch:
+def mismatch(
+    what: str,
+    other: str,
+    served: str,
+    *,
+    kind: str = "a reward model",
+    leave_out: str = "--reward-model none, no --reward-url",
+) -> TokenizerMismatch:
     return TokenizerMismatch(
         f"{what} {other} does not share the served model's tokenizer ({served}): it would "
-        "read the policy's token ids as other tokens. Serve a reward model trained on the "
-        "policy's tokenizer, or leave it out (--reward-model none, no --reward-url)"
+        f"read the policy's token ids as other tokens. Serve {kind} trained on the "
+        f"policy's tokenizer, or leave it out ({leave_out})"
     )

@@ -15,6 +15,12 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
   ``kernels/engine_wait.py``) unless the environment sets one.
 
+``thinkgate replica --prm [DIR]`` starts a vLLM server for a process reward model
+instead (the gateway's ``--prm-url``; default DIR: the installed default PRM, the
+testbed's): the pooling runner and STEP pooling at the PRM's step tag
+(``--pooler-config '{"step_tag_id": N}'``, N from its ``config.json``: vLLM's HTTP
+``/pooling`` request cannot carry it, server/engines/prm.py), no logits processors.
+
 It prints the exact command, then becomes that process (``exec``), so a team can copy
 the flags into its own deployment. Arguments it does not know go to vLLM's server.
 """
@@ -111,6 +117,35 @@ def build_command(
     return [*cmd, *rest]
 
 
+def build_prm_command(
+    prm: str | None, passthrough: Sequence[str], *, cpu: bool | None = None
+) -> list[str]:
+    """The vLLM server command line of a PRM replica (``prm`` None: the default PRM)."""
+    from server.engines.prm import step_tag_of
+
+    offered = defaults.installed() if prm is None else None
+    path = prm if offered is None else offered.prm_model
+    if path is None:
+        raise SystemExit("thinkgate replica --prm: no PRM given and the defaults offer none")
+    rest = list(passthrough)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
+    cmd += ["--runner", "pooling"]
+    if not _has(rest, "--pooler-config"):
+        cmd += ["--pooler-config", json.dumps({"step_tag_id": step_tag_of(path)})]
+    length = offered.max_model_len if offered is not None else None
+    if length is not None and not _has(rest, "--max-model-len"):
+        cmd += ["--max-model-len", str(length)]
+    if _on_cpu() if cpu is None else cpu:
+        if not _has(rest, "--dtype"):
+            cmd += ["--dtype", "float32"]
+        if not _has(rest, "--enforce-eager") and not _has(rest, "--no-enforce-eager"):
+            cmd.append("--enforce-eager")
+        # STEP pooling never runs chunked prefill (vLLM turns it off); say so anyway.
+        if not _has(rest, "--enable-chunked-prefill"):
+            cmd.append("--no-enable-chunked-prefill")
+    return [*cmd, *rest]
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="thinkgate replica",
@@ -126,10 +161,24 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--runner", choices=("v1", "v2"), help="force the processor interface (default: detect)"
     )
+    parser.add_argument(
+        "--prm",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="serve a process reward model for --prm-url instead (default DIR: the "
+        "default PRM, the testbed's)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command, do not start it")
     args, rest = parser.parse_known_args(list(argv))
     processors = [p.strip() for p in args.processors.split(",") if p.strip()]
-    cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
+    if args.prm is not None:
+        if args.model is not None:
+            parser.error("--prm DIR names the model; leave --model out")
+        cmd = build_prm_command(args.prm or None, rest)
+    else:
+        cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM's engine processes spin a whole core while they wait for each other: on a CPU

@@ -181,6 +181,23 @@ class Settings(BaseSettings):
     share the policy's tokenizer); replaces the in-process reward engine."""
     reward_gpu_memory_utilization: float = Field(default=0.1, gt=0.0, le=1.0)
     """GPU memory share of the in-process reward engine (GPU only)."""
+    prm_model: str | None = None
+    """Process reward model (``Qwen2ForProcessRewardModel``) served in process by another
+    vLLM pooling engine for the step search (``strategies.prm``); None: the testbed ``prm``
+    model, in front of the testbed model only (left out if its files are missing or the
+    served model has another tokenizer; with ``--engine remote``: none, use
+    ``--prm-url``); ``none``: no in-process PRM."""
+    prm_url: str | None = None
+    """Base URL of a vLLM server whose ``/pooling`` serves the PRM with STEP pooling
+    (``thinkgate replica --prm``; it must share the policy's tokenizer); replaces the
+    in-process PRM engine."""
+    prm_step_tag_id: int | None = Field(default=None, ge=0)
+    """Token id the PRM reads each step's reward at; None: the PRM directory's
+    ``config.json`` ``step_tag_id`` (with ``--prm-url``: ``--prm-model``'s directory if
+    given, else the default PRM's when it shares the served model's tokenizer), else
+    vLLM's default (151651, Qwen2.5-Math-PRM's ``<extra_0>``)."""
+    prm_gpu_memory_utilization: float = Field(default=0.1, gt=0.0, le=1.0)
+    """GPU memory share of the in-process PRM engine (GPU only)."""
     verifier_url: str | None = None
     """External verifier for the ``verifier`` scorer: POST {prompt, responses,
     reasoning} -> {scores}."""

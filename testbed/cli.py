@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train testbed models (CPU) and export them")
     train.add_argument(
         "--variant",
-        choices=["base", "base-focus", "elastic", "reward", "all"],
+        choices=["base", "base-focus", "elastic", "reward", "prm", "all"],
         default="all",
         help="base = from scratch (arithmetic, full traces, focus phases); base-focus = only "
         "the focus phase, fine-tuning the existing base in place",
@@ -60,9 +60,20 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", type=Path, default=MODELS_DIR / "base")
     ev.add_argument("--n", type=int, default=120, help="test questions per run")
     ev.add_argument("--samples", type=int, default=16, help="samples per question (T=1.0)")
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="question seed (default 0; for a PRM 5, the questions of bench reward-ranking)",
+    )
     ev.add_argument("--cut", action="store_true", help="also run the thinking-cut curve")
-    ev.add_argument("--reward", type=Path, default=None, help="also score a reward model")
+    ev.add_argument(
+        "--reward",
+        type=Path,
+        default=None,
+        help="also score a reward model (for a PRM: the outcome reward model it is "
+        "compared with, default testbed/models/reward)",
+    )
     ev.add_argument("--json", type=Path, default=None, help="write the report here")
     ev.add_argument("--card", action="store_true", help="merge the report into card.json")
 
@@ -84,6 +95,7 @@ DEFAULT_MINUTES = {
     "base-focus": 6.0,
     "elastic": 7.0,
     "reward": 3.0,  # its validation AUROC peaks early; the best weights are kept
+    "prm": 4.0,  # training only (sampling comes before it: about 2 minutes more)
 }
 DEFAULT_STEPS = {"arithmetic": 1200, "full": 3500, "base-focus": 700, "elastic": 1500}
 # The arithmetic phase: half the right operands are 0-2, batches of 16, a constant rate,
@@ -314,7 +326,7 @@ def _train(args: argparse.Namespace) -> int:
     from testbed.model import read_card, write_card
     from testbed.train import TrainSettings, train_causal
 
-    variants = ["base", "elastic", "reward"] if args.variant == "all" else [args.variant]
+    variants = ["base", "elastic", "reward", "prm"] if args.variant == "all" else [args.variant]
     out: Path = args.out
     for variant in variants:
         name = "base" if variant == "base-focus" else variant
@@ -332,6 +344,16 @@ def _train(args: argparse.Namespace) -> int:
                 rsettings = replace(rsettings, max_steps=args.max_steps)
             rresult = train_reward(rsettings, target, progress_bar=not args.no_progress)
             training = {**rresult.as_dict(), "started": started}
+        elif variant == "prm":
+            from testbed.prm import PrmSettings, train_prm
+
+            psettings = PrmSettings(
+                seed=args.seed, minutes=_minutes(args, "prm"), base=str(base_dir)
+            )
+            if args.max_steps is not None:
+                psettings = replace(psettings, max_steps=args.max_steps)
+            presult = train_prm(psettings, target, progress_bar=not args.no_progress)
+            training = {**presult.as_dict(), "started": started}
         elif name == "base":
             training = _train_base(args, target, scratch=variant == "base")
         else:

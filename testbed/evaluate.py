@@ -198,8 +198,40 @@ def format_report(report: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def is_process_reward_model(model_dir: Path) -> bool:
+    config = json.loads((model_dir / "config.json").read_text())
+    return "Qwen2ForProcessRewardModel" in config.get("architectures", [])
+
+
+def run_prm_eval_command(args: argparse.Namespace) -> int:
+    """The PRM beside the outcome reward model, on the same samples (testbed.prm_eval)."""
+    from testbed.prm_eval import PrmEvalSettings, evaluate_prm, format_prm_report
+
+    model_dir: Path = args.model
+    config = json.loads((model_dir / "config.json").read_text())
+    reward_dir: Path = args.reward if args.reward is not None else MODELS_DIR / "reward"
+    settings = PrmEvalSettings(samples=args.samples, seed=5 if args.seed is None else args.seed)
+    report = evaluate_prm(
+        portable_path(model_dir),
+        portable_path(MODELS_DIR / "base"),
+        portable_path(reward_dir) if (reward_dir / "config.json").exists() else None,
+        settings,
+        step_tag_id=int(config["step_tag_id"]),
+    )
+    print(format_prm_report(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if args.card:
+        card = read_card(model_dir)
+        card["eval"] = {**report, "command": " ".join(args.argv_for_card)}
+        write_card(model_dir, card)
+    return 0
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     model_dir: Path = args.model
+    if is_process_reward_model(model_dir):
+        return run_prm_eval_command(args)
     reward_dir: Path | None = args.reward
     generator = model_dir
     if is_reward_model(model_dir):
@@ -207,7 +239,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         per_ops=max(1, args.n // (MAX_OPS - MIN_OPS + 1)),
         samples=args.samples,
-        seed=args.seed,
+        seed=0 if args.seed is None else args.seed,
         cut=args.cut,
     )
     report = evaluate_model(generator, settings, reward_dir=reward_dir)

@@ -530,7 +530,7 @@ def scripted_app(
 ) -> Callable[..., contextlib.AbstractAsyncContextManager[ScriptedApp]]:
     """``async with scripted_app(handler, processors=..., **settings) as app``: the app
     of ``thinkgate serve`` (lifespan, resources, admission, error handling) over a
-    ``ScriptedEngine(handler)``; no reward engine, a fresh state dir."""
+    ``ScriptedEngine(handler)``; no reward or PRM engine, a fresh state dir."""
 
     @contextlib.asynccontextmanager
     async def open_app(
@@ -543,7 +543,9 @@ def scripted_app(
         engine = ScriptedEngine(
             handler, tokens=testbed_tokens, model_name="testbed-base", processors=processors
         )
-        config = Settings(reward_model="none", state_dir=str(tmp_path / "state"), **settings)
+        config = Settings(
+            reward_model="none", prm_model="none", state_dir=str(tmp_path / "state"), **settings
+        )
         app = create_app(config, engine=engine)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

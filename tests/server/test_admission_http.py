@@ -46,7 +46,11 @@ def server(
     held = Held(testbed_tokens)
     engine = ScriptedEngine(held, tokens=testbed_tokens, model_name="testbed-base")
     settings = Settings(
-        reward_model="none", state_dir=str(tmp_path), max_inflight_requests=1, retry_after_s=2
+        reward_model="none",
+        prm_model="none",
+        state_dir=str(tmp_path),
+        max_inflight_requests=1,
+        retry_after_s=2,
     )
     config = uvicorn.Config(
         create_app(settings, engine=engine),

@@ -145,8 +145,8 @@ def _load(model: str) -> list[dict[str, Any]]:
 def test_engine_death_exit_policy_answers_in_flight_then_exits_4(
     spawn_server: Callable[..., Any],
 ) -> None:
-    # The default policy (exit); no reward engine: unused here, and its start is slow.
-    server = spawn_server("--reward-model", "none")
+    # The default policy (exit); no reward or PRM engine: unused here, and slow to start.
+    server = spawn_server("--reward-model", "none", "--prm-model", "none")
     load = _load(server.model)
     outcomes, join = _in_flight(server.base_url, load)
     _wait_streams_admitted(load, outcomes)  # the requests then run for seconds more
@@ -183,6 +183,8 @@ def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
         "--sse-keepalive-s",
         "0.3",
         "--reward-model",
+        "none",
+        "--prm-model",
         "none",
     )
 

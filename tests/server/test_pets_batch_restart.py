@@ -41,7 +41,16 @@ def test_a_gateway_killed_mid_batch_resumes_it_on_restart(
 ) -> None:
     state = str(tmp_path / "state")
     # No reward engine: it is not used here and its start would double each restart.
-    flags = ("--state-dir", state, "--batch-lease-s", "2", "--reward-model", "none")
+    flags = (
+        "--state-dir",
+        state,
+        "--batch-lease-s",
+        "2",
+        "--reward-model",
+        "none",
+        "--prm-model",
+        "none",
+    )
     first = spawn_server(*flags)
     params = {"total_budget": BUDGET, "cap": 8, "round_size": 2, "seed": 5}
     resp = httpx.post(f"{first.base_url}/v1/pets/batches", params=params, content=JSONL, timeout=30)

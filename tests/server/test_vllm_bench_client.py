@@ -37,7 +37,7 @@ def late_first_token(tmp_path: Path, testbed_tokens: Any) -> Iterator[str]:
     # Paced steps: each token reaches the client in a network read of its own, as from a
     # real engine (all at once, the reads would hold several events and hide the bug).
     engine = ScriptedEngine(handler, tokens=testbed_tokens, model_name="testbed-base", step_s=0.02)
-    settings = Settings(reward_model="none", state_dir=str(tmp_path))
+    settings = Settings(reward_model="none", prm_model="none", state_dir=str(tmp_path))
     config = uvicorn.Config(create_app(settings, engine=engine), log_level="warning")
     with uvicorn_in_thread(config) as port:
         yield f"http://127.0.0.1:{port}"

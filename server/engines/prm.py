@@ -1,0 +1,222 @@
+"""The process reward model (PRM) behind ``strategies.prm.StepRewardModel``: an
+in-process vLLM pooling engine (``PrmEngine``) or a vLLM server's ``POST /pooling``
+(``RemotePrm``, ``--prm-url``).
+
+vLLM serves ``Qwen2ForProcessRewardModel`` (the Qwen2.5-Math-PRM layout) in its pooling
+runner with the ``token_classify`` task and STEP pooling: the two-label softmax at every
+occurrence of ``step_tag_id`` in the input, in order; the reward is the probability of
+label 1 ("right", as in Qwen2.5-Math-PRM).
+
+Which vLLM interface sets the step tag, and why the engine argument: vLLM 0.32 reads it
+from ``PoolingParams.step_tag_id``, filled per request from the engine's
+``pooler_config.step_tag_id`` when the request leaves it unset, and for this
+architecture ``pooler_config.step_tag_id`` defaults to 151651 (Qwen2.5-Math-PRM's
+``<extra_0>``: never a token of another vocabulary, so every input would get no reward
+at all). Its HTTP ``/pooling`` request has no field for it (``PoolingCompletionRequest``
+builds ``PoolingParams`` from ``task``, ``use_activation`` and ``dimensions`` only), so
+a vLLM server can only learn it at start-up: ``--pooler-config '{"step_tag_id": N}'``
+(``thinkgate replica --prm`` passes it). The in-process engine is configured the same
+way (``AsyncEngineArgs(pooler_config=PoolerConfig(step_tag_id=N))``), so both serve one
+configuration and a request never depends on a per-request override the HTTP route
+cannot send. Both check that each sequence got exactly one reward per tag it holds: an
+engine started without the right tag fails loudly instead of scoring the wrong tokens.
+
+The testbed PRM writes its tag in ``config.json`` (``step_tag_id``, the newline);
+``step_tag_of`` reads it, with vLLM's default for models that do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx
+import structlog
+
+from kernels import engine_wait
+from server.engines.http_errors import post_json
+from server.engines.local import SHUTDOWN_TIMEOUT_S
+from server.engines.vllm_errors import map_vllm_errors
+from strategies.errors import BackendError, BackendUnavailable
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = structlog.get_logger("thinkgate.prm")
+
+RIGHT_LABEL: Final = 1  # Qwen2ForProcessRewardModel: softmax over (wrong, right)
+VLLM_DEFAULT_STEP_TAG: Final = 151651  # vLLM's default for the architecture: `<extra_0>`
+
+
+def step_tag_of(model_dir: str | Path) -> int:
+    """The step tag a PRM directory declares (``config.json``'s ``step_tag_id``), else
+    vLLM's default for ``Qwen2ForProcessRewardModel``."""
+    path = Path(model_dir) / "config.json"
+    if path.exists():
+        tag = json.loads(path.read_text()).get("step_tag_id")
+        if isinstance(tag, int) and not isinstance(tag, bool):
+            return tag
+    return VLLM_DEFAULT_STEP_TAG
+
+
+def rewards_from_rows(rows: object, *, tags: int) -> list[float]:
+    """P(right) per step tag from one sequence's pooled rows ``[[p_wrong, p_right], ...]``."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2 for r in rows):
+        raise BackendError("the PRM answered in an unexpected shape (want [tags, 2] per input)")
+    if len(rows) != tags:
+        raise BackendError(
+            f"the PRM returned {len(rows)} step rewards for {tags} step tags: it must be "
+            "served with STEP pooling at the same step tag (vLLM: --pooler-config "
+            "'{\"step_tag_id\": N}'; thinkgate replica --prm passes it)"
+        )
+    return [float(r[RIGHT_LABEL]) for r in rows]
+
+
+class PrmEngine:
+    """A PRM in a second (or third) in-process vLLM engine, all sequences of a call batched."""
+
+    def __init__(self, llm: AsyncLLM, *, model: str, step_tag_id: int, max_model_len: int) -> None:
+        self._llm = llm
+        self.model = model
+        self.step_tag_id = step_tag_id
+        self.max_model_len = max_model_len
+        self._ids = itertools.count()
+
+    @classmethod
+    def start(
+        cls,
+        model: str,
+        *,
+        step_tag_id: int | None = None,
+        max_model_len: int = 512,
+        dtype: str = "float32",
+        enforce_eager: bool = True,
+        max_num_seqs: int = 64,
+        gpu_memory_utilization: float = 0.9,
+        seed: int = 0,
+        spin_ms: float | None = None,
+    ) -> PrmEngine:
+        """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
+        ``step_tag_id`` None: the directory's own (``step_tag_of``)."""
+        from vllm.config import PoolerConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        tag = step_tag_of(model) if step_tag_id is None else step_tag_id
+        args = AsyncEngineArgs(
+            model=model,
+            runner="pooling",
+            pooler_config=PoolerConfig(step_tag_id=tag),
+            dtype=dtype,  # type: ignore[arg-type]
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_seqs * max_model_len,
+            enforce_eager=enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            disable_log_stats=True,
+        )
+        log.info("prm.starting", model=model, step_tag_id=tag)
+        engine_wait.export(spin_ms)
+        llm = AsyncLLM.from_engine_args(args)
+        return cls(llm, model=model, step_tag_id=tag, max_model_len=max_model_len)
+
+    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        for seq in sequences:
+            if not seq:
+                raise BackendError("cannot score an empty sequence")
+            if len(seq) > self.max_model_len:
+                raise BackendError(
+                    f"a scored path has {len(seq)} tokens; the PRM's context is "
+                    f"{self.max_model_len}"
+                )
+        await self.health()
+        batch = next(self._ids)
+        return list(
+            await asyncio.gather(
+                *(self._one(f"prm-{batch}-{i}", seq) for i, seq in enumerate(sequences))
+            )
+        )
+
+    async def _one(self, request_id: str, sequence: Sequence[int]) -> list[float]:
+        from vllm import PoolingParams
+        from vllm.inputs import TokensPrompt
+
+        params = PoolingParams(task="token_classify")
+        prompt = TokensPrompt(prompt_token_ids=list(sequence))
+        last: Any = None
+        finished = False
+        try:
+            with map_vllm_errors():
+                async for out in self._llm.encode(prompt, params, request_id):
+                    last, finished = out, out.finished
+        finally:
+            if not finished:  # cancelled: free the engine's slot
+                await asyncio.shield(self._llm.abort(request_id))
+        if last is None:
+            raise BackendError("the PRM engine returned nothing")
+        rows = last.outputs.data.tolist()
+        return rewards_from_rows(rows, tags=sum(1 for t in sequence if t == self.step_tag_id))
+
+    async def health(self) -> None:
+        if self._llm.errored:
+            raise BackendUnavailable("the PRM engine is dead; the server must be restarted")
+
+    async def aclose(self) -> None:
+        self._llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+
+
+class RemotePrm:
+    """A PRM behind a vLLM server's ``POST /pooling`` (``token_classify``, token ids in).
+
+    The server must run STEP pooling at ``step_tag_id`` (``--pooler-config``) and share
+    the policy's tokenizer (ids are sent as they are).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        step_tag_id: int,
+        model: str | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/pooling"
+        self.step_tag_id = step_tag_id
+        self.model = model
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+            limits=httpx.Limits(max_connections=16),
+        )
+
+    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        if not sequences:
+            return []
+        body: dict[str, object] = {
+            "input": [list(s) for s in sequences],
+            "task": "token_classify",
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        data = await post_json(self._client, self.url, body, "PRM server")
+        try:
+            items = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
+            pooled = [item["data"] for item in items]
+        except (KeyError, TypeError) as exc:
+            raise BackendError("PRM server answered in an unexpected shape") from exc
+        if len(pooled) != len(sequences):
+            raise BackendError(
+                f"PRM server returned {len(pooled)} results for {len(sequences)} inputs"
+            )
+        return [
+            rewards_from_rows(rows, tags=sum(1 for t in seq if t == self.step_tag_id))
+            for rows, seq in zip(pooled, sequences, strict=True)
+        ]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

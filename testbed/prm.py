@@ -1,0 +1,316 @@
+"""The testbed process reward model (PRM): the probability that each thinking step is right.
+
+Trained on trajectories SAMPLED from `base` at temperature 1 (the distribution a step
+search sees), labeled per step by exact arithmetic (`testbed.prm_labels`). The layout is
+vLLM's `Qwen2ForProcessRewardModel` (the Qwen2.5-Math-PRM one): `model.*` (a Qwen2
+backbone, initialised from `base`'s), `score.0` Linear(h, h) + ReLU + `score.2`
+Linear(h, 2), label 1 = right; vLLM's STEP pooling returns the two-label softmax at every
+occurrence of the step tag, here the newline token that closes each thinking line (and
+the one after `</think>`, labeled "the thinking reached the true answer"). transformers
+has no class for it, so the module is built here and its weights written under vLLM's
+names. Validation is the step-level AUROC on validation-split trajectories; the weights
+of its best evaluation are kept (`testbed.reward.BestWeights`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Final
+
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+from transformers import Qwen2ForCausalLM
+
+from testbed.engine import Completion
+from testbed.metrics import auroc
+from testbed.prm_labels import step_labels
+from testbed.reward import BestWeights, RewardSettings, sample_hf, sample_vllm
+from testbed.task import Question, make_questions
+from testbed.tokenizer import CharCodec, chat_prompt, save_tokenizer
+
+ARCHITECTURE: Final = "Qwen2ForProcessRewardModel"
+STEP_TAG: Final = "\n"  # the character tokenizer's newline closes every thinking line
+EXPORT_RESERVE_S: Final = 20.0  # the last evaluation and the export, inside total_minutes
+
+
+@dataclass(frozen=True, slots=True)
+class PrmSettings:
+    base: str
+    seed: int = 0
+    minutes: float = 5.0  # of training
+    total_minutes: float = 8.0  # the whole run: training stops early to stay inside it
+    max_steps: int = 3000
+    train_questions: int = 600
+    val_questions: int = 120
+    samples_per_question: int = 4
+    min_ops: int = 4
+    max_ops: int = 12
+    temperature: float = 1.0
+    batch_size: int = 32
+    lr: float = 5e-4
+    wrong_weight: float = 1.0  # loss weight of wrong steps (about 1 in 9 steps is wrong)
+    # Share of each batch drawn from trajectories with a wrong step (about 1 in 5 has one):
+    # the errors to learn are rare, the steps to learn them from are all in those.
+    error_share: float = 0.5
+    eval_every: int = 25
+    sampler: str = "vllm"  # "hf" (transformers generate) keeps smoke tests free of vLLM
+    threads: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PrmResult:
+    settings: PrmSettings
+    steps: int
+    wall_s: float
+    sampling_s: float
+    train_trajectories: int
+    train_steps_labeled: int
+    train_steps_wrong: int
+    train_with_error: int  # trajectories with a wrong step
+    val_trajectories: int
+    val_step_auroc: float  # of the kept weights (the best evaluation)
+    best_step: int = 0
+    val_curve: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["wall_s"] = round(self.wall_s, 1)
+        d["sampling_s"] = round(self.sampling_s, 1)
+        d["val_step_auroc"] = round(self.val_step_auroc, 4)
+        d["val_curve"] = [[s, round(a, 4)] for s, a in self.val_curve]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One trajectory as the PRM reads it: token ids, the step-tag positions after the
+    prompt (thinking lines, then the one after `</think>` when there is one) and their
+    labels."""
+
+    ids: tuple[int, ...]
+    positions: tuple[int, ...]
+    labels: tuple[bool, ...]
+    lines: int  # how many of the positions close thinking lines (the rest: the end tag)
+
+
+def example(codec: CharCodec, completion: Completion) -> Example:
+    """Prompt + the generated ids (up to EOS), with a label at every step tag after the
+    prompt. Lines are the thinking text split at the tag; a last line without a tag
+    (thinking cut mid-line) has no reward to label."""
+    tag = codec.encode(STEP_TAG)[0]
+    prompt = codec.encode(chat_prompt(completion.question.prompt))
+    gen = list(completion.token_ids)
+    if codec.eos_id in gen:
+        gen = gen[: gen.index(codec.eos_id)]
+    think_end = gen.index(codec.think_end_id) if codec.think_end_id in gen else len(gen)
+    thinking = gen[:think_end]
+    lines = codec.decode(thinking).split(STEP_TAG)[:-1]
+    labels = step_labels(completion.question, lines)
+    positions = [len(prompt) + i for i, t in enumerate(thinking) if t == tag]
+    out_labels = list(labels.lines)
+    after = think_end + 1
+    if after < len(gen) and gen[after] == tag:
+        positions.append(len(prompt) + after)
+        out_labels.append(labels.complete)
+    return Example(
+        ids=tuple(prompt + gen),
+        positions=tuple(positions),
+        labels=tuple(out_labels),
+        lines=len(labels.lines),
+    )
+
+
+class ProcessRewardNet(torch.nn.Module):
+    """`Qwen2ForProcessRewardModel` in torch: its state dict has vLLM's weight names."""
+
+    def __init__(self, causal: Qwen2ForCausalLM) -> None:
+        super().__init__()
+        self.config = causal.config
+        self.model = causal.model
+        h = causal.config.hidden_size
+        self.score = torch.nn.Sequential(
+            torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 2)
+        )
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Logits of (wrong, right) at every position: [batch, length, 2]."""
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        out: torch.Tensor = self.score(hidden)
+        return out
+
+
+def load_net(base: str, *, seed: int) -> ProcessRewardNet:
+    torch.manual_seed(seed)
+    causal = Qwen2ForCausalLM.from_pretrained(base, dtype=torch.float32)
+    return ProcessRewardNet(causal)
+
+
+def _batch(rows: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r.ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r.ids)] = torch.tensor(r.ids)
+        mask[i, : len(r.ids)] = 1
+    return ids, mask
+
+
+def _gather(logits: torch.Tensor, rows: Sequence[Example]) -> torch.Tensor:
+    """The logits at every labeled position of ``rows``, concatenated: [steps, 2]."""
+    b = [i for i, r in enumerate(rows) for _ in r.positions]
+    t = [p for r in rows for p in r.positions]
+    return logits[torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)]
+
+
+def step_scores(net: ProcessRewardNet, rows: Sequence[Example], pad_id: int) -> list[list[float]]:
+    """P(right) at each labeled position of each row (what vLLM's step pooling returns)."""
+    out: list[list[float]] = []
+    was_training = net.training
+    net.train(False)
+    with torch.no_grad():
+        for i in range(0, len(rows), 64):
+            chunk = rows[i : i + 64]
+            ids, mask = _batch(chunk, pad_id)
+            probs = torch.softmax(net(ids, mask), dim=-1)[..., 1]
+            out += [[float(probs[j, p]) for p in r.positions] for j, r in enumerate(chunk)]
+    net.train(was_training)
+    return out
+
+
+def step_auroc(scores: Sequence[Sequence[float]], rows: Sequence[Example]) -> float:
+    flat = [s for row in scores for s in row]
+    labels = [y for r in rows for y in r.labels]
+    return auroc(flat, labels)
+
+
+def export_prm(net: ProcessRewardNet, codec: CharCodec, directory: Path) -> None:
+    """A directory vLLM serves as `Qwen2ForProcessRewardModel` (runner="pooling")."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous() for k, v in net.state_dict().items()}
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    config = net.config.to_dict()
+    config.update(
+        architectures=[ARCHITECTURE],
+        num_labels=2,
+        id2label={"0": "wrong", "1": "right"},
+        label2id={"wrong": 0, "right": 1},
+        pad_token_id=codec.pad_id,
+        # Ours, not vLLM's: the token whose hidden state each step's reward is read at.
+        # vLLM needs it as `pooler_config.step_tag_id` (its default is Qwen2.5-Math-PRM's
+        # `<extra_0>`); server.engines.prm and `thinkgate replica --prm` pass it.
+        step_tag_id=codec.encode(STEP_TAG)[0],
+    )
+    for stale in ("tie_word_embeddings_", "transformers_version"):
+        config.pop(stale, None)
+    (directory / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_tokenizer(directory)
+
+
+def _questions(settings: PrmSettings) -> tuple[list[Question], list[Question]]:
+    kw = {"seed": settings.seed, "min_ops": settings.min_ops, "max_ops": settings.max_ops}
+    return (
+        make_questions("train", settings.train_questions, **kw),
+        make_questions("validation", settings.val_questions, **kw),
+    )
+
+
+def _sample(settings: PrmSettings, questions: Sequence[Question]) -> list[Completion]:
+    rs = RewardSettings(
+        base=settings.base,
+        seed=settings.seed,
+        samples_per_question=settings.samples_per_question,
+        temperature=settings.temperature,
+    )
+    sampler = sample_vllm if settings.sampler == "vllm" else sample_hf
+    out = sampler(settings.base, questions, rs)
+    gc.collect()
+    return out
+
+
+def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) -> PrmResult:
+    torch.set_num_threads(settings.threads)
+    codec = CharCodec()
+    train_q, val_q = _questions(settings)
+    t0 = time.monotonic()
+    sampled = _sample(settings, [*train_q, *val_q])
+    sampling_s = time.monotonic() - t0
+    n_train = len(train_q) * settings.samples_per_question
+    train_rows = [e for e in (example(codec, c) for c in sampled[:n_train]) if e.positions]
+    val_rows = [e for e in (example(codec, c) for c in sampled[n_train:]) if e.positions]
+    labels = [y for r in train_rows for y in r.labels]
+
+    net = load_net(settings.base, seed=settings.seed)
+    net.train()
+    optim = torch.optim.AdamW(net.parameters(), lr=settings.lr, weight_decay=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([settings.wrong_weight, 1.0]))
+    rng = random.Random(settings.seed)
+    with_error = [i for i, r in enumerate(train_rows) if not all(r.labels)]
+    n_error = round(settings.batch_size * settings.error_share) if with_error else 0
+    order: list[int] = []
+    error_order: list[int] = []
+    val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+    curve: list[tuple[int, float]] = [(0, val_auc)]
+    best = BestWeights()
+    best.offer(0, val_auc, net)
+    start = time.monotonic()
+    step = 0
+    bar = tqdm(total=settings.max_steps, disable=not progress_bar, desc="prm")
+    while (
+        step < settings.max_steps
+        and time.monotonic() - start < settings.minutes * 60
+        and time.monotonic() - t0 < settings.total_minutes * 60 - EXPORT_RESERVE_S
+    ):
+        if len(order) < settings.batch_size:
+            order = list(range(len(train_rows)))
+            rng.shuffle(order)
+        if len(error_order) < n_error:
+            error_order = list(with_error)
+            rng.shuffle(error_order)
+        n_rest = settings.batch_size - n_error
+        pick = error_order[:n_error] + order[:n_rest]
+        error_order, order = error_order[n_error:], order[n_rest:]
+        rows = [train_rows[i] for i in pick]
+        ids, mask = _batch(rows, codec.pad_id)
+        target = torch.tensor([int(y) for r in rows for y in r.labels], dtype=torch.long)
+        loss = loss_fn(_gather(net(ids, mask), rows), target)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optim.step()
+        step += 1
+        bar.update(1)
+        if step % settings.eval_every == 0:
+            val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+            curve.append((step, val_auc))
+            best.offer(step, val_auc, net)
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", val_auroc=f"{val_auc:.3f}")
+    bar.close()
+    if step % settings.eval_every != 0:
+        val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+        curve.append((step, val_auc))
+        best.offer(step, val_auc, net)
+    wall = time.monotonic() - t0  # sampling, loading, training and evaluations
+    best.restore(net)
+    net.train(False)
+    export_prm(net, codec, out)
+    return PrmResult(
+        settings=settings,
+        steps=step,
+        wall_s=wall,
+        sampling_s=sampling_s,
+        train_trajectories=len(train_rows),
+        train_steps_labeled=len(labels),
+        train_steps_wrong=sum(1 for y in labels if not y),
+        train_with_error=len(with_error),
+        val_trajectories=len(val_rows),
+        val_step_auroc=best.auroc,
+        best_step=best.step,
+        val_curve=tuple(curve),
+    )

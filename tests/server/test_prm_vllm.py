@@ -1,0 +1,94 @@
+"""The testbed PRM served by vLLM: in process (``PrmEngine``, what ``thinkgate serve``
+attaches by default) and behind a vLLM server's ``/pooling`` (``thinkgate replica --prm``,
+``RemotePrm``, what ``--prm-url`` attaches). Exact-arithmetic steps must score above
+wrong ones, and both paths must give the same rewards.
+
+One engine at a time: the in-process engine is shut down before the replica starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+import testbed
+from server.engines.prm import PrmEngine, RemotePrm
+from strategies.prm import ProcessRewardModel
+from testbed.task import Question
+from testbed.tokenizer import CharCodec, chat_prompt
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CODEC = CharCodec()
+TAG = CODEC.encode("\n")[0]
+Q = Question.from_expr("3+8-5+7")  # running values 1, 6, 3
+# Pairs of paths that differ in their last step only: right, then wrong.
+PAIRS = [
+    (["3+8=1"], ["3+8=2"]),
+    (["3+8=1", "1-5=6"], ["3+8=1", "1-5=4"]),
+    (["3+8=1", "1-5+7=3"], ["3+8=1", "1-5+7=5"]),  # a merged line: base's usual error
+    (["3+8=1", "check 1-8=3", "1-5=6", "6+7=3"], ["3+8=1", "check 1-8=3", "1-5=6", "6+7=2"]),
+]
+
+
+def _paths() -> list[list[list[int]]]:
+    return [[CODEC.encode(s) for s in p] for pair in PAIRS for p in pair]
+
+
+async def _score(prm: ProcessRewardModel) -> list[list[float]]:
+    return await prm.score_paths(CODEC.encode(chat_prompt(Q.prompt)), _paths())
+
+
+def _assert_right_above_wrong(rewards: list[list[float]]) -> None:
+    assert [len(r) for r in rewards] == [len(p) for pair in PAIRS for p in pair]
+    assert all(0.0 <= x <= 1.0 for r in rewards for x in r)
+    for i in range(len(PAIRS)):
+        right, wrong = rewards[2 * i], rewards[2 * i + 1]
+        assert right[-1] > 0.5 > wrong[-1], (PAIRS[i], right, wrong)
+        # The shared prefix scores the same whatever follows (causal attention).
+        assert right[:-1] == pytest.approx(wrong[:-1], abs=1e-5)
+
+
+_IN_PROCESS: dict[str, list[list[float]]] = {}
+
+
+@pytest.fixture(scope="module")
+async def engine() -> AsyncIterator[PrmEngine]:
+    prm = PrmEngine.start(str(testbed.model_path("prm")))
+    try:
+        yield prm
+    finally:
+        await prm.aclose()
+
+
+async def test_in_process_prm_scores_exact_arithmetic_steps_right_above_wrong(
+    engine: PrmEngine,
+) -> None:
+    assert engine.step_tag_id == TAG
+    prm = ProcessRewardModel(model=engine, step_tag_id=TAG, max_len=engine.max_model_len)
+    rewards = await _score(prm)
+    _assert_right_above_wrong(rewards)
+    _IN_PROCESS["rewards"] = rewards
+
+
+@pytest.fixture(scope="module")
+def prm_replica(
+    engine: PrmEngine, start_replicas_for_module: Callable[..., list[Any]]
+) -> Iterator[str]:
+    # Not two engines at once on 2 cores: the in-process one goes first.
+    engine._llm.shutdown()
+    yield start_replicas_for_module(1, "--prm")[0].url
+
+
+async def test_prm_replica_serves_the_same_rewards_over_pooling(prm_replica: str) -> None:
+    remote = RemotePrm(prm_replica, step_tag_id=TAG, timeout_s=60)
+    try:
+        rewards = await _score(ProcessRewardModel(model=remote, step_tag_id=TAG))
+    finally:
+        await remote.aclose()
+    _assert_right_above_wrong(rewards)
+    if "rewards" in _IN_PROCESS:
+        for a, b in zip(rewards, _IN_PROCESS["rewards"], strict=True):
+            assert a == pytest.approx(b, abs=1e-4)

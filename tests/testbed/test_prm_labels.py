@@ -1,0 +1,90 @@
+"""The PRM's step labels (exact arithmetic) and how a trajectory is shown to it: no torch
+training, no vLLM."""
+
+from __future__ import annotations
+
+import random
+
+from testbed.engine import to_completion
+from testbed.prm import STEP_TAG, example
+from testbed.prm_labels import step_labels
+from testbed.task import Question, make_questions
+from testbed.tokenizer import CharCodec, chat_prompt
+from testbed.traces import FULL, THOROUGH, make_trace
+
+Q = Question.from_expr("3+8-5+7")  # running values 1, 6, 3
+
+
+def labels(*lines: str) -> tuple[tuple[bool, ...], bool]:
+    got = step_labels(Q, list(lines))
+    return got.lines, got.complete
+
+
+def test_a_right_trace_is_right_at_every_step_and_complete() -> None:
+    assert labels("3+8=1", "check 1-8=3", "1-5=6", "6+7=3") == ((True,) * 4, True)
+    assert labels("3+8=1", "1-5+7=3") == ((True, True), True)
+
+
+def test_every_step_after_the_first_wrong_one_is_wrong() -> None:
+    # A wrong merged line (the testbed's usual error): it and everything after it.
+    assert labels("3+8=1", "1-5+7=4", "4+0=4") == ((True, False, False), False)
+    # A later line that would be right from the wrong value stays wrong.
+    assert labels("3+8=2", "2-5=7", "7+7=4") == ((False, False, False), False)
+
+
+def test_a_step_must_consume_the_questions_next_operations() -> None:
+    assert labels("3+8=1", "1-4=7") == ((True, False), False)  # wrong operand copied
+    assert labels("3+8=1", "1+5=6") == ((True, False), False)  # wrong operator
+    assert labels("3+8=1", "1+7=8") == ((True, False), False)  # an operation skipped
+    assert labels("3+8=1", "1-5=6", "6+7=3", "3+1=4") == ((True,) * 3 + (False,), False)
+
+
+def test_the_stated_value_decides_not_the_left_operand() -> None:
+    # `4-5=6` states the true running value after `-5` (6): the trace carries on right.
+    assert labels("3+8=1", "4-5=6", "6+7=3") == ((True, True, True), True)
+    assert labels("3+8=1", "1-5=9") == ((True, False), False)
+
+
+def test_a_check_is_true_arithmetic_undoing_the_last_computing_line() -> None:
+    assert labels("3+8=1", "check 1-8=3") == ((True, True), False)
+    assert labels("3+8=1", "check 1-8=4") == ((True, False), False)  # false arithmetic
+    assert labels("3+8=1", "check 1+8=9") == ((True, False), False)  # not the inverse
+    assert labels("3+8=1", "check 2-8=4") == ((True, False), False)  # not from its value
+    assert labels("check 1-8=3", "3+8=1") == ((False, False), False)  # nothing to check
+    # A merged line's check undoes its last operation: 3 - 7 = 6, the middle value.
+    assert labels("3+8=1", "1-5+7=3", "check 3-7=6") == ((True, True, True), True)
+
+
+def test_other_and_empty_lines_are_wrong() -> None:
+    assert labels("3+8=1", "hmm", "1-5=6") == ((True, False, False), False)
+    assert labels("3+8=1", "", "1-5=6") == ((True, False, False), False)
+    assert labels() == ((), False)
+
+
+def test_generated_traces_are_labeled_by_their_own_errors() -> None:
+    rng = random.Random(3)
+    seen_wrong = 0
+    for q in make_questions("train", 200, seed=1, min_ops=6, max_ops=12):
+        trace = make_trace(q, rng, FULL)
+        got = step_labels(q, trace.thinking.split(STEP_TAG)[:-1])
+        assert got.complete == (trace.concluded is None)
+        seen_wrong += not got.complete
+        clean = make_trace(q, rng, THOROUGH)  # every step checked, none merged: all right
+        assert all(step_labels(q, clean.thinking.split(STEP_TAG)[:-1]).lines)
+    assert seen_wrong > 5
+
+
+def test_the_example_puts_one_label_at_every_tag_after_the_prompt() -> None:
+    codec = CharCodec()
+    text = "3+8=1\n1-5+7=4\n</think>\n\\boxed{4}<|im_end|>"
+    done = to_completion(codec, Q, codec.encode(text))
+    ex = example(codec, done)
+    prompt = codec.encode(chat_prompt(Q.prompt))
+    tag = codec.encode(STEP_TAG)[0]
+    assert list(ex.ids) == prompt + codec.encode(text.removesuffix("<|im_end|>"))
+    assert [ex.ids[p] for p in ex.positions] == [tag] * 3
+    assert ex.positions[0] == len(prompt) + len("3+8=1")
+    assert ex.labels == (True, False, False) and ex.lines == 2  # the end tag: not reached
+    # Thinking cut mid-line (no tag after it, no `</think>`): only the closed lines count.
+    cut = example(codec, to_completion(codec, Q, codec.encode("3+8=1\n1-5")))
+    assert cut.labels == (True,) and cut.lines == 1
