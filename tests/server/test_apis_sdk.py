@@ -1,0 +1,238 @@
+"""End to end: /v1/responses with the real ``openai`` SDK and /v1/messages with the real
+``anthropic`` SDK, against the live server on the real vLLM engine (local and remote)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+
+EASY = make_questions("test", 1, seed=3, min_ops=1, max_ops=2)[0].prompt
+HARD = make_questions("test", 1, seed=4, min_ops=8, max_ops=8)[0].prompt
+
+
+@pytest.fixture(scope="session")
+def claude(live_server: Any) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=live_server.base_url, api_key="unused", max_retries=0, timeout=120
+    )
+
+
+def _expected(ids: list[int], tok: Any) -> tuple[str, str, int]:
+    """(reasoning, answer, reasoning tokens) of a completion's token ids, computed here."""
+    end = tok.convert_tokens_to_ids("</think>")
+    cut = ids.index(end) if end in ids else len(ids)
+    reasoning = tok.decode(ids[:cut], skip_special_tokens=True)
+    return reasoning, tok.decode(ids[cut + 1 :], skip_special_tokens=True), cut
+
+
+def _prompt_len(tok: Any, messages: list[dict[str, str]]) -> int:
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return len(tok.encode(text, add_special_tokens=False))
+
+
+# --- /v1/responses with openai
+
+
+def test_responses_create_splits_reasoning_and_usage_is_exact(
+    openai_client: Any, served_model: str, hf_tokenizer: Any
+) -> None:
+    raw = openai_client.responses.with_raw_response.create(
+        model=served_model,
+        input=EASY,
+        instructions="Answer in a box.",
+        max_output_tokens=120,
+        extra_body={"return_token_ids": True, "seed": 3},
+    )
+    assert raw.headers["X-Budget-Applied"] == "none"
+    r = raw.parse()
+    assert r.object == "response" and r.id.startswith("resp_")
+    reasoning_item, message = r.output
+    assert reasoning_item.type == "reasoning" and message.type == "message"
+    ids = message.model_extra["thinkgate"]["token_ids"]
+    reasoning, answer, n_reasoning = _expected(ids, hf_tokenizer)
+    assert reasoning_item.content[0].text == reasoning
+    assert r.output_text == answer
+    assert r.status == ("completed" if message.status == "completed" else "incomplete")
+    messages = [
+        {"role": "system", "content": "Answer in a box."},
+        {"role": "user", "content": EASY},
+    ]
+    assert r.usage.input_tokens == _prompt_len(hf_tokenizer, messages)
+    assert r.usage.output_tokens == len(ids)
+    assert r.usage.output_tokens_details.reasoning_tokens == n_reasoning
+    assert r.usage.total_tokens == r.usage.input_tokens + len(ids)
+    assert r.model_extra["thinkgate"]["strategy"] == "plain"
+
+
+def test_responses_stream_events_equal_the_created_answer(
+    openai_client: Any, served_model: str
+) -> None:
+    args: dict[str, Any] = dict(
+        model=served_model, input=[{"role": "user", "content": EASY}], max_output_tokens=200
+    )
+    whole = openai_client.responses.create(**args, extra_body={"seed": 7})
+    assert whole.status == "completed", whole
+    with openai_client.responses.stream(**args, extra_body={"seed": 7}) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert kinds.index("response.reasoning_text.delta") < kinds.index("response.output_text.delta")
+    assert final.output_text == whole.output_text
+    assert final.output[0].content[0].text == whole.output[0].content[0].text
+    assert final.usage.model_dump() == whole.usage.model_dump()
+
+
+def test_responses_effort_is_a_thinking_budget_held(openai_client: Any, served_model: str) -> None:
+    raw = openai_client.responses.with_raw_response.create(
+        model=served_model, input=HARD, reasoning={"effort": "minimal"}, max_output_tokens=200
+    )
+    assert raw.headers["X-Budget-Applied"] == "thinking=16"
+    r = raw.parse()
+    assert r.model_extra["thinkgate"]["strategy"] == "elastic"
+    assert r.usage.output_tokens_details.reasoning_tokens <= 16
+    assert "\\boxed{" in r.output_text
+
+
+@pytest.mark.parametrize("strategy", ["self-consistency", "deepconf"])
+def test_responses_multi_sample_strategies(
+    openai_client: Any, served_model: str, strategy: str
+) -> None:
+    headers = {"X-Strategy": strategy, "X-Budget-Samples": "4"}
+    args: dict[str, Any] = dict(model=served_model, input=EASY, max_output_tokens=120)
+    raw = openai_client.responses.with_raw_response.create(
+        **args, extra_headers=headers, extra_body={"seed": 1}
+    )
+    r = raw.parse()
+    tg = r.model_extra["thinkgate"]
+    assert tg["strategy"] == strategy and 1 <= tg["samples"] <= 4
+    assert r.output_text and r.output[-1].type == "message"
+    if strategy == "self-consistency":  # every sample's tokens, summed
+        assert r.usage.output_tokens == sum(tg["sample_tokens"])
+        assert r.usage.output_tokens_details.reasoning_tokens == sum(tg["sample_reasoning_tokens"])
+    with openai_client.responses.stream(
+        **args, extra_headers=headers, extra_body={"seed": 1}
+    ) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert final.output_text == r.output_text
+    assert final.usage.model_dump() == r.usage.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"background": True}, "background"),
+        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
+        ({"extra_body": {"max_output_tokens": "many"}}, "max_output_tokens"),
+    ],
+)
+def test_responses_refusals_are_400s_naming_the_field(
+    openai_client: Any, served_model: str, extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        openai_client.responses.create(model=served_model, input=EASY, **extra)
+    assert info.value.body["param"] == param
+
+
+# --- /v1/messages with anthropic
+
+
+def test_messages_thinking_budget_held_with_an_answer(
+    claude: anthropic.Anthropic, served_model: str, hf_tokenizer: Any
+) -> None:
+    raw = claude.messages.with_raw_response.create(
+        model=served_model,
+        max_tokens=200,
+        system="Answer in a box.",
+        messages=[{"role": "user", "content": HARD}],
+        thinking={"type": "enabled", "budget_tokens": 24},
+    )
+    assert raw.headers["X-Budget-Applied"] == "thinking=24"
+    m = raw.parse()
+    assert [b.type for b in m.content] in (["thinking", "text"], ["text"])
+    assert "\\boxed{" in m.content[-1].text
+    assert m.stop_reason == "end_turn"
+    thinking = m.usage.output_tokens_details.thinking_tokens
+    assert thinking <= 24
+    messages = [
+        {"role": "system", "content": "Answer in a box."},
+        {"role": "user", "content": HARD},
+    ]
+    assert m.usage.input_tokens == _prompt_len(hf_tokenizer, messages)
+    assert m.model_extra["thinkgate"]["strategy"] == "elastic"
+
+
+def test_messages_stream_equals_the_created_message(
+    claude: anthropic.Anthropic, served_model: str
+) -> None:
+    args: dict[str, Any] = dict(
+        model=served_model,
+        max_tokens=200,
+        messages=[{"role": "user", "content": EASY}],
+        extra_body={"seed": 9},
+    )
+    whole = claude.messages.create(**args)
+    with claude.messages.stream(**args) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert "thinking" in kinds and "text" in kinds  # the SDK's thinking / text events
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
+    assert final.stop_reason == whole.stop_reason
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+@pytest.mark.parametrize("strategy", ["self-consistency", "deepconf"])
+def test_messages_multi_sample_strategies(
+    claude: anthropic.Anthropic, served_model: str, strategy: str
+) -> None:
+    args: dict[str, Any] = dict(
+        model=served_model,
+        max_tokens=120,
+        messages=[{"role": "user", "content": EASY}],
+        extra_headers={"X-Strategy": strategy, "X-Budget-Samples": "4"},
+        extra_body={"seed": 2},
+    )
+    m = claude.messages.create(**args)
+    tg = m.model_extra["thinkgate"]
+    assert tg["strategy"] == strategy and 1 <= tg["samples"] <= 4
+    if strategy == "self-consistency":
+        assert m.usage.output_tokens == sum(tg["sample_tokens"])
+    with claude.messages.stream(**args) as stream:
+        final = stream.get_final_message()
+    assert final.content[-1].text == m.content[-1].text
+    assert final.usage.output_tokens == m.usage.output_tokens
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
+        ({"tools": [{"name": "t", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
+        ({"extra_body": {"temperature": 3.0}}, "temperature"),
+    ],
+)
+def test_messages_refusals_are_400s_in_anthropics_envelope(
+    claude: anthropic.Anthropic, served_model: str, extra: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude.messages.create(
+            model=served_model, max_tokens=64, messages=[{"role": "user", "content": EASY}], **extra
+        )
+    body = info.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert words in body["error"]["message"]
