@@ -152,12 +152,16 @@ def _tame(case: Any, model: str, max_tokens: int) -> None:
     if isinstance(body, dict):
         if isinstance(body.get("model"), str):
             body["model"] = model
-        limits = [k for k in ("max_tokens", "max_completion_tokens") if _is_int(body.get(k))]
+        names = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+        limits = [k for k in names if _is_int(body.get(k))]
         for key in limits:
             body[key] = min(body[key], max_tokens)
-        unset = body.get("max_tokens") is None and body.get("max_completion_tokens") is None
-        if not limits and unset:
-            body["max_tokens"] = max_tokens
+        if not limits and all(body.get(k) is None for k in names):
+            # /v1/responses calls its limit max_output_tokens.
+            body["max_output_tokens" if "input" in body else "max_tokens"] = max_tokens
+        thinking = body.get("thinking")  # /v1/messages: Anthropic's thinking budget
+        if isinstance(thinking, dict) and _is_int(thinking.get("budget_tokens")):
+            thinking["budget_tokens"] = min(thinking["budget_tokens"], MAX_BUDGET_TOKENS)
         if _is_int(body.get("n")):
             body["n"] = min(body["n"], MAX_SAMPLES)
         budget = body.get("budget")

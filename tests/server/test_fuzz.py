@@ -14,6 +14,7 @@ from benchmarks.fuzz import run_fuzz
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 CASES = 400
+TRANSLATED_CASES = 200
 
 
 def test_fuzzed_requests_get_no_server_error(base_url: str, served_model: str) -> None:
@@ -35,3 +36,15 @@ def test_fuzzed_requests_get_no_server_error(base_url: str, served_model: str) -
     assert ok.status_code == 200, ok.text
     assert ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
     assert httpx.get(f"{base_url}/ready", timeout=30).status_code == 200
+
+
+def test_fuzzed_responses_and_messages_get_no_server_error(base_url: str) -> None:
+    """The same over /v1/responses and /v1/messages alone (their schemas published)."""
+    only = r"^(?!/v1/(responses|messages)$)"
+    report = run_fuzz(base_url, TRANSLATED_CASES, seed=1, skip_paths=only)
+    shown = json.dumps({k: v for k, v in report.items() if k != "server_errors"}, indent=1)
+    assert not report["classes"].get("5xx"), json.dumps(report["server_errors"], indent=1)
+    assert not report["classes"].get("no_answer"), shown
+    assert report["cases"] >= TRANSLATED_CASES * 0.9, shown
+    assert report["classes"].get("2xx", 0) >= 5, shown
+    assert report["classes"].get("4xx", 0) >= 5, shown
