@@ -275,11 +275,14 @@ class RemoteStack:
 
     gateway: LiveServer
     replicas: list[Replica]
+    prm: Replica | None = None  # the PRM's vLLM server (--prm-url), apart from replicas
 
     def stop(self) -> None:
         stop_server(self.gateway)
         for r in self.replicas:
             r.stop()
+        if self.prm is not None:
+            self.prm.stop()
 
 
 # Health checks often enough that an ejection or re-admission shows within a second.
@@ -300,20 +303,31 @@ def _log_dir() -> Path:
 
 
 def remote_stack_instance() -> RemoteStack:
-    """Two replicas and a remote gateway, started on first use, kept for the session."""
+    """Two replicas, a PRM replica (``thinkgate replica --prm``: the step searches score
+    through vLLM's own ``/pooling``) and a remote gateway, started on first use, kept for
+    the session."""
     global _STACK
     if _STACK is None:
-        replicas = start_replicas(_log_dir(), 2)
+        port = _free_port()
+        prm = Replica(f"http://127.0.0.1:{port}", port, ("--prm",), _log_dir() / "prm.log")
+        prm.start()  # loads while the generation replicas do
         try:
+            replicas = start_replicas(_log_dir(), 2)
+        except BaseException:
+            prm.stop()
+            raise
+        try:
+            prm.wait_ready()
             urls = ",".join(r.url for r in replicas)
             gateway = start_server(
-                _log_dir() / "gateway-remote.log", (*REMOTE_FLAGS, "--vllm-urls", urls)
+                _log_dir() / "gateway-remote.log",
+                (*REMOTE_FLAGS, "--vllm-urls", urls, "--prm-url", prm.url),
             )
         except BaseException:
-            for r in replicas:
+            for r in (*replicas, prm):
                 r.stop()
             raise
-        _STACK = RemoteStack(gateway=gateway, replicas=replicas)
+        _STACK = RemoteStack(gateway=gateway, replicas=replicas, prm=prm)
     return _STACK
 
 

@@ -1,0 +1,191 @@
+"""Beam search, particle filtering and DVTS end to end: the openai SDK against the live
+server (the real vLLM engine on the testbed ``base`` model, the testbed PRM served by vLLM
+as a step-pooling model), local and remote engines.
+
+The ``thinkgate`` object reports what the search did (steps, candidates and survivors
+per step, tokens per step, the chosen path's PRM rewards), so the tests audit usage and
+the search's shape from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+import testbed
+from strategies.answers import equivalent
+from testbed.task import Question, make_questions
+
+HAS_PRM = (testbed.model_path("prm") / "config.json").exists()
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.engines("local", "remote"),
+    pytest.mark.skipif(not HAS_PRM, reason="testbed PRM not trained yet"),
+]
+
+EASY = make_questions("test", 3, seed=31, min_ops=3, max_ops=5)
+ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
+UNFINISHED = "thinkgate_engine_unfinished_requests"
+INFLIGHT = "thinkgate_inflight_requests"
+
+
+def ask(client: Any, q: Question, strategy: str, samples: int, **kw: Any) -> tuple[Any, Any]:
+    headers = {"X-Strategy": strategy, "X-Budget-Samples": str(samples)}
+    headers.update(kw.pop("headers", {}))
+    raw = client.chat.completions.with_raw_response.create(
+        model="testbed-base",
+        messages=[{"role": "user", "content": q.prompt}],
+        extra_headers=headers,
+        temperature=1.0,
+        **kw,
+    )
+    return raw.parse(), raw.headers
+
+
+def audit(r: Any, tg: dict[str, Any]) -> None:
+    """Usage is every generated token: each step's candidates, pruned ones included,
+    and the answers; the search's shape is self-consistent."""
+    steps = tg["steps"]
+    assert len(tg["candidates_per_step"]) == len(tg["tokens_per_step"]) == steps >= 1
+    assert r.usage.completion_tokens == sum(tg["tokens_per_step"]) + tg["answer_tokens"]
+    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens
+    assert tg["prm_calls"] >= 1 and tg["prm_tokens"] > 0
+    rewards = tg["chosen_step_rewards"]
+    assert rewards and all(0.0 <= x <= 1.0 for x in rewards)
+    choice = r.choices[0]
+    assert choice.model_extra["thinkgate"]["steps"] == len(rewards)
+    # Steps are thinking lines: one reward per line of the returned reasoning.
+    reasoning = choice.message.model_extra["reasoning_content"] or ""
+    assert len([ln for ln in reasoning.split("\n") if ln]) == len(rewards)
+
+
+@pytest.mark.parametrize("strategy", ["beam-search", "particle-filtering", "dvts"])
+def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) -> None:
+    right = 0
+    for q in EASY:
+        r, headers = ask(
+            openai_client,
+            q,
+            strategy,
+            4,
+            extra_body={"expansions": 2} if strategy != "particle-filtering" else {},
+        )
+        tg = r.model_extra["thinkgate"]
+        assert tg["strategy"] == strategy and tg["samples"] == 4
+        audit(r, tg)
+        content = r.choices[0].message.content
+        assert "\\boxed{" in content
+        answer = r.choices[0].model_extra["thinkgate"]["answer"]
+        right += answer is not None and equivalent(answer, str(q.answer))
+        assert headers["x-budget-applied"] == "samples=4"
+        if strategy == "beam-search":
+            # 4 beams x 2 candidates each step; one engine round per step.
+            assert tg["candidates_per_step"][0] == 8
+            assert all(s <= 4 for s in tg["survivors_per_step"])
+        elif strategy == "dvts":
+            assert tg["subtrees"] == 2 and tg["candidates_per_step"][0] == 4
+        else:
+            assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
+    assert right >= 2  # easy questions: the testbed model is right on them greedily
+
+
+def test_thinking_and_solution_budgets_hold_on_every_path(openai_client: Any) -> None:
+    q = make_questions("test", 1, seed=32, min_ops=9, max_ops=9)[0]
+    r, headers = ask(
+        openai_client,
+        q,
+        "beam-search",
+        2,
+        extra_body={"expansions": 2},
+        headers={"X-Budget-Thinking": "14", "X-Budget-Solution": "12"},
+    )
+    tg = r.model_extra["thinkgate"]
+    audit(r, tg)
+    assert headers["x-budget-applied"] == "thinking=14;solution=12;samples=2"
+    choice = r.choices[0]
+    assert choice.model_extra["thinkgate"]["budget_cut"][:1] == ["thinking"]
+    assert tg["forced_paths"] >= 1
+    # Every step was capped so that no path's thinking passed 14 tokens.
+    assert max(tg["tokens_per_step"]) <= 14 * tg["candidates_per_step"][0]
+    reasoning = choice.message.model_extra["reasoning_content"]
+    assert len(reasoning) <= 14  # one character per token in the testbed
+    assert "\\boxed{" in choice.message.content
+
+
+def test_streaming_sends_a_progress_event_per_step_then_the_answer(
+    live_server: Any, served_model: str
+) -> None:
+    body = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": EASY[0].prompt}],
+        "temperature": 1.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"X-Strategy": "particle-filtering", "X-Budget-Samples": "3"}
+    progress: list[dict[str, Any]] = []
+    chunks: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{live_server.base_url}/v1/chat/completions",
+        json=body,
+        headers=headers,
+        timeout=120,
+    ) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith(": thinkgate.progress "):
+                progress.append(json.loads(line.split(" ", 2)[2]))
+            elif line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    assert progress and [p["step"] for p in progress if "step" in p] == list(
+        range(1, 1 + sum(1 for p in progress if "step" in p))
+    )
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")
+    )
+    reasoning = "".join(
+        c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c.get("choices")
+    )
+    assert "\\boxed{" in text and reasoning
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    assert usage and usage[-1]["completion_tokens"] > 0
+
+
+def test_a_client_that_leaves_aborts_every_path(live_server: Any, served_model: str) -> None:
+    before = live_server.metrics().get(ABORTED, 0)
+    hard = make_questions("test", 1, seed=33, min_ops=12, max_ops=12)[0]
+    body = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": hard.prompt}],
+        "temperature": 1.0,
+        "expansions": 4,
+    }
+    live_server.post_and_leave(
+        "/v1/chat/completions",
+        body,
+        {"X-Strategy": "beam-search", "X-Budget-Samples": "16"},
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        m = live_server.metrics()
+        if m.get(ABORTED, 0) > before and m[UNFINISHED] == 0 and m[INFLIGHT] == 0:
+            break
+        assert time.monotonic() < deadline, f"not aborted: {m.get(ABORTED)} {m.get(UNFINISHED)}"
+        time.sleep(0.2)
+
+
+def test_bad_search_options_are_400s(openai_client: Any) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, EASY[0], "dvts", 6, extra_body={"expansions": 4})
+    assert err.value.body["param"] == "samples"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, EASY[0], "beam-search", 2, extra_body={"aggregate": "mean"})
+    assert err.value.body["param"] == "aggregate"  # type: ignore[index]
