@@ -70,7 +70,7 @@ OpenAIBody = ChatCompletionRequest | CompletionRequest
 
 class Translation(Protocol):
     """A request of another API, as the chat request the pipeline runs, and the way back
-    (``server.responses_api``, ``server.messages_api``)."""
+    (``server.responses_render.ResponsesCall``, ``server.messages_render.MessagesCall``)."""
 
     @property
     def chat(self) -> ChatCompletionRequest:

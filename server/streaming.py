@@ -81,7 +81,7 @@ Item = bytes | Done | Exception | Signal
 
 class Encoder(Protocol):
     """A stream's wire format: OpenAI chunks (``StreamEncoder``), or another API's events
-    (``server.responses_api``, ``server.messages_api``)."""
+    (``server.responses_render``, ``server.messages_render``)."""
 
     def encode(self, event: StrategyEvent) -> list[bytes]:
         """The frames of one strategy event (``Result`` last: the closing frames)."""
