@@ -31,6 +31,8 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "interleaved": ("benchmarks.interleaved", "two servers up at once, short runs in turn, A/A"),
     "processors-idle": ("benchmarks.processors_idle", "engine with processors loaded, unused"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
+    "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
+    "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
 }
 
 

@@ -1,0 +1,404 @@
+"""``thinkgate bench search-peers``: thinkgate's PRM searches against its_hub's, side by
+side on the same vLLM engine and the same PRM, interleaved.
+
+One vLLM server generates for both (``thinkgate replica``: vLLM's own OpenAI server with
+the token-in/token-out routes; the testbed's engine settings), one vLLM server serves the
+testbed PRM for both (``thinkgate replica --prm``: ``/pooling`` with step pooling).
+
+  thinkgate  ``thinkgate serve --engine remote --vllm-urls <replica> --prm-url <prm>``:
+             a step of all paths is one round of token-id requests (``n`` = candidates
+             per distinct path, the prefix in vLLM's cache), the PRM one batched call
+  its_hub    its_hub 1.2's library (``ParticleFiltering`` / ``BeamSearch``; its IaaS
+             server runs only self-consistency) driven by
+             ``benchmarks/search_peers_its_hub.py`` in its own virtual environment
+             (``--peers-venv``): one chat call per path per step, the whole text re-sent;
+             its PRM interface adapted to the same ``/pooling`` server (its own PRM class
+             loads Qwen2.5-Math-PRM on a GPU in its process)
+
+Equal N: particle filtering with N particles on both; beam search with N beams and M
+candidates each on thinkgate, its_hub's ``BeamSearch`` with budget N x M and width N
+(it keeps ``width`` beams and expands each ``budget / width`` times: the same search).
+Both use temperature 1, a newline as the step delimiter, 40 steps at most, the last
+step's reward as a path's score and the best path's answer.
+
+Rounds are interleaved (thinkgate then its_hub, then the other order), each side answering
+the same ``--questions`` with ``--concurrency`` in flight; per cell the median questions
+per second over rounds, its range, accuracy, the prompt and completion tokens each bills
+per question, and what vLLM itself counted (its ``/metrics``). Writes
+``benchmarks/results/search-peers.{md,json,png}``.
+
+    .venv/bin/python -m benchmarks.search_peers --peers-venv /work/peers-venv
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve, thinkgate
+from strategies.answers import equivalent
+from testbed import model_path
+from testbed.task import Question, make_questions
+
+RESULTS = ROOT / "benchmarks" / "results"
+LOGS = RESULTS / "logs"
+DRIVER = ROOT / "benchmarks" / "search_peers_its_hub.py"
+MAX_STEPS = 40
+GEN_COUNTERS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side's run of the question set in one round."""
+
+    peer: str
+    algorithm: str
+    n: int
+    round: int
+    qps: float
+    accuracy: float
+    failed: int
+    prompt_tokens: float  # billed, per question
+    completion_tokens: float
+    vllm_prompt_tokens: float  # counted by vLLM, per question
+    vllm_generated_tokens: float
+    vllm_requests: float
+
+
+@contextmanager
+def replica(*flags: str, log: Path) -> Iterator[ServerUrl]:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "server.cli",
+        "replica",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *flags,
+    ]
+    with serve(cmd, ready_path="/health", log=log, port=port) as url:
+        yield url
+
+
+def counters(url: str) -> dict[str, float]:
+    out = dict.fromkeys(GEN_COUNTERS, 0.0)
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def thinkgate_side(
+    url: str, algorithm: str, n: int, m: int, questions: Sequence[Question], concurrency: int
+) -> tuple[float, list[dict[str, Any]]]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
+    model = (await client.models.list()).data[0].id
+    gate = asyncio.Semaphore(concurrency)
+    body: dict[str, Any] = {"max_steps": MAX_STEPS}
+    if algorithm == "beam-search":
+        body["expansions"] = m
+    headers = {"X-Strategy": algorithm, "X-Budget-Samples": str(n)}
+
+    async def one(q: Question) -> dict[str, Any]:
+        async with gate:
+            try:
+                r = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": q.prompt}],
+                    temperature=1.0,
+                    extra_headers=headers,
+                    extra_body=body,
+                )
+            except openai.APIError as exc:
+                return {
+                    "correct": False,
+                    "error": str(exc),
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                }
+        answer = ((r.choices[0].model_extra or {}).get("thinkgate") or {}).get("answer")
+        usage = r.usage
+        return {
+            "correct": answer is not None and equivalent(str(answer), str(q.answer)),
+            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0,
+        }
+
+    t0 = time.perf_counter()
+    rows = list(await asyncio.gather(*(one(q) for q in questions)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    return wall, rows
+
+
+def its_hub_side(
+    args: argparse.Namespace,
+    gen: str,
+    prm: str,
+    algorithm: str,
+    n: int,
+    m: int,
+    qfile: Path,
+    out: Path,
+) -> dict[str, Any]:
+    cmd = [
+        str(Path(args.peers_venv) / "bin" / "python"),
+        str(DRIVER),
+        "--vllm-url",
+        gen,
+        "--prm-url",
+        prm,
+        "--algorithm",
+        algorithm,
+        "--questions-file",
+        str(qfile),
+        "--concurrency",
+        str(args.concurrency),
+        "--out",
+        str(out),
+        "--max-steps",
+        str(MAX_STEPS),
+        "--temperature",
+        "1.0",
+    ]
+    if algorithm == "beam-search":
+        cmd += ["--budget", str(n * m), "--beam-width", str(n)]
+    else:
+        cmd += ["--budget", str(n)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"its_hub driver failed: {done.stderr[-2000:]}")
+    summary: dict[str, Any] = json.loads(Path(f"{out}.summary.json").read_text())
+    return summary
+
+
+def side_of(
+    peer: str,
+    algorithm: str,
+    n: int,
+    rnd: int,
+    wall: float,
+    rows: Sequence[dict[str, Any]],
+    before: dict[str, float],
+    after: dict[str, float],
+) -> Side:
+    q = len(rows)
+    d = {k: after[k] - before[k] for k in GEN_COUNTERS}
+    return Side(
+        peer=peer,
+        algorithm=algorithm,
+        n=n,
+        round=rnd,
+        qps=q / wall if wall else 0.0,
+        accuracy=100.0 * sum(bool(r["correct"]) for r in rows) / q,
+        failed=sum(1 for r in rows if "error" in r),
+        prompt_tokens=statistics.fmean(r["prompt_tokens"] for r in rows),
+        completion_tokens=statistics.fmean(r["completion_tokens"] for r in rows),
+        vllm_prompt_tokens=d["vllm:prompt_tokens_total"] / q,
+        vllm_generated_tokens=d["vllm:generation_tokens_total"] / q,
+        vllm_requests=d["vllm:request_success_total"] / q,
+    )
+
+
+def run(args: argparse.Namespace) -> list[Side]:
+    from tqdm import tqdm
+
+    questions = make_questions(
+        "test", args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
+    )
+    work = LOGS / "search-peers"
+    work.mkdir(parents=True, exist_ok=True)
+    qfile = work / "questions.jsonl"
+    qfile.write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": q.prompt, "answer": q.answer}) + "\n"
+            for i, q in enumerate(questions)
+        )
+    )
+    cells = [(a, int(n)) for a in args.algorithms.split(",") for n in args.ns.split(",")]
+    sides: list[Side] = []
+    with ExitStack() as stack:
+        gen = stack.enter_context(replica(log=LOGS / "search-peers-replica.log"))
+        prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
+        gateway = stack.enter_context(
+            thinkgate(
+                model_path("base"),
+                "--engine",
+                "remote",
+                "--vllm-urls",
+                gen,
+                "--prm-url",
+                prm,
+                log=LOGS / "search-peers-thinkgate.log",
+            )
+        )
+        bar = tqdm(total=len(cells) * args.rounds * 2, desc="search peers")
+        for rnd in range(args.rounds):
+            for algorithm, n in cells:
+                order = ("thinkgate", "its_hub") if rnd % 2 == 0 else ("its_hub", "thinkgate")
+                for peer in order:
+                    before = counters(gen)
+                    if peer == "thinkgate":
+                        wall, rows = asyncio.run(
+                            thinkgate_side(
+                                gateway, algorithm, n, args.expansions, questions, args.concurrency
+                            )
+                        )
+                    else:
+                        out = work / f"its_hub-{algorithm}-{n}-r{rnd}.jsonl"
+                        summary = its_hub_side(
+                            args, gen, prm, algorithm, n, args.expansions, qfile, out
+                        )
+                        wall = summary["wall_s"]
+                        rows = [json.loads(x) for x in out.read_text().splitlines() if x]
+                    after = counters(gen)
+                    sides.append(side_of(peer, algorithm, n, rnd, wall, rows, before, after))
+                    bar.set_postfix(peer=peer, alg=algorithm, n=n, qps=f"{sides[-1].qps:.2f}")
+                    bar.update(1)
+                    Path(args.out).with_suffix(".json").write_text(
+                        json.dumps([asdict(s) for s in sides], indent=1)
+                    )
+        bar.close()
+    return sides
+
+
+def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> str:
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    cells = list(dict.fromkeys((s.algorithm, s.n) for s in sides))
+    lines = [
+        "# PRM search: thinkgate against its_hub on the same engine and PRM (thinkgate bench search-peers)",  # noqa: E501
+        "",
+        f"{args.questions} held-out testbed questions (test split, {args.min_ops}-{args.max_ops} "
+        f"operations, seed {args.seed}), {args.concurrency} questions in flight per side, "
+        f"{args.rounds} interleaved rounds per cell (the order flips every round). Both sides "
+        "use one `thinkgate replica` (vLLM's own server, float32, 512-token context, 1 ms "
+        "engine spin) and one `thinkgate replica --prm` (the testbed PRM on vLLM's "
+        f"`/pooling`). Beam search: thinkgate N beams x {args.expansions} candidates, "
+        f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
+        "",
+        "| algorithm | N | q/s thinkgate (median, range) | q/s its_hub | thinkgate / its_hub (median of rounds, range) | accuracy % thinkgate / its_hub | prompt tokens billed per question | completion tokens billed | vLLM counted per question: requests / prompt / generated |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algorithm, n in cells:
+        tg = [s for s in sides if (s.algorithm, s.n, s.peer) == (algorithm, n, "thinkgate")]
+        ih = [s for s in sides if (s.algorithm, s.n, s.peer) == (algorithm, n, "its_hub")]
+        ratios = [a.qps / b.qps for a in tg for b in ih if a.round == b.round and b.qps > 0]
+
+        def med(xs: Sequence[float]) -> str:
+            return f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-"
+
+        def mean(xs: Sequence[Side], f: str) -> float:
+            return statistics.fmean(getattr(s, f) for s in xs) if xs else 0.0
+
+        lines.append(
+            f"| {algorithm} | {n} | {med([s.qps for s in tg])} | {med([s.qps for s in ih])} | "
+            f"**{med(ratios)}** | {mean(tg, 'accuracy'):.1f} / {mean(ih, 'accuracy'):.1f} | "
+            f"{mean(tg, 'prompt_tokens'):.0f} / {mean(ih, 'prompt_tokens'):.0f} | "
+            f"{mean(tg, 'completion_tokens'):.0f} / {mean(ih, 'completion_tokens'):.0f} | "
+            f"thinkgate {mean(tg, 'vllm_requests'):.0f} / {mean(tg, 'vllm_prompt_tokens'):.0f} / "
+            f"{mean(tg, 'vllm_generated_tokens'):.0f}; its_hub {mean(ih, 'vllm_requests'):.0f} / "
+            f"{mean(ih, 'vllm_prompt_tokens'):.0f} / {mean(ih, 'vllm_generated_tokens'):.0f} |"
+        )
+    lines += [
+        "",
+        "Billed tokens are what each returns to its client: thinkgate's `usage` (the prompt "
+        "once; every generated token, pruned candidates included), its_hub's per call "
+        "`usage` summed by the driver (its_hub itself reports none for these algorithms: "
+        "each step's call bills the whole text so far as prompt). vLLM's counts come from "
+        "its `/metrics` around each side's run.",
+        "",
+        "![questions per second](search-peers.png)",
+        "",
+        f"Machine: {machine()}; both sides share its 2 cores with the two vLLM servers, so "
+        f"only same-round ratios are compared. Commit {sha}.",
+        "",
+        "Command: `.venv/bin/python -m benchmarks.search_peers " + " ".join(args.argv) + "`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(sides: Sequence[Side], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = list(dict.fromkeys((s.algorithm, s.n) for s in sides))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = range(len(cells))
+    for k, peer in enumerate(("thinkgate", "its_hub")):
+        med = [
+            statistics.median(
+                [s.qps for s in sides if (s.algorithm, s.n, s.peer) == (*c, peer)] or [0]
+            )
+            for c in cells
+        ]
+        ax.bar([i + 0.4 * k - 0.2 for i in x], med, width=0.4, label=peer)
+    ax.set_xticks(list(x), [f"{a}\nN={n}" for a, n in cells], fontsize=8)
+    ax.set_ylabel("questions per second (median of rounds)")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="thinkgate bench search-peers")
+    p.add_argument("--peers-venv", default="/work/peers-venv")
+    p.add_argument("--questions", type=int, default=16)
+    p.add_argument("--min-ops", type=int, default=9)
+    p.add_argument("--max-ops", type=int, default=12)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--algorithms", default="particle-filtering,beam-search")
+    p.add_argument("--ns", default="4,8")
+    p.add_argument("--expansions", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--out", default=str(RESULTS / "search-peers"))
+    args = p.parse_args(argv)
+    args.argv = list(argv or [])
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    t0 = time.monotonic()
+    sides = run(args)
+    out = Path(args.out)
+    text = report(sides, args, (time.monotonic() - t0) / 60)
+    out.with_suffix(".md").write_text(text)
+    plot(sides, out.with_suffix(".png"))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
