@@ -6,7 +6,9 @@ empty: nothing here signs) when the choice thought, then a ``text`` block (the a
 that matched) or ``max_tokens`` (a choice was cut). Usage: ``input_tokens`` and
 ``output_tokens`` (thinking included; ``output_tokens_details.thinking_tokens`` says how
 many), exact over every sample the strategy drew. The ``thinkgate`` extension sits on
-the message (a stream: on ``message_delta``).
+the message (a stream: on ``message_delta``); each answer's own details (finish reason,
+budget cuts, strategy options' output such as ``token_ids``) on its ``text`` block (a
+stream: on that block's ``content_block_stop``).
 
 A stream sends Anthropic's events, each as ``event: <type>``: ``message_start``, then per
 block ``content_block_start``, ``content_block_delta`` (``thinking_delta`` or
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 from server import messages_errors, sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
-from server.render import Body, Envelope
-from strategies.base import ChoiceDelta, Progress, Result, StrategyEvent, Usage
+from server.render import Body, Envelope, choice_info
+from strategies.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from strategies.errors import GatewayError
 
 
@@ -38,7 +40,7 @@ class MessagesCall:
     id_prefix: str = "msg_"
 
     def body(self, env: Envelope, final: Result) -> Body:
-        content = [_block(b.kind, b.text) for b in of_result(final)]
+        content = [_block(b.kind, b.text, b.choice) for b in of_result(final)]
         reason, sequence = stop_reason(final)
         return {
             "id": env.response_id,
@@ -76,10 +78,14 @@ def stop_reason(final: Result) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def _block(kind: BlockKind, text: str) -> Body:
+def _block(kind: BlockKind, text: str, choice: Choice | None = None) -> Body:
+    """A content block; an answer's carries its choice's ``thinkgate`` details."""
     if kind == "thinking":
         return {"type": "thinking", "thinking": text, "signature": ""}
-    return {"type": "text", "text": text}
+    block: Body = {"type": "text", "text": text}
+    if choice is not None:
+        block["thinkgate"] = choice_info(choice)
+    return block
 
 
 class MessagesEncoder:
@@ -137,7 +143,10 @@ class MessagesEncoder:
                 delta = {"type": "text_delta", "text": b.text}
             body = {"type": "content_block_delta", "index": b.position, "delta": delta}
             return sse.event("content_block_delta", body)
-        return sse.event("content_block_stop", {"type": "content_block_stop", "index": b.position})
+        stop: Body = {"type": "content_block_stop", "index": b.position}
+        if b.kind == "answer" and b.choice is not None:
+            stop["thinkgate"] = choice_info(b.choice)
+        return sse.event("content_block_stop", stop)
 
     def error(self, err: GatewayError) -> bytes:
         rid = self._env.response_id.removeprefix("msg_")

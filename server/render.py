@@ -112,6 +112,15 @@ def _choice(kind: Kind, c: Choice) -> Body:
     return body
 
 
+def choice_info(c: Choice) -> Body:
+    """One answer's details where another API has no choice object: its index, finish
+    reason, budget cuts and what the strategy reports for it."""
+    info: Body = {"index": c.index, "finish_reason": c.finish_reason, **c.info}
+    if c.budget_cut is not None:
+        info["budget_cut"] = list(c.budget_cut)
+    return info
+
+
 def chunk(env: Envelope, choices: list[Body], **extra: object) -> Body:
     """One stream chunk around ``choices`` (built with the delta helpers below)."""
     body: Body = {

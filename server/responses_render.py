@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from server import sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
-from server.render import Body, Envelope
+from server.render import Body, Envelope, choice_info
 from strategies.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from strategies.errors import GatewayError
 
@@ -155,16 +155,9 @@ def _item(
         "status": status,
         "content": content,
     }
-    if done and choice is not None and (info := _choice_info(choice)):
-        item["thinkgate"] = info
+    if done and choice is not None:
+        item["thinkgate"] = choice_info(choice)
     return item
-
-
-def _choice_info(c: Choice) -> dict[str, object]:
-    info: dict[str, object] = {"index": c.index, "finish_reason": c.finish_reason, **c.info}
-    if c.budget_cut is not None:
-        info["budget_cut"] = list(c.budget_cut)
-    return info
 
 
 class ResponsesEncoder:

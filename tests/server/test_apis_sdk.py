@@ -158,14 +158,19 @@ def test_messages_thinking_budget_held_with_an_answer(
         system="Answer in a box.",
         messages=[{"role": "user", "content": HARD}],
         thinking={"type": "enabled", "budget_tokens": 24},
+        extra_body={"return_token_ids": True},
     )
     assert raw.headers["X-Budget-Applied"] == "thinking=24"
     m = raw.parse()
     assert [b.type for b in m.content] in (["thinking", "text"], ["text"])
-    assert "\\boxed{" in m.content[-1].text
+    answer = m.content[-1]
+    assert "\\boxed{" in answer.text
     assert m.stop_reason == "end_turn"
-    thinking = m.usage.output_tokens_details.thinking_tokens
-    assert thinking <= 24
+    ids = answer.model_extra["thinkgate"]["token_ids"]
+    reasoning, text, n_reasoning = _expected(ids, hf_tokenizer)
+    assert answer.text == text
+    assert m.usage.output_tokens == len(ids)
+    assert m.usage.output_tokens_details.thinking_tokens == n_reasoning <= 24
     messages = [
         {"role": "system", "content": "Answer in a box."},
         {"role": "user", "content": HARD},

@@ -172,10 +172,10 @@ async def test_messages_answer_and_stream_agree(
     assert plain.status_code == 200, plain.text
     m = plain.json()
     assert m["type"] == "message" and m["id"] == f"msg_{plain.headers['X-Request-Id']}"
-    assert m["content"] == [
-        {"type": "thinking", "thinking": "3+4=7\n", "signature": ""},
-        {"type": "text", "text": "\\boxed{7}"},
-    ]
+    thinking, text = m["content"]
+    assert thinking == {"type": "thinking", "thinking": "3+4=7\n", "signature": ""}
+    assert text["type"] == "text" and text["text"] == "\\boxed{7}"
+    assert text["thinkgate"] == {"index": 0, "finish_reason": "stop"}
     assert m["stop_reason"] == "end_turn" and m["stop_sequence"] is None
     assert m["usage"]["output_tokens"] == len(testbed_tokens.encode(ANSWER)) + 1
     assert m["usage"]["output_tokens_details"] == {"thinking_tokens": 6}
@@ -198,6 +198,7 @@ async def test_messages_answer_and_stream_agree(
                 "thinking", delta.get("text", "")
             )
     assert blocks == {0: "3+4=7\n", 1: "\\boxed{7}"}
+    assert events[-3][1]["thinkgate"] == text["thinkgate"]  # the answer's content_block_stop
     delta = events[-2][1]
     assert delta["delta"]["stop_reason"] == "end_turn"
     assert delta["usage"]["output_tokens"] == m["usage"]["output_tokens"]
