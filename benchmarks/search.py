@@ -29,6 +29,7 @@ import asyncio
 import json
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -278,7 +279,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--url", help="a running thinkgate server (default: start one)")
     p.add_argument("--out", default=str(RESULTS / "search"), help="path prefix of the results")
     args = p.parse_args(argv)
-    args.argv = list(argv or [])
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 

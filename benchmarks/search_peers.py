@@ -8,6 +8,8 @@ testbed PRM for both (``thinkgate replica --prm``: ``/pooling`` with step poolin
   thinkgate  ``thinkgate serve --engine remote --vllm-urls <replica> --prm-url <prm>``:
              a step of all paths is one round of token-id requests (``n`` = candidates
              per distinct path, the prefix in vLLM's cache), the PRM one batched call
+  thinkgate-local  ``thinkgate serve`` as deployed by default: the same engine settings
+             and the same PRM weights, both in its own process (no HTTP per step)
   its_hub    its_hub 1.2's library (``ParticleFiltering`` / ``BeamSearch``; its IaaS
              server runs only self-consistency) driven by
              ``benchmarks/search_peers_its_hub.py`` in its own virtual environment
@@ -21,7 +23,7 @@ candidates each on thinkgate, its_hub's ``BeamSearch`` with budget N x M and wid
 Both use temperature 1, a newline as the step delimiter, 40 steps at most, the last
 step's reward as a path's score and the best path's answer.
 
-Rounds are interleaved (thinkgate then its_hub, then the other order), each side answering
+Rounds are interleaved (each round starts with the next side), each side answering
 the same ``--questions`` with ``--concurrency`` in flight; per cell the median questions
 per second over rounds, its range, accuracy, the prompt and completion tokens each bills
 per question, and what vLLM itself counted (its ``/metrics``). Writes
@@ -240,32 +242,47 @@ def run(args: argparse.Namespace) -> list[Side]:
         )
     )
     cells = [(a, int(n)) for a in args.algorithms.split(",") for n in args.ns.split(",")]
+    peers = [p for p in args.peers.split(",") if p]
     sides: list[Side] = []
     with ExitStack() as stack:
         gen = stack.enter_context(replica(log=LOGS / "search-peers-replica.log"))
         prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
-        gateway = stack.enter_context(
-            thinkgate(
-                model_path("base"),
-                "--engine",
-                "remote",
-                "--vllm-urls",
-                gen,
-                "--prm-url",
-                prm,
-                log=LOGS / "search-peers-thinkgate.log",
+        gateways: dict[str, str] = {}
+        if "thinkgate" in peers:
+            gateways["thinkgate"] = stack.enter_context(
+                thinkgate(
+                    model_path("base"),
+                    "--engine",
+                    "remote",
+                    "--vllm-urls",
+                    gen,
+                    "--prm-url",
+                    prm,
+                    log=LOGS / "search-peers-thinkgate.log",
+                )
             )
-        )
-        bar = tqdm(total=len(cells) * args.rounds * 2, desc="search peers")
+        if "thinkgate-local" in peers:
+            # thinkgate's default deployment: the engine and the PRM in its own process.
+            gateways["thinkgate-local"] = stack.enter_context(
+                thinkgate(model_path("base"), log=LOGS / "search-peers-thinkgate-local.log")
+            )
+        bar = tqdm(total=len(cells) * args.rounds * len(peers), desc="search peers")
         for rnd in range(args.rounds):
             for algorithm, n in cells:
-                order = ("thinkgate", "its_hub") if rnd % 2 == 0 else ("its_hub", "thinkgate")
+                # Every round starts with another side, so drift in the machine's load
+                # does not always fall on the same one.
+                order = peers[rnd % len(peers) :] + peers[: rnd % len(peers)]
                 for peer in order:
                     before = counters(gen)
-                    if peer == "thinkgate":
+                    if peer in gateways:
                         wall, rows = asyncio.run(
                             thinkgate_side(
-                                gateway, algorithm, n, args.expansions, questions, args.concurrency
+                                gateways[peer],
+                                algorithm,
+                                n,
+                                args.expansions,
+                                questions,
+                                args.concurrency,
                             )
                         )
                     else:
@@ -286,6 +303,14 @@ def run(args: argparse.Namespace) -> list[Side]:
     return sides
 
 
+def _med(xs: Sequence[float]) -> str:
+    return f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-"
+
+
+def _mean(xs: Sequence[Side], field: str) -> float:
+    return statistics.fmean(getattr(s, field) for s in xs) if xs else 0.0
+
+
 def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> str:
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -296,35 +321,35 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         "",
         f"{args.questions} held-out testbed questions (test split, {args.min_ops}-{args.max_ops} "
         f"operations, seed {args.seed}), {args.concurrency} questions in flight per side, "
-        f"{args.rounds} interleaved rounds per cell (the order flips every round). Both sides "
-        "use one `thinkgate replica` (vLLM's own server, float32, 512-token context, 1 ms "
-        "engine spin) and one `thinkgate replica --prm` (the testbed PRM on vLLM's "
-        f"`/pooling`). Beam search: thinkgate N beams x {args.expansions} candidates, "
+        f"{args.rounds} interleaved rounds per cell (each starts with the next side). "
+        "`thinkgate` and `its_hub` use one `thinkgate replica` (vLLM's own server, float32, "
+        "512-token context, 1 ms engine spin) and one `thinkgate replica --prm` (the testbed "
+        "PRM on vLLM's `/pooling`); `thinkgate-local` is `thinkgate serve` as deployed by "
+        "default, the same engine settings and PRM weights in its own process. "
+        f"Beam search: thinkgate N beams x {args.expansions} candidates, "
         f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
         "",
-        "| algorithm | N | q/s thinkgate (median, range) | q/s its_hub | thinkgate / its_hub (median of rounds, range) | accuracy % thinkgate / its_hub | prompt tokens billed per question | completion tokens billed | vLLM counted per question: requests / prompt / generated |",  # noqa: E501
+        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt / generated |",  # noqa: E501
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    peers = list(dict.fromkeys(s.peer for s in sides))
     for algorithm, n in cells:
-        tg = [s for s in sides if (s.algorithm, s.n, s.peer) == (algorithm, n, "thinkgate")]
         ih = [s for s in sides if (s.algorithm, s.n, s.peer) == (algorithm, n, "its_hub")]
-        ratios = [a.qps / b.qps for a in tg for b in ih if a.round == b.round and b.qps > 0]
-
-        def med(xs: Sequence[float]) -> str:
-            return f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-"
-
-        def mean(xs: Sequence[Side], f: str) -> float:
-            return statistics.fmean(getattr(s, f) for s in xs) if xs else 0.0
-
-        lines.append(
-            f"| {algorithm} | {n} | {med([s.qps for s in tg])} | {med([s.qps for s in ih])} | "
-            f"**{med(ratios)}** | {mean(tg, 'accuracy'):.1f} / {mean(ih, 'accuracy'):.1f} | "
-            f"{mean(tg, 'prompt_tokens'):.0f} / {mean(ih, 'prompt_tokens'):.0f} | "
-            f"{mean(tg, 'completion_tokens'):.0f} / {mean(ih, 'completion_tokens'):.0f} | "
-            f"thinkgate {mean(tg, 'vllm_requests'):.0f} / {mean(tg, 'vllm_prompt_tokens'):.0f} / "
-            f"{mean(tg, 'vllm_generated_tokens'):.0f}; its_hub {mean(ih, 'vllm_requests'):.0f} / "
-            f"{mean(ih, 'vllm_prompt_tokens'):.0f} / {mean(ih, 'vllm_generated_tokens'):.0f} |"
-        )
+        for peer in peers:
+            mine = [s for s in sides if (s.algorithm, s.n, s.peer) == (algorithm, n, peer)]
+            ratios = [a.qps / b.qps for a in mine for b in ih if a.round == b.round and b.qps]
+            counted = (
+                "in process"
+                if peer == "thinkgate-local"
+                else f"{_mean(mine, 'vllm_requests'):.0f} / {_mean(mine, 'vllm_prompt_tokens'):.0f}"
+                f" / {_mean(mine, 'vllm_generated_tokens'):.0f}"
+            )
+            ratio = "" if peer == "its_hub" else f"**{_med(ratios)}**"
+            lines.append(
+                f"| {algorithm} | {n} | {peer} | {_med([s.qps for s in mine])} | {ratio} | "
+                f"{_mean(mine, 'accuracy'):.1f} | {_mean(mine, 'prompt_tokens'):.0f} | "
+                f"{_mean(mine, 'completion_tokens'):.0f} | {counted} |"
+            )
     lines += [
         "",
         "Billed tokens are what each returns to its client: thinkgate's `usage` (the prompt "
@@ -353,14 +378,16 @@ def plot(sides: Sequence[Side], path: Path) -> None:
     cells = list(dict.fromkeys((s.algorithm, s.n) for s in sides))
     fig, ax = plt.subplots(figsize=(7, 4))
     x = range(len(cells))
-    for k, peer in enumerate(("thinkgate", "its_hub")):
+    peers = list(dict.fromkeys(s.peer for s in sides))
+    width = 0.8 / len(peers)
+    for k, peer in enumerate(peers):
         med = [
             statistics.median(
                 [s.qps for s in sides if (s.algorithm, s.n, s.peer) == (*c, peer)] or [0]
             )
             for c in cells
         ]
-        ax.bar([i + 0.4 * k - 0.2 for i in x], med, width=0.4, label=peer)
+        ax.bar([i + width * k - 0.4 + width / 2 for i in x], med, width=width, label=peer)
     ax.set_xticks(list(x), [f"{a}\nN={n}" for a, n in cells], fontsize=8)
     ax.set_ylabel("questions per second (median of rounds)")
     ax.legend()
@@ -378,13 +405,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-ops", type=int, default=12)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--algorithms", default="particle-filtering,beam-search")
+    p.add_argument(
+        "--peers",
+        default="thinkgate,thinkgate-local,its_hub",
+        help="thinkgate: in front of the same vLLM servers; thinkgate-local: its default "
+        "deployment (engine and PRM in process); its_hub",
+    )
     p.add_argument("--ns", default="4,8")
     p.add_argument("--expansions", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--out", default=str(RESULTS / "search-peers"))
     args = p.parse_args(argv)
-    args.argv = list(argv or [])
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 

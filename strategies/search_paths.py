@@ -16,6 +16,7 @@ generated under the solution budget.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,8 @@ class Ledger:
     candidates: list[int] = field(default_factory=list)  # per step
     step_tokens: list[int] = field(default_factory=list)  # per step, all candidates
     answer_tokens: int = 0
+    engine_s: float = 0.0  # wall time waiting for the engine (steps and answers)
+    prm_s: float = 0.0  # wall time waiting for the PRM
     survivors: list[int] = field(default_factory=list)  # per step, live paths after it
 
 
@@ -210,7 +213,9 @@ async def expand(
                 sampling=sampling,
             )
         )
+    t0 = time.perf_counter()
     results = await _generate_all(ctx, requests)
+    ledger.engine_s += time.perf_counter() - t0
     out: list[list[Path]] = [[] for _ in parents]
     for key, req, samples in zip(keys, requests, results, strict=True):
         if len(samples) != req.sampling.n:
@@ -247,7 +252,9 @@ async def score(
     if not todo:
         return list(paths)
     prompt = ctx.request.prompt_token_ids
+    t0 = time.perf_counter()
     rewards = await prm.score_paths(prompt, [paths[i].steps for i in todo])
+    ledger.prm_s += time.perf_counter() - t0
     ledger.prm_calls += 1
     ledger.prm_tokens += sum(len(prm.sequence(prompt, paths[i].steps)) for i in todo)
     out = list(paths)
@@ -303,7 +310,9 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
             )
         )
         ledger.seed_offset += 1
+    t0 = time.perf_counter()
     results = await _generate_all(ctx, requests)
+    ledger.engine_s += time.perf_counter() - t0
     got: dict[tuple[int, ...], Sample] = {}
     for head, req, samples in zip(todo, requests, results, strict=True):
         if len(samples) != 1:

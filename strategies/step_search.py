@@ -256,6 +256,9 @@ class StepSearch:
             "engine_prompt_tokens": ledger.engine_prompt_tokens,
             "prm_calls": ledger.prm_calls,
             "prm_tokens": ledger.prm_tokens,
+            # Where the request's time went (waits overlap nothing: steps are sequential).
+            "engine_seconds": round(ledger.engine_s, 4),
+            "prm_seconds": round(ledger.prm_s, 4),
             "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
             "chosen_score": round(scores[best], 6),
             "path_scores": [round(s, 6) for s in scores],
