@@ -109,9 +109,17 @@ def thinking_used(ctx: StrategyContext, path: Path) -> int:
     return split.reasoning_tokens if ctx.request.thinking_open or split.think_closed else 0
 
 
+def room_after(ctx: StrategyContext, ids: Sequence[int]) -> int:
+    """Tokens a path of ``ids`` may still generate: the context's room, and the client's
+    ``max_tokens``, which caps each path (thinking and answer) as it caps each sample of
+    the sampling strategies."""
+    left = ctx.engine.max_model_len - len(ctx.request.prompt_token_ids) - len(ids)
+    limit = ctx.request.sampling.max_tokens
+    return left if limit is None else min(left, limit - len(ids))
+
+
 def room(ctx: StrategyContext, path: Path) -> int:
-    """Tokens the context still has for this path."""
-    return ctx.engine.max_model_len - len(ctx.request.prompt_token_ids) - len(path.ids)
+    return room_after(ctx, path.ids)
 
 
 def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> int:
@@ -291,10 +299,9 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
         if p.state == "forced" and tokens.think_end_ids:
             head = head + tokens.think_end_ids
         heads.append(head)
-    prompt_len = len(ctx.request.prompt_token_ids)
 
     def space(head: tuple[int, ...]) -> int:
-        return ctx.engine.max_model_len - prompt_len - len(head)
+        return room_after(ctx, head)
 
     todo = sorted(
         {h for h, p in zip(heads, paths, strict=True) if p.state != "ended" and space(h) > 0}

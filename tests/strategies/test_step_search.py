@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -372,3 +373,20 @@ def test_bad_options_are_400s_naming_the_field(
     with pytest.raises(InvalidRequest) as err:
         ParticleFiltering().validate(ctx.request, ctx.engine)
     assert err.value.param == param
+
+
+async def test_max_tokens_caps_each_path(testbed_tokens: Any) -> None:
+    """The client's max_tokens bounds every path, thinking and answer together."""
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=ArithmeticPrm(testbed_tokens))
+    ctx = StrategyContext(
+        engine=ctx.engine,
+        request=replace(ctx.request, sampling=SamplingConfig(seed=0, max_tokens=15)),
+        resources=ctx.resources,
+    )
+    _, result = await _run(BeamSearch(), ctx)
+    prompt = len(ctx.request.prompt_token_ids)
+    for call in ctx.engine.calls:  # type: ignore[attr-defined]
+        assert len(call.prompt_token_ids) - prompt + (call.sampling.max_tokens or 0) <= 15
+    choice = result.choices[0]
+    assert choice.finish_reason == "length"
