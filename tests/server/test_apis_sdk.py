@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anthropic
@@ -15,6 +16,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "
 
 EASY = make_questions("test", 1, seed=3, min_ops=1, max_ops=2)[0].prompt
 HARD = make_questions("test", 1, seed=4, min_ops=8, max_ops=8)[0].prompt
+LONGEST = make_questions("test", 1, seed=5, min_ops=12, max_ops=12)[0].prompt
 
 
 @pytest.fixture(scope="session")
@@ -241,3 +243,42 @@ def test_messages_refusals_are_400s_in_anthropics_envelope(
     body = info.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert words in body["error"]["message"]
+
+
+# --- a client that leaves aborts its engine requests, as on chat
+
+ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
+
+
+def _aborted_since(live_server: Any, before: float) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        m = live_server.metrics()
+        idle = m["thinkgate_engine_unfinished_requests"] == 0
+        if m.get(ABORTED, 0) > before and idle and m["thinkgate_inflight_requests"] == 0:
+            return
+        assert time.monotonic() < deadline, f"not aborted: {m.get(ABORTED)}"
+        time.sleep(0.2)
+
+
+def test_leaving_a_messages_stream_aborts(
+    live_server: Any, claude: anthropic.Anthropic, served_model: str
+) -> None:
+    before = live_server.metrics().get(ABORTED, 0.0)
+    with claude.messages.stream(
+        model=served_model,
+        max_tokens=400,
+        messages=[{"role": "user", "content": LONGEST}],
+    ) as stream:
+        for event in stream:
+            assert event.type == "message_start"  # sent with the first token
+            break
+    _aborted_since(live_server, before)
+
+
+def test_leaving_a_responses_request_aborts(live_server: Any, served_model: str) -> None:
+    before = live_server.metrics().get(ABORTED, 0.0)
+    body = {"model": served_model, "input": HARD, "max_output_tokens": 400}
+    headers = {"X-Strategy": "self-consistency", "X-Budget-Samples": "32"}
+    live_server.post_and_leave("/v1/responses", body, headers)
+    _aborted_since(live_server, before)
