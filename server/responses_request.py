@@ -53,8 +53,10 @@ class InputMessage(_Strict):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
     content: str | list[InputText]
-    id: str | None = None  # an output message given back
+    id: str | None = None  # an output message given back ...
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
+    thinkgate: dict[str, JsonValue] | None = None  # ... with our details: ignored
 
     def text(self) -> str:
         if isinstance(self.content, str):

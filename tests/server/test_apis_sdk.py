@@ -71,6 +71,10 @@ def test_responses_create_splits_reasoning_and_usage_is_exact(
     assert r.usage.output_tokens_details.reasoning_tokens == n_reasoning
     assert r.usage.total_tokens == r.usage.input_tokens + len(ids)
     assert r.model_extra["thinkgate"]["strategy"] == "plain"
+    # The SDK's output items go back as the next turn's history (stateless multi-turn).
+    turn = [{"role": "user", "content": EASY}, *r.output, {"role": "user", "content": EASY}]
+    again = openai_client.responses.create(model=served_model, input=turn, max_output_tokens=60)
+    assert again.usage.input_tokens > r.usage.input_tokens
 
 
 def test_responses_stream_events_equal_the_created_answer(

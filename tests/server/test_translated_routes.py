@@ -97,6 +97,22 @@ async def test_responses_stream_carries_the_same_answer_in_typed_events(
     assert final["instructions"] == "Be brief." and final["thinkgate"]["strategy"] == "plain"
 
 
+async def test_output_items_given_back_are_the_next_turns_history(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        first = await app.client.post("/v1/responses", json={"model": app.model, "input": "hi"})
+        history = [{"role": "user", "content": "hi"}, *first.json()["output"]]
+        second = await app.client.post(
+            "/v1/responses",
+            json={"model": app.model, "input": [*history, {"role": "user", "content": "again"}]},
+        )
+        assert second.status_code == 200, second.text
+        # The earlier turn's thinking reaches the template as that turn's reasoning.
+        prompt = testbed_tokens.decode(app.engine.calls[-1].prompt_token_ids)
+        assert "\\boxed{7}" in prompt and "again" in prompt
+
+
 async def test_multi_sample_strategy_replays_the_chosen_answer(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:
