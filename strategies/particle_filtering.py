@@ -4,10 +4,16 @@ Puri et al. 2025 ("A probabilistic inference approach to inference-time scaling"
 every live particle is extended by one step (one engine round; particles that share a
 path share a request), each particle's weight is the softmax over particles of
 ``logit(r) / resample_temperature``, ``r`` the PRM's reward of its latest step, and N
-particles are drawn with replacement by weight (multinomial; seeded by the request's
-``seed``). Finished particles take part in the draw with their last reward, so a good
+particles are drawn with replacement by weight (seeded by the request's ``seed``):
+``systematic`` resampling by default (one uniform draw, N evenly spaced points: every
+particle of weight w is kept floor(Nw) or ceil(Nw) times, so equal weights keep every
+particle once), or ``multinomial`` (N independent draws; with equal weights it still
+loses about a third of the particles a step, and over the tens of steps of a reasoning
+trace the particles collapse onto one ancestor, whatever the PRM says). Finished
+particles take part in the draw with their last reward, so a good
 finished path may be copied and a bad one dropped; the search ends when every particle
-has finished (or ``max_steps``). Properties: a constant PRM resamples uniformly;
+has finished (or ``max_steps``). Properties: a constant PRM resamples uniformly
+(systematic: every particle kept once);
 ``resample_temperature: 0`` keeps the best particle N times (greedy); resampling
 never creates a path that was not generated.
 """
@@ -52,15 +58,40 @@ def latest(path: Path) -> float:
     return path.rewards[-1] if path.rewards else 0.5
 
 
-def resample(particles: Sequence[Path], temperature: float, rng: random.Random) -> list[Path]:
+def systematic(w: Sequence[float], k: int, rng: random.Random) -> list[int]:
+    """``k`` indices by systematic (low-variance) resampling of the weights ``w``."""
+    u = rng.random() / k
+    picks: list[int] = []
+    total, i = w[0], 0
+    for j in range(k):
+        point = u + j / k
+        while point > total and i < len(w) - 1:
+            i += 1
+            total += w[i]
+        picks.append(i)
+    return picks
+
+
+def resample(
+    particles: Sequence[Path],
+    temperature: float,
+    rng: random.Random,
+    method: str = "systematic",
+) -> list[Path]:
     w = weights([latest(p) for p in particles], temperature)
-    picks = rng.choices(range(len(particles)), weights=w, k=len(particles))
+    if method == "systematic":
+        picks = systematic(w, len(particles), rng)
+    else:
+        picks = rng.choices(range(len(particles)), weights=w, k=len(particles))
     return [particles[i] for i in sorted(picks)]
 
 
 class ParticleFiltering(StepSearch):
     name: ClassVar[str] = "particle-filtering"
-    body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS | {"resample_temperature"}
+    body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS | {
+        "resample_temperature",
+        "resampling",
+    }
 
     def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
         return SearchState(live=(Path(),) * n)
@@ -77,11 +108,15 @@ class ParticleFiltering(StepSearch):
         rng: random.Random,
     ) -> SearchState:
         particles = [c for group in children for c in group] + list(state.complete)
-        drawn = resample(particles, options.resample_temperature, rng)
+        drawn = resample(particles, options.resample_temperature, rng, options.resampling)
         return SearchState(
             live=tuple(p for p in drawn if p.live),
             complete=tuple(p for p in drawn if not p.live),
         )
 
     def trace(self, n: int, options: SearchOptions) -> dict[str, JSON]:
-        return {"particles": n, "resample_temperature": options.resample_temperature}
+        return {
+            "particles": n,
+            "resample_temperature": options.resample_temperature,
+            "resampling": options.resampling,
+        }

@@ -15,6 +15,7 @@ from strategies.prm import AGGREGATES
 Aggregate = Literal["last", "min", "prod"]
 Select = Literal["best", "vote"]
 SELECTS: Final = ("best", "vote")
+RESAMPLINGS: Final = ("systematic", "multinomial")
 
 # Upper bounds a request may ask for (a search of 10^4 steps is a mistake, not a plan).
 MAX_EXPANSIONS: Final = 64
@@ -49,6 +50,7 @@ class SearchOptions:
     aggregate: Aggregate
     select: Select
     resample_temperature: float  # particle filtering only
+    resampling: str  # particle filtering only: systematic or multinomial
 
 
 def _int(request: StrategyRequest, name: str, default: int, hi: int) -> int:
@@ -92,7 +94,10 @@ def _delimiter(request: StrategyRequest, default: str) -> str:
 def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
     """The request's options; 400 naming the field for a bad one."""
     aggregate = _choice(request, "aggregate", "last", AGGREGATES)
-    select = _choice(request, "select", "best", SELECTS)
+    # A PRM-weighted vote over the finished paths by default: Hugging Face's
+    # search-and-learn found it the best final rule for beam search and DVTS, and it
+    # degrades to a majority vote, not to one path's luck, where the PRM is unsure.
+    select = _choice(request, "select", "vote", SELECTS)
     return SearchOptions(
         step_delimiter=_delimiter(request, defaults.step_delimiter),
         max_steps=_int(request, "max_steps", defaults.max_steps, MAX_STEPS),
@@ -101,6 +106,7 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         aggregate=aggregate,  # type: ignore[arg-type]  # checked against AGGREGATES
         select=select,  # type: ignore[arg-type]  # checked against SELECTS
         resample_temperature=_temperature(request),
+        resampling=_choice(request, "resampling", "systematic", RESAMPLINGS),
     )
 
 

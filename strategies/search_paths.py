@@ -154,8 +154,12 @@ def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) ->
     before, after = split_of(ctx, parent.ids), split_of(ctx, ids)
     closed = after.think_closed and not before.think_closed
     step = gen
-    if closed:  # the step is the thinking this call added, without the end delimiter
-        step = tuple(after.reasoning_ids[len(before.reasoning_ids) :])
+    if closed:
+        # The closing step is the thinking this call added and the end delimiter: the
+        # PRM judges the end of thinking too (whether it reached the answer; a path that
+        # skips the question's last operations and closes looks right line by line).
+        added = tuple(after.reasoning_ids[len(before.reasoning_ids) :])
+        step = added + ctx.engine.tokens.think_end_ids
     elif plan.delimiter_ids and step[-len(plan.delimiter_ids) :] == plan.delimiter_ids:
         step = step[: -len(plan.delimiter_ids)]
     state: PathState = "live"
@@ -274,6 +278,18 @@ async def score(
 def force_close(paths: Sequence[Path]) -> list[Path]:
     """Live paths at the search's end are closed by the gateway (``forced``)."""
     return [replace(p, state="forced") if p.live else p for p in paths]
+
+
+async def score_closings(
+    ctx: StrategyContext, prm: ProcessRewardModel, paths: Sequence[Path], ledger: Ledger
+) -> list[Path]:
+    """Paths the gateway closed get the closing step a model-closed path has (the end
+    delimiter, scored by the PRM), so that every finished path is judged on its end."""
+    end = ctx.engine.tokens.think_end_ids
+    if not end:
+        return list(paths)
+    closing = [replace(p, steps=(*p.steps, end)) if p.state == "forced" else p for p in paths]
+    return await score(ctx, prm, closing, ledger)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -52,6 +52,7 @@ from strategies.search_paths import (
     expand,
     force_close,
     score,
+    score_closings,
     settle,
     split_of,
     step_plan,
@@ -196,7 +197,9 @@ class StepSearch:
                     "best_score": None if best is None else round(best, 6),
                 }
             )
-        finished = list(state.complete) + force_close(state.live)
+        finished = await score_closings(
+            ctx, prm, list(state.complete) + force_close(state.live), ledger
+        )
         yield await self._result(ctx, options, n, finished, ledger, steps)
 
     async def _result(

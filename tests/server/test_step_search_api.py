@@ -59,9 +59,10 @@ def audit(r: Any, tg: dict[str, Any]) -> None:
     assert rewards and all(0.0 <= x <= 1.0 for x in rewards)
     choice = r.choices[0]
     assert choice.model_extra["thinkgate"]["steps"] == len(rewards)
-    # Steps are thinking lines: one reward per line of the returned reasoning.
+    # Steps are thinking lines: one reward per line of the returned reasoning, and one for
+    # the end of its thinking (closed by the model or by the gateway).
     reasoning = choice.message.model_extra["reasoning_content"] or ""
-    assert len([ln for ln in reasoning.split("\n") if ln]) == len(rewards)
+    assert len([ln for ln in reasoning.split("\n") if ln]) + 1 == len(rewards)
 
 
 @pytest.mark.parametrize("strategy", ["beam-search", "particle-filtering", "dvts"])

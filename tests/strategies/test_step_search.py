@@ -54,9 +54,12 @@ class World:
     the sample index j), closes thinking after LINES lines, then answers from the last
     value its lines reached. Counts what it generated and what was cancelled."""
 
-    def __init__(self, tokens: Any, right: Any = lambda j: j % 2 == 0) -> None:
+    def __init__(
+        self, tokens: Any, right: Any = lambda j: j % 2 == 0, lines: Any = lambda j: LINES
+    ) -> None:
         self.tokens = tokens
         self.right = right
+        self.lines = lines  # how many lines sample j writes before it closes its thinking
         self.generated = 0
         self.cancelled = 0
         self.hold: asyncio.Event | None = None
@@ -83,7 +86,7 @@ class World:
                 out.append(Sample(index=j, token_ids=ids, finish_reason=finish))
                 continue
             done = [ln for ln in thinking.split("\n") if ln]
-            if len(done) >= LINES:
+            if len(done) >= self.lines(j):
                 ids = (t.think_end_id,)
                 out.append(Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=4))
                 continue
@@ -105,7 +108,8 @@ def _last_value(thinking: str) -> str:
 
 class ArithmeticPrm:
     """A scripted PRM backend: at each newline, 0.9 when the line before it is true
-    arithmetic, else 0.1. Records every batch it was given."""
+    arithmetic, else 0.1; at the tag after ``</think>``, 0.9 when the thinking wrote all
+    LINES lines right (it reached the answer). Records every batch it was given."""
 
     def __init__(self, tokens: Any) -> None:
         self.tokens = tokens
@@ -115,11 +119,17 @@ class ArithmeticPrm:
         self.batches.append(len(sequences))
         out = []
         for seq in sequences:
-            rewards, line = [], []
+            rewards: list[float] = []
+            line: list[int] = []
+            right = 0
             for tok in seq:
-                if tok == 47:
-                    text = self.tokens.decode(line)
-                    rewards.append(0.9 if line_is_correct(text) else 0.1)
+                if tok == 47 and self.tokens.think_end_id in line:
+                    rewards.append(0.9 if right == LINES else 0.1)
+                    line = []
+                elif tok == 47:
+                    ok = line_is_correct(self.tokens.decode(line))
+                    right += ok
+                    rewards.append(0.9 if ok else 0.1)
                     line = []
                 else:
                     line.append(tok)
@@ -184,9 +194,10 @@ async def test_beam_search_keeps_the_right_steps(testbed_tokens: Any) -> None:
     # 2 beams x 2 candidates every step; the lines' 3 steps, then the closing step.
     assert info["candidates_per_step"] == [4, 4, 4, 4]
     assert info["steps"] == 4 and len(progress) == 4
-    assert info["chosen_step_rewards"] == [0.9, 0.9, 0.9]
-    # One PRM call per step that wrote lines, all candidates batched in it.
-    assert prm.batches == [4, 4, 4]
+    # A reward per line, and one for the end of thinking (it reached the answer).
+    assert info["chosen_step_rewards"] == [0.9, 0.9, 0.9, 0.9]
+    # One PRM call per step, all candidates batched in it.
+    assert prm.batches == [4, 4, 4, 4]
     # Identical beams share one engine request (the root, and the two right lines).
     first = ctx.engine.calls[0]  # type: ignore[attr-defined]
     assert first.sampling.n == 4 and first.sampling.stop_token_ids == (47, 4)
@@ -265,6 +276,18 @@ def test_resampling_properties() -> None:
     assert resample(particles, 1.0, random.Random(0)) == drawn  # seeded: the same draw
     greedy = resample(particles, 0.0, random.Random(1))
     assert greedy == [particles[0]] * 3
+    # Systematic resampling keeps every particle once under equal weights (no drift);
+    # multinomial draws independently (seeded: reproducible).
+    even = [Path(ids=(i,), rewards=(0.5,)) for i in range(8)]
+    for seed in range(5):
+        assert resample(even, 1.0, random.Random(seed)) == even
+    drawn = resample(even, 1.0, random.Random(3), "multinomial")
+    assert drawn == resample(even, 1.0, random.Random(3), "multinomial")
+    assert len(set(drawn)) < 8  # with this seed, independent draws lost some
+    # Systematic keeps a particle of weight w floor(Nw) or ceil(Nw) times.
+    w = weights([0.9, 0.1, 0.5], 1.0)
+    counts = [resample(particles, 1.0, random.Random(s)).count(particles[0]) for s in range(20)]
+    assert all(int(3 * w[0]) <= c <= int(3 * w[0]) + 1 for c in counts)
 
 
 async def test_thinking_budget_caps_every_path(testbed_tokens: Any) -> None:
@@ -364,6 +387,7 @@ async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
         ({"max_steps": "3"}, "max_steps"),
         ({"step_delimiter": ""}, "step_delimiter"),
         ({"resample_temperature": -1}, "resample_temperature"),
+        ({"resampling": "stratified"}, "resampling"),
     ],
 )
 def test_bad_options_are_400s_naming_the_field(
@@ -390,3 +414,20 @@ async def test_max_tokens_caps_each_path(testbed_tokens: Any) -> None:
         assert len(call.prompt_token_ids) - prompt + (call.sampling.max_tokens or 0) <= 15
     choice = result.choices[0]
     assert choice.finish_reason == "length"
+
+
+async def test_a_path_that_closes_early_is_judged_on_its_end(testbed_tokens: Any) -> None:
+    """Right lines that stop before the question's last operation: the PRM's reward at
+    the end of thinking (0.1 here) keeps that path from winning."""
+    world = World(testbed_tokens, right=lambda j: True, lines=lambda j: 2 if j % 2 else LINES)
+    ctx = _ctx(
+        testbed_tokens,
+        world,
+        samples=2,
+        prm=ArithmeticPrm(testbed_tokens),
+        options={"expansions": 2},
+    )
+    _, result = await _run(BeamSearch(), ctx)
+    assert result.choices[0].reasoning == "".join(line + "\n" for line in RIGHT)
+    assert result.info["chosen_step_rewards"][-1] == 0.9
+    assert 0.1 in result.info["path_scores"]  # an early closer finished, and lost
