@@ -11,7 +11,7 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   then answers budget-guidance requests with a 503, as locally);
 * the token-in/token-out routes (``--enable-scale-out``);
 * on CPU, no chunked prefill (a seeded request with a chunked prefill kills the CPU
-  engine, VLLM-NOTES.md section 4) and float32, unless the arguments say otherwise, and
+  engine) and float32, unless the arguments say otherwise, and
   a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
   ``kernels/engine_wait.py``) unless the environment sets one.
 

@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import Qwen2ForCausalLM
 
-from testbed.engine import Completion
+from testbed.engine import Completion, to_completion
 from testbed.metrics import auroc
 from testbed.prm_labels import step_labels
 from testbed.reward import BestWeights, RewardSettings, sample_hf, sample_vllm
@@ -44,7 +44,7 @@ EXPORT_RESERVE_S: Final = 20.0  # the last evaluation and the export, inside tot
 class PrmSettings:
     base: str
     seed: int = 0
-    minutes: float = 5.0  # of training
+    minutes: float = 4.0  # of training
     total_minutes: float = 8.0  # the whole run: training stops early to stay inside it
     max_steps: int = 3000
     train_questions: int = 600
@@ -55,10 +55,21 @@ class PrmSettings:
     temperature: float = 1.0
     batch_size: int = 32
     lr: float = 5e-4
-    wrong_weight: float = 1.0  # loss weight of wrong steps (about 1 in 9 steps is wrong)
-    # Share of each batch drawn from trajectories with a wrong step (about 1 in 5 has one):
-    # the errors to learn are rare, the steps to learn them from are all in those.
-    error_share: float = 0.5
+    wrong_weight: float = 2.0  # loss weight of wrong steps (1 in 9 sampled steps is wrong)
+    # Share of each batch drawn from trajectories with a wrong step (about 1 in 5 has one).
+    # Off in the shipped run; at 0.5 (wrong_weight 1), runs cut to 35 and 25 steps by a
+    # busy machine measured worse held out (models/prm/README.md).
+    error_share: float = 0.0
+    # Share of each batch that is a sampled trajectory with one line's result digit
+    # replaced by another digit (labels again by exact arithmetic: that line and all after
+    # it wrong). `base` samples almost no wrong single-step line, so a PRM trained on its
+    # samples alone learns where `base` errs (merged lines) instead of checking the
+    # arithmetic (the shipped run scores `3+8=2` 0.99). Off in the shipped run: at 0.5,
+    # 72 steps (all layers) and 160 steps of 16 (frozen_layers 2) on a busy machine did
+    # not learn to check either and measured lower validation AUROC (models/prm/README.md).
+    corrupt_share: float = 0.0
+    # The embeddings and the lowest layers kept as `base` trained them: cheaper steps.
+    frozen_layers: int = 0
     eval_every: int = 25
     sampler: str = "vllm"  # "hf" (transformers generate) keeps smoke tests free of vLLM
     threads: int = 2
@@ -127,6 +138,24 @@ def example(codec: CharCodec, completion: Completion) -> Example:
     )
 
 
+def corrupt(codec: CharCodec, completion: Completion, rng: random.Random) -> Completion | None:
+    """``completion`` with one thinking line's result digit (its last character) replaced
+    by another digit; None when no line ends in a digit. Only the thinking changes (the
+    answer after `</think>` is kept: the labels read the thinking)."""
+    thinking = completion.thinking
+    lines = thinking.split(STEP_TAG)
+    closed = lines[:-1]  # a line cut mid-way has no tag
+    candidates = [i for i, line in enumerate(closed) if line[-1:].isdigit()]
+    if not candidates:
+        return None
+    k = rng.choice(candidates)
+    digit = int(closed[k][-1])
+    lines[k] = closed[k][:-1] + str((digit + rng.randint(1, 9)) % 10)
+    rest = completion.text[len(thinking) :]
+    ids = codec.encode(STEP_TAG.join(lines) + rest)
+    return to_completion(codec, completion.question, ids)
+
+
 class ProcessRewardNet(torch.nn.Module):
     """`Qwen2ForProcessRewardModel` in torch: its state dict has vLLM's weight names."""
 
@@ -141,8 +170,11 @@ class ProcessRewardNet(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Logits of (wrong, right) at every position: [batch, length, 2]."""
-        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
-        out: torch.Tensor = self.score(hidden)
+        out: torch.Tensor = self.score(self.hidden(ids, mask))
+        return out
+
+    def hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         return out
 
 
@@ -153,20 +185,23 @@ def load_net(base: str, *, seed: int) -> ProcessRewardNet:
 
 
 def _batch(rows: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r.ids) for r in rows)
+    """Padded ids and mask, each row cut after its last tag (what follows has no label
+    and, attention being causal, no effect on the tags' rewards)."""
+    cut = [r.ids[: r.positions[-1] + 1] if r.positions else r.ids for r in rows]
+    width = max(len(c) for c in cut)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r.ids)] = torch.tensor(r.ids)
-        mask[i, : len(r.ids)] = 1
+    for i, c in enumerate(cut):
+        ids[i, : len(c)] = torch.tensor(c)
+        mask[i, : len(c)] = 1
     return ids, mask
 
 
-def _gather(logits: torch.Tensor, rows: Sequence[Example]) -> torch.Tensor:
-    """The logits at every labeled position of ``rows``, concatenated: [steps, 2]."""
+def _gather(values: torch.Tensor, rows: Sequence[Example]) -> torch.Tensor:
+    """``values`` ([batch, length, ...]) at every labeled position of ``rows``, concatenated."""
     b = [i for i, r in enumerate(rows) for _ in r.positions]
     t = [p for r in rows for p in r.positions]
-    return logits[torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)]
+    return values[torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)]
 
 
 def step_scores(net: ProcessRewardNet, rows: Sequence[Example], pad_id: int) -> list[list[float]]:
@@ -248,13 +283,21 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
 
     net = load_net(settings.base, seed=settings.seed)
     net.train()
-    optim = torch.optim.AdamW(net.parameters(), lr=settings.lr, weight_decay=0.01)
+    frozen = [net.model.embed_tokens, *net.model.layers[: settings.frozen_layers]]
+    for module in frozen:
+        module.requires_grad_(False)
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=0.01)
     loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([settings.wrong_weight, 1.0]))
     rng = random.Random(settings.seed)
     with_error = [i for i, r in enumerate(train_rows) if not all(r.labels)]
+    copies = [c for c in (corrupt(codec, x, rng) for x in sampled[:n_train]) if c is not None]
+    corrupted = [e for e in (example(codec, c) for c in copies) if e.positions]
     n_error = round(settings.batch_size * settings.error_share) if with_error else 0
+    n_copy = round(settings.batch_size * settings.corrupt_share) if corrupted else 0
     order: list[int] = []
     error_order: list[int] = []
+    copy_order: list[int] = []
     val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
     curve: list[tuple[int, float]] = [(0, val_auc)]
     best = BestWeights()
@@ -273,16 +316,21 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         if len(error_order) < n_error:
             error_order = list(with_error)
             rng.shuffle(error_order)
-        n_rest = settings.batch_size - n_error
+        if len(copy_order) < n_copy:
+            copy_order = list(range(len(corrupted)))
+            rng.shuffle(copy_order)
+        n_rest = settings.batch_size - n_error - n_copy
         pick = error_order[:n_error] + order[:n_rest]
         error_order, order = error_order[n_error:], order[n_rest:]
-        rows = [train_rows[i] for i in pick]
+        rows = [train_rows[i] for i in pick] + [corrupted[i] for i in copy_order[:n_copy]]
+        copy_order = copy_order[n_copy:]
         ids, mask = _batch(rows, codec.pad_id)
         target = torch.tensor([int(y) for r in rows for y in r.labels], dtype=torch.long)
-        loss = loss_fn(_gather(net(ids, mask), rows), target)
+        # The head only where there are labels (the rest of the positions carry none).
+        loss = loss_fn(net.score(_gather(net.hidden(ids, mask), rows)), target)
         optim.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optim.step()
         step += 1
         bar.update(1)

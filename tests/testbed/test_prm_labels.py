@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from testbed.engine import to_completion
-from testbed.prm import STEP_TAG, example
+from testbed.prm import STEP_TAG, corrupt, example
 from testbed.prm_labels import step_labels
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
@@ -88,3 +88,22 @@ def test_the_example_puts_one_label_at_every_tag_after_the_prompt() -> None:
     # Thinking cut mid-line (no tag after it, no `</think>`): only the closed lines count.
     cut = example(codec, to_completion(codec, Q, codec.encode("3+8=1\n1-5")))
     assert cut.labels == (True,) and cut.lines == 1
+
+
+def test_a_corrupted_copy_changes_one_result_digit_and_is_labeled_by_arithmetic() -> None:
+    codec = CharCodec()
+    text = "3+8=1\ncheck 1-8=3\n1-5+7=3\n</think>\n\\boxed{3}<|im_end|>"
+    done = to_completion(codec, Q, codec.encode(text))
+    rng = random.Random(0)
+    for _ in range(20):
+        copy = corrupt(codec, done, rng)
+        assert copy is not None and copy.question == Q
+        before, after = done.thinking.split("\n"), copy.thinking.split("\n")
+        changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(changed) == 1
+        k = changed[0]
+        assert before[k][:-1] == after[k][:-1] and before[k][-1] != after[k][-1]
+        assert copy.text.endswith("</think>\n\\boxed{3}<|im_end|>")
+        labels = example(codec, copy).labels
+        assert labels == (True,) * k + (False,) * (4 - k)  # three lines and the end tag
+    assert corrupt(codec, to_completion(codec, Q, codec.encode("hmm")), rng) is None
