@@ -11,6 +11,7 @@ from typing import Final, Literal
 from strategies.base import ResourceKey, StrategyContext, StrategyRequest
 from strategies.errors import InvalidBudget, InvalidRequest
 from strategies.prm import AGGREGATES
+from strategies.voting import int_option
 
 Aggregate = Literal["last", "min", "prod"]
 Select = Literal["best", "vote"]
@@ -53,15 +54,6 @@ class SearchOptions:
     resampling: str  # particle filtering only: systematic or multinomial
 
 
-def _int(request: StrategyRequest, name: str, default: int, hi: int) -> int:
-    value = request.options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-        raise InvalidRequest(f"{name} must be an integer in [1, {hi}], got {value!r}", param=name)
-    return value
-
-
 def _choice(request: StrategyRequest, name: str, default: str, allowed: tuple[str, ...]) -> str:
     value = request.options.get(name, default)
     if not isinstance(value, str) or value not in allowed:
@@ -100,9 +92,9 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
     select = _choice(request, "select", "vote", SELECTS)
     return SearchOptions(
         step_delimiter=_delimiter(request, defaults.step_delimiter),
-        max_steps=_int(request, "max_steps", defaults.max_steps, MAX_STEPS),
-        max_step_tokens=_int(request, "max_step_tokens", defaults.max_step_tokens, 1 << 20),
-        expansions=_int(request, "expansions", defaults.expansions, MAX_EXPANSIONS),
+        max_steps=int_option(request, "max_steps", defaults.max_steps, MAX_STEPS),
+        max_step_tokens=int_option(request, "max_step_tokens", defaults.max_step_tokens, 1 << 20),
+        expansions=int_option(request, "expansions", defaults.expansions, MAX_EXPANSIONS),
         aggregate=aggregate,  # type: ignore[arg-type]  # checked against AGGREGATES
         select=select,  # type: ignore[arg-type]  # checked against SELECTS
         resample_temperature=_temperature(request),

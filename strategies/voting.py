@@ -48,7 +48,8 @@ class VoteOptions:
         return self.vote != "majority"
 
 
-def _int_option(request: StrategyRequest, name: str, default: int, hi: int) -> int:
+def int_option(request: StrategyRequest, name: str, default: int, hi: int) -> int:
+    """A body option that must be an integer in [1, ``hi``]; ``default`` when absent."""
     value = request.options.get(name)
     if value is None:
         return default
@@ -79,8 +80,8 @@ def vote_options(request: StrategyRequest, *, default: Vote = "majority") -> Vot
     return VoteOptions(
         vote=vote,  # type: ignore[arg-type]
         share=share_option(request, "vote_filter", DEFAULT_FILTER),
-        window=_int_option(request, "confidence_window", DEFAULT_WINDOW, MAX_WINDOW),
-        top_k=_int_option(request, "confidence_top_k", DEFAULT_TOP_K, MAX_TOP_K),
+        window=int_option(request, "confidence_window", DEFAULT_WINDOW, MAX_WINDOW),
+        top_k=int_option(request, "confidence_top_k", DEFAULT_TOP_K, MAX_TOP_K),
     )
 
 
