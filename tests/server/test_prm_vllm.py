@@ -3,12 +3,12 @@ attaches by default) and behind a vLLM server's ``/pooling`` (``thinkgate replic
 ``RemotePrm``, what ``--prm-url`` attaches): one reward per step, the same on both paths.
 Exact-arithmetic steps above wrong ones is an expected failure of the shipped model.
 
-One engine at a time: the in-process engine is shut down before the replica starts.
+The replica is the shared remote stack's PRM server (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -87,12 +87,13 @@ async def test_in_process_prm_scores_exact_arithmetic_steps_right_above_wrong(
 
 
 @pytest.fixture(scope="module")
-def prm_replica(
-    engine: PrmEngine, start_replicas_for_module: Callable[..., list[Any]]
-) -> Iterator[str]:
-    # Not two engines at once on 2 cores: the in-process one goes first.
-    engine._llm.shutdown()
-    yield start_replicas_for_module(1, "--prm")[0].url
+def prm_replica(engine: PrmEngine, remote_stack: Any) -> str:
+    """The shared remote stack's PRM server (``thinkgate replica --prm``, behind its
+    gateway's ``--prm-url``): no second PRM server for this module."""
+    engine._llm.shutdown()  # its work is done; free its cores for the stack
+    assert remote_stack.prm is not None
+    url: str = remote_stack.prm.url
+    return url
 
 
 async def test_prm_replica_serves_the_same_rewards_over_pooling(prm_replica: str) -> None:
