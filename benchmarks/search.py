@@ -228,8 +228,9 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
-            "1; all searches: the last step's reward as the path's score, the best path's "
-            f"answer. Total {minutes:.1f} min.",
+            "1, systematic; all searches: the last step's reward as a path's score and a "
+            "PRM-weighted vote over the finished paths (the default `select`). "
+            f"Total {minutes:.1f} min.",
             "",
             "## Accuracy %",
             head,
