@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -365,7 +364,3 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
             )
         )
     return out
-
-
-def distinct_counts(paths: Sequence[Path]) -> Counter[tuple[int, ...]]:
-    return Counter(p.ids for p in paths)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from strategies.answers import extract_answer
@@ -70,13 +70,6 @@ class SearchState:
 
     live: tuple[Path, ...]
     complete: tuple[Path, ...] = ()
-
-
-@dataclass(slots=True)
-class Trace:
-    """What the rule reports about itself, merged into the ``thinkgate`` object."""
-
-    info: dict[str, JSON] = field(default_factory=dict)
 
 
 def resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:

@@ -32,7 +32,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import httpx
 import structlog
@@ -40,7 +40,7 @@ import structlog
 from kernels import engine_wait
 from server.engines.http_errors import post_json
 from server.engines.local import SHUTDOWN_TIMEOUT_S
-from server.engines.vllm_errors import map_vllm_errors
+from server.engines.pooling import encode_one
 from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -144,22 +144,10 @@ class PrmEngine:
 
     async def _one(self, request_id: str, sequence: Sequence[int]) -> list[float]:
         from vllm import PoolingParams
-        from vllm.inputs import TokensPrompt
 
         params = PoolingParams(task="token_classify")
-        prompt = TokensPrompt(prompt_token_ids=list(sequence))
-        last: Any = None
-        finished = False
-        try:
-            with map_vllm_errors():
-                async for out in self._llm.encode(prompt, params, request_id):
-                    last, finished = out, out.finished
-        finally:
-            if not finished:  # cancelled: free the engine's slot
-                await asyncio.shield(self._llm.abort(request_id))
-        if last is None:
-            raise BackendError("the PRM engine returned nothing")
-        rows = last.outputs.data.tolist()
+        out = await encode_one(self._llm, request_id, sequence, params, "PRM engine")
+        rows = out.outputs.data.tolist()
         return rewards_from_rows(rows, tags=sum(1 for t in sequence if t == self.step_tag_id))
 
     async def health(self) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from kernels import engine_wait
 from server.engines.local import SHUTDOWN_TIMEOUT_S
-from server.engines.vllm_errors import map_vllm_errors
+from server.engines.pooling import encode_one
 from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -98,22 +98,10 @@ class RewardEngine:
 
     async def _one(self, request_id: str, sequence: Sequence[int]) -> float:
         from vllm import PoolingParams
-        from vllm.inputs import TokensPrompt
 
         params = PoolingParams(task="classify", use_activation=False)
-        prompt = TokensPrompt(prompt_token_ids=list(sequence))
-        last: Any = None
-        finished = False
-        try:
-            with map_vllm_errors():
-                async for out in self._llm.encode(prompt, params, request_id):
-                    last, finished = out, out.finished
-        finally:
-            if not finished:  # cancelled: free the engine's slot
-                await asyncio.shield(self._llm.abort(request_id))
-        if last is None:
-            raise BackendError("the reward engine returned nothing")
-        return float(last.outputs.data[0])
+        out = await encode_one(self._llm, request_id, sequence, params, "reward engine")
+        return float(out.outputs.data[0])
 
     async def health(self) -> None:
         if self._llm.errored:
