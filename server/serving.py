@@ -32,6 +32,7 @@ from server.errors import ClientGone, request_id, response_headers
 from server.metrics import record_end, route_label
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Body, Envelope, Kind, response_body
+from server.request_engine import RequestEngine, Tally, with_tally
 from server.state import Gateway, gateway
 from server.streaming import (
     ABORTED,
@@ -112,6 +113,16 @@ class Admitted:
     started: float
     include_usage: bool
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
+
+    def runs(self) -> list[AsyncGenerator[StrategyEvent, None]]:
+        """The strategy's run per prompt, each over the engine as its request sees it
+        (``server.request_engine``: affinity key, redraws billed)."""
+        out: list[AsyncGenerator[StrategyEvent, None]] = []
+        for ctx in self.contexts:
+            tally = Tally()
+            engine = RequestEngine(ctx.engine, tally, affinity=ctx.request.request_id)
+            out.append(with_tally(self.strategy.run(replace(ctx, engine=engine)), tally))
+        return out
 
     def encoder(self) -> Encoder:
         """The OpenAI chunk encoder of this request's stream."""
@@ -272,7 +283,7 @@ async def _json_response(
 ) -> Response:
     gw = adm.gw
     try:
-        runs = [adm.strategy.run(c) for c in adm.contexts]
+        runs = adm.runs()
         final = await until_disconnect(request, _drain_all(runs), gw.settings.request_timeout_s, gw)
     finally:
         adm.slot.release()
@@ -297,7 +308,7 @@ async def _stream_response(request: Request, adm: Admitted, encoder: Encoder) ->
     nothing before its first token (``server.streaming``)."""
     gw = adm.gw
     run = StreamRun(
-        adm.strategy.run(adm.contexts[0]),
+        adm.runs()[0],
         encoder,
         strategy=adm.name,
         aborting=gw.lifecycle.aborting,

@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=2.0, gt=0)
     """Remote engine: seconds between health checks of each server (an ejected server
     is re-verified and re-admitted when it serves again)."""
+    remote_retries: int = Field(default=3, ge=0)
+    """Remote engine: how many more times a call whose server failed before the client
+    saw its tokens is placed again: on another server, or through the router again (one
+    URL) after a pause (0.25 s, doubling, at most 2 s); the unfinished samples of a
+    sample pool are drawn again the same way."""
 
     # --- model (both engines: the tokenizer lives in this process)
     model: str | None = None
@@ -338,6 +343,7 @@ class Settings(BaseSettings):
             connect_timeout_s=self.remote_connect_timeout_s,
             start_timeout_s=self.remote_start_timeout_s,
             health_interval_s=self.health_interval_s,
+            retries=self.remote_retries,
         )
 
     @property
@@ -398,3 +404,4 @@ class RemoteEngineSettings:
     connect_timeout_s: float
     start_timeout_s: float
     health_interval_s: float
+    retries: int = 3

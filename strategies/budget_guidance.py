@@ -167,6 +167,7 @@ class BudgetGuidance:
                 request_id=request.request_id,
                 prompt_token_ids=request.prompt_token_ids,
                 sampling=replace(p.sampling, n=request.n),
+                visible=request.stream,
             )
         )
         # aclosing: a client that goes away closes the engine stream now (abort).
@@ -187,6 +188,7 @@ class BudgetGuidance:
             request_id=f"{request.request_id}-pool",
             prompt_token_ids=request.prompt_token_ids,
             sampling=replace(p.sampling, n=samples),
+            visible=False,  # samples reach the client only once chosen
         )
         source = Draw(
             n=samples,

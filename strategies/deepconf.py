@@ -206,6 +206,10 @@ class DeepConf:
             done: set[int] = set()
             async with aclosing(online.deltas) as deltas:
                 async for delta in deltas:
+                    if delta.redrawn:  # its server failed: drawn again from scratch
+                        ids[delta.index].clear()
+                        cs[delta.index].clear()
+                        continue
                     ids[delta.index].extend(delta.token_ids)
                     if delta.confidences is not None:
                         cs[delta.index].extend(delta.confidences)

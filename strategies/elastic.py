@@ -58,6 +58,7 @@ class Elastic:
                     request_id=request.request_id,
                     prompt_token_ids=request.prompt_token_ids,
                     sampling=p.sampling,
+                    visible=request.stream,
                 )
             )
         else:

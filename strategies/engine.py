@@ -49,6 +49,14 @@ class GenerateRequest:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     sampling: SamplingConfig
+    # Whether the caller forwards this stream's tokens to the client as they arrive.
+    # False (a sample pool, a non-streamed answer) lets an engine that loses a server
+    # mid-way draw the unfinished samples again elsewhere (``SampleDelta.redrawn``);
+    # True: tokens the client saw cannot be taken back, so the stream ends in an error.
+    visible: bool = True
+    # Calls with one key belong to one client request (its samples and follow-ups share
+    # a prompt): a router in front of the fleet keeps them on one replica. None: no key.
+    affinity: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +86,12 @@ class SampleDelta:
     stop_reason: int | str | None = None
     # The confidences of this delta's ``token_ids`` (one each), as in ``Sample``.
     confidences: tuple[float, ...] | None = None
+    # Only on streams that are not ``visible``: the server drawing this sample failed
+    # before it finished, and the engine draws it again from its start. The consumer
+    # forgets the index's tokens so far; ``lost_tokens`` of them were generated (the
+    # gateway bills them). Fresh deltas for the index follow.
+    redrawn: bool = False
+    lost_tokens: int = 0
 
 
 @runtime_checkable

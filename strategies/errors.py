@@ -121,6 +121,15 @@ class BackendUnavailable(BackendError):
         self.retry_after_s = retry_after_s
 
 
+class UpstreamError(BackendError):
+    """A vLLM server behind the gateway failed (a 5xx answer, a broken stream) and no
+    other attempt could stand in: the fault is upstream's, not the gateway's."""
+
+    status = 502
+    type = "bad_gateway"
+    default_code = "upstream_error"
+
+
 class BackendTimeout(BackendError):
     status = 504
     type = "timeout"

@@ -193,6 +193,7 @@ def start_draw(
             request_id=f"{request.request_id}-{suffix}",
             prompt_token_ids=request.prompt_token_ids,
             sampling=sampling,
+            visible=False,  # samples reach the client only once chosen
         )
         return engine.stream(gen)
 
@@ -249,6 +250,11 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
     async with aclosing(source.deltas) as deltas:
         async for delta in deltas:
             i = delta.index
+            if delta.redrawn:  # its server failed: the engine draws it again from scratch
+                ids[i].clear()
+                confs.pop(i, None)
+                bare.discard(i)
+                continue
             ids[i].extend(delta.token_ids)
             if delta.confidences is not None and len(delta.confidences) == len(delta.token_ids):
                 confs.setdefault(i, []).extend(delta.confidences)

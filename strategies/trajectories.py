@@ -96,7 +96,11 @@ class TrajectorySet:
         character not complete yet). vLLM's server streams a chunk per engine output
         the same way, and clients time tokens by chunks: vLLM's benchmark client counts
         an empty chunk as a token and a skipped one as a gap twice as long."""
-        traj = self.get(delta.index if index is None else index)
+        key = delta.index if index is None else index
+        if delta.redrawn:  # an unseen trajectory's server failed: it starts again
+            self.by_index.pop(key, None)
+            return None
+        traj = self.get(key)
         traj.token_ids.extend(delta.token_ids)
         text = traj.splitter.push(delta.token_ids)
         reasoning, content = text.reasoning, text.content

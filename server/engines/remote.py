@@ -9,8 +9,13 @@ tokens and decoding stay here, so strategies see the same ``Engine`` as locally.
   least outstanding samples), health-checks every server, ejects one that fails and
   re-admits it once it verifies again (``upstream.verify``).
 * Failover: a call that fails before its first token (connection refused or dropped,
-  a 5xx) is retried once on another server; a stream that fails after tokens went out
-  raises ``BackendError`` (the client gets an error frame, never a hang).
+  a 5xx) is placed again (``retries`` times): on another server, or with one URL
+  through the router again after a pause. A stream that fails after tokens arrived:
+  the unfinished samples are drawn again when the caller has not shown them to the
+  client (``GenerateRequest.visible`` False: sample pools, non-streamed answers);
+  otherwise ``UpstreamError`` (502: the client gets an error frame, never a hang).
+* The sole route (one URL) is never ejected by a failed call: its health check reads
+  what the router publishes (``/readiness`` where it has one, else ``/health``).
 * Cancellation: cancelling the consumer closes the upstream connection; vLLM aborts
   the request when its client goes away (``with_cancellation`` / streaming disconnect).
 * Processors: ``processors`` is what every admitted server has loaded, so a strategy
@@ -22,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any, Final
 
 import httpx
 import orjson
@@ -40,15 +46,17 @@ from server.engines.upstream import ServerFacts, ServerMismatch, Upstream, probe
 from server.settings import RemoteEngineSettings, Settings
 from strategies.engine import GenerateRequest, ModelTokens, Sample, SampleDelta
 from strategies.errors import (
-    BackendError,
     BackendUnavailable,
     GatewayError,
     InvalidRequest,
+    UpstreamError,
 )
 
 log = structlog.get_logger("thinkgate.remote")
 
-T = TypeVar("T")
+AFFINITY_HEADER: Final = "X-Session-ID"
+RETRY_PAUSE_S: Final = 0.25  # before placing a failed call again where it failed
+RETRY_PAUSE_MAX_S: Final = 2.0
 
 
 class UpstreamFailed(Exception):
@@ -94,6 +102,12 @@ class RemoteEngine:
         self._prefixes = PrefixIndex()
         self._watcher: asyncio.Task[None] | None = None
         self.failovers = 0
+        self.redraws = 0  # samples drawn again after their server failed mid-way
+
+    @property
+    def sole(self) -> bool:
+        """One URL: the only route to the fleet (a router, or a single replica)."""
+        return len(self.upstreams) == 1
 
     # --- life cycle
 
@@ -202,19 +216,52 @@ class RemoteEngine:
                     log.error("remote.check_failed", server=up.url, error=repr(result))
 
     async def _check(self, up: Upstream) -> None:
+        if self.sole:
+            await self._check_sole(up)
+            return
         if up.state != "up":
             await self._admit(up)
             return
-        try:
-            answer = await self._client.get(
-                f"{up.url}/health", timeout=self._settings.connect_timeout_s
-            )
-            ok = answer.status_code == 200
-            reason = f"/health answered {answer.status_code}"
-        except httpx.HTTPError as exc:
-            ok, reason = False, f"/health: {type(exc).__name__}: {exc}"
+        ok, reason = await self._healthy(up, "/health")
         if not ok:
             self._eject(up, reason)
+
+    async def _healthy(self, up: Upstream, path: str) -> tuple[bool, str]:
+        try:
+            answer = await self._client.get(
+                f"{up.url}{path}", timeout=self._settings.connect_timeout_s
+            )
+        except httpx.HTTPError as exc:
+            return False, f"{path}: {type(exc).__name__}: {exc}"
+        return answer.status_code == 200, f"{path} answered {answer.status_code}"
+
+    async def _check_sole(self, up: Upstream) -> None:
+        """The only route: up while it says it can serve. A router's ``/readiness`` (ready
+        while one worker is healthy; its ``/health`` turns 503 as soon as any one is not),
+        else ``/health`` (one vLLM server). Coming back, it is verified again; a
+        verification that cannot finish through a router whose fleet is still settling
+        (its ``/v1/models`` placed on a dead worker) keeps the facts it had."""
+        if up.health_path is None:
+            ok, _ = await self._healthy(up, "/readiness")
+            up.health_path = "/readiness" if ok else "/health"
+        ok, reason = await self._healthy(up, up.health_path)
+        if up.state == "up":
+            if not ok:
+                log.warning("remote.not_ready", server=up.url, reason=reason)
+                up.set_state("down", reason)
+            return
+        if not ok:
+            up.last_error = reason
+            return
+        if up.facts is None or up.state == "mismatch":
+            await self._admit(up)
+            return
+        facts = up.facts
+        await self._admit(up)
+        if up.state == "down":  # verification failed without a mismatch: serve on
+            up.facts = facts
+            up.set_state("up")
+            log.info("remote.admitted", server=up.url, was="down", verified=False)
 
     def _eject(self, up: Upstream, reason: str) -> None:
         if up.state == "up":
@@ -257,62 +304,117 @@ class RemoteEngine:
     # --- Engine protocol
 
     async def generate(self, request: GenerateRequest) -> list[Sample]:
-        async def once(up: Upstream) -> list[Sample]:
-            return await self._generate_on(up, request)
-
-        return await self._with_failover(request, once)
+        last: UpstreamFailed | None = None
+        tried: set[str] = set()
+        for attempt in range(1 + self._settings.retries):
+            up = await self._place(request, tried, attempt)
+            if up is None:
+                break
+            try:
+                async with self._lease(up, request):
+                    return await self._generate_on(up, _rekeyed(request, attempt))
+            except UpstreamFailed as exc:
+                self._failed(up, exc)
+                tried.add(up.url)
+                last = exc
+        raise self._exhausted(request, last)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        """Deltas of ``request``'s samples. A server that fails before any token of the
+        call arrived: the call is placed again. One that fails later: on a ``visible``
+        stream the error ends it (the client saw tokens a retry would contradict); on
+        one that is not, the unfinished samples are drawn again (``SampleDelta.redrawn``
+        first, then their fresh deltas), the finished ones kept."""
+        n = request.sampling.n
+        todo = list(range(n))  # the caller's indices of the samples not finished yet
+        part = request
         last: UpstreamFailed | None = None
-        for up in self._attempts(request):
-            sent = False
+        tried: set[str] = set()
+        redraws = 0
+        for attempt in range(1 + self._settings.retries):
+            up = await self._place(part, tried, attempt)
+            if up is None:
+                break
+            got = [0] * len(todo)  # tokens received per sample of this call
+            arrived = False
+            finished: set[int] = set()
             try:
                 # aclosing: a consumer that stops early must close the upstream call now
                 # (vLLM aborts when the connection goes), not whenever the GC runs.
                 async with (
-                    self._lease(up, request),
-                    contextlib.aclosing(self._stream_on(up, request)) as deltas_,
+                    self._lease(up, part),
+                    contextlib.aclosing(self._stream_on(up, _rekeyed(part, attempt))) as deltas_,
                 ):
                     async for delta in deltas_:
-                        sent = True
-                        yield delta
+                        arrived = True
+                        got[delta.index] += len(delta.token_ids)
+                        if delta.finish_reason is not None:
+                            finished.add(delta.index)
+                        yield delta if part is request else replace(delta, index=todo[delta.index])
                 return
             except UpstreamFailed as exc:
                 self._failed(up, exc)
-                if sent:
+                tried.add(up.url)
+                last = exc
+                if not arrived:
+                    continue  # nothing arrived: place the same call again
+                if request.visible:
                     # Tokens already reached the client: a retry would contradict them.
-                    raise BackendError(f"mid-stream: {exc.error.message}") from exc
-                last = exc
+                    raise UpstreamError(
+                        f"{exc.error.message} (after the stream had started; streamed "
+                        "tokens cannot be taken back)"
+                    ) from exc
+            # Not visible: keep what finished, draw the rest again.
+            lost = [(todo[j], got[j]) for j in range(len(todo)) if j not in finished]
+            if not lost:
+                return  # every sample had finished: the failure took nothing with it
+            for index, tokens in lost:
+                yield SampleDelta(index=index, token_ids=(), redrawn=True, lost_tokens=tokens)
+            todo = [index for index, _ in lost]
+            redraws += 1
+            part = self._redraw(request, todo, redraws)
+            self.redraws += len(todo)
+            log.warning(
+                "remote.redraw", request_id=request.request_id, samples=len(todo), server=up.url
+            )
         raise self._exhausted(request, last)
 
-    async def _with_failover(
-        self, request: GenerateRequest, call: Callable[[Upstream], Awaitable[T]]
-    ) -> T:
-        last: UpstreamFailed | None = None
-        for up in self._attempts(request):
-            try:
-                async with self._lease(up, request):
-                    return await call(up)
-            except UpstreamFailed as exc:
-                self._failed(up, exc)
-                last = exc
-        raise self._exhausted(request, last)
+    def _redraw(
+        self, request: GenerateRequest, todo: Sequence[int], round_: int
+    ) -> GenerateRequest:
+        """The call drawing ``todo`` (the caller's indices) again: ``n = len(todo)``; a
+        seeded request starts its seeds at the first lost index's (vLLM gives child ``j``
+        ``seed + j``: a contiguous tail of lost samples is drawn exactly as before)."""
+        sampling = request.sampling
+        seed = None if sampling.seed is None else sampling.seed + todo[0]
+        return replace(
+            request,
+            request_id=f"{request.request_id}-redraw{round_}",
+            sampling=replace(sampling, n=len(todo), seed=seed),
+        )
 
-    def _attempts(self, request: GenerateRequest) -> Iterator[Upstream]:
-        """The servers a call tries: the best one, then (failover) one other at most."""
-        tried: set[str] = set()
-        for _ in range(2):
-            up = self._pick(request, tried)
-            if up is None:
-                return
-            tried.add(up.url)
-            yield up
+    async def _place(
+        self, request: GenerateRequest, tried: set[str], attempt: int
+    ) -> Upstream | None:
+        """The server for a call's next attempt: the best one not tried yet; once every
+        candidate failed (always, with one URL: a router places the call again itself),
+        a tried one after a pause. None: no candidate at all."""
+        up = self._pick(request, tried)
+        if up is not None or attempt == 0:
+            return up
+        up = self._pick(request, set())
+        if up is not None:
+            await asyncio.sleep(min(RETRY_PAUSE_S * 2 ** (attempt - 1), RETRY_PAUSE_MAX_S))
+        return up
 
     def _failed(self, up: Upstream, exc: UpstreamFailed) -> None:
         up.failures += 1
         up.last_error = exc.error.message
         self.failovers += 1
-        if exc.eject:
+        # The only route to the fleet (a router, or one replica) is never ejected by a
+        # failed call: its health check decides (what the router publishes about its
+        # workers); ejecting it would turn one lost call into minutes of 503s.
+        if exc.eject and not self.sole:
             self._eject(up, exc.error.message)
 
     def _exhausted(self, request: GenerateRequest, last: UpstreamFailed | None) -> GatewayError:
@@ -384,7 +486,7 @@ class RemoteEngine:
             answer = await self._client.post(
                 f"{up.url}{PATHS[up.facts.protocol]}",
                 content=orjson.dumps(payload),
-                headers={"content-type": "application/json"},
+                headers=_headers(request),
             )
             data = answer.json() if answer.content else {}
         except (httpx.HTTPError, ValueError) as exc:
@@ -406,7 +508,7 @@ class RemoteEngine:
                 "POST",
                 f"{up.url}{PATHS[protocol]}",
                 content=orjson.dumps(payload),
-                headers={"content-type": "application/json"},
+                headers=_headers(request),
             ) as answer:
                 if answer.status_code != 200:
                     raw = await answer.aread()
@@ -431,12 +533,31 @@ class RemoteEngine:
             raise _transport_failure(up, exc) from exc
         if len(finished) != request.sampling.n:
             raise UpstreamFailed(
-                BackendError(
+                UpstreamError(
                     f"vLLM server {up.url} ended the stream with {len(finished)} of "
                     f"{request.sampling.n} samples finished"
                 ),
                 eject=False,
             )
+
+
+def _headers(request: GenerateRequest) -> dict[str, str]:
+    """A call's headers: with its affinity key as the session key a router places by
+    (vLLM's router: the first of ``X-Session-ID``, ``X-User-ID``... is its
+    ``consistent_hash`` / ``sticky_least_loaded`` key; otherwise it hashes the prompt)."""
+    headers = {"content-type": "application/json"}
+    if request.affinity:
+        headers[AFFINITY_HEADER] = request.affinity
+    return headers
+
+
+def _rekeyed(request: GenerateRequest, attempt: int) -> GenerateRequest:
+    """The call for a retry: a fresh affinity key, so that a router hashing the key does
+    not place it on the replica that just failed it (it keeps doing so until its own
+    health check marks that replica down, a minute or more by default)."""
+    if attempt == 0 or not request.affinity:
+        return request
+    return replace(request, affinity=f"{request.affinity}-retry{attempt}")
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

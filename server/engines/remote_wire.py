@@ -20,7 +20,13 @@ from typing import Any, Final, Literal
 from server.engines.vllm_errors import param_for
 from strategies.confidence import MAX_TOP_K, token_confidence
 from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
-from strategies.errors import BackendError, GatewayError, InvalidRequest, Overloaded
+from strategies.errors import (
+    BackendError,
+    GatewayError,
+    InvalidRequest,
+    Overloaded,
+    UpstreamError,
+)
 
 Protocol = Literal["generate", "completions"]
 
@@ -272,4 +278,4 @@ def upstream_error(status: int, answer: object) -> GatewayError:
         # vLLM's generate route answers 500 for the checks its engine makes while it runs
         # the request (a token id outside the vocabulary): still the request's fault.
         return InvalidRequest(message, param=param)
-    return BackendError(f"vLLM server error ({status}): {message}")
+    return UpstreamError(f"vLLM server error ({status}): {message}")

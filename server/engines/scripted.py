@@ -38,8 +38,13 @@ class ScriptedEngine:
         max_model_len: int = 512,
         processors: frozenset[str] = frozenset(),
         step_s: float = 0.0,
+        lose_tokens: int = 0,
     ) -> None:
         self._handler = handler
+        # > 0: on streams that are not ``visible``, each sample's first ``lose_tokens``
+        # tokens are drawn, then lost with their server (``SampleDelta.redrawn``, as the
+        # remote engine reports it) and the sample is drawn again in full.
+        self.lose_tokens = lose_tokens
         self._step_s = step_s  # pause between stream steps, as a real engine's decode step
         self.tokens = tokens
         self.model_name = model_name
@@ -72,6 +77,11 @@ class ScriptedEngine:
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         samples = await self.generate(request)
+        if self.lose_tokens and not request.visible:
+            for s in samples:
+                lost = s.token_ids[: self.lose_tokens]
+                yield SampleDelta(index=s.index, token_ids=lost)
+                yield SampleDelta(index=s.index, token_ids=(), redrawn=True, lost_tokens=len(lost))
         longest = max((len(s.token_ids) for s in samples), default=0)
         for step in range(max(longest, 1)):
             if step and self._step_s:

@@ -68,6 +68,8 @@ class Upstream:
     ejections: int = 0
     last_error: str | None = None
     since: float = field(default_factory=time.monotonic)
+    # The sole route's health check: "/readiness" (a router publishes it), else "/health".
+    health_path: str | None = None
 
     def set_state(self, state: State, error: str | None = None) -> None:
         if state != self.state:
@@ -93,6 +95,7 @@ class Upstream:
             "protocol": facts.protocol if facts else None,
             "processors": sorted(facts.processors) if facts else [],
             "last_error": self.last_error,
+            "health_check": self.health_path or "/health",
         }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import httpx
 import orjson
@@ -40,9 +41,11 @@ class Tokens:
         return [5]
 
 
-def engine(handler: Callable[[httpx.Request], httpx.Response]) -> RemoteEngine:
+def engine(
+    handler: Callable[[httpx.Request], httpx.Response], urls: tuple[str, ...] = (A, B)
+) -> RemoteEngine:
     settings = RemoteEngineSettings(
-        urls=(A, B), protocol="auto", connect_timeout_s=1, start_timeout_s=1, health_interval_s=1
+        urls=urls, protocol="auto", connect_timeout_s=1, start_timeout_s=1, health_interval_s=1
     )
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     eng = RemoteEngine(settings, model_name="m", tokens=Tokens(), probe="p", client=client)
@@ -90,7 +93,7 @@ async def test_a_refused_connection_is_retried_on_the_other_server_and_ejects() 
     await eng.aclose()
 
 
-async def test_a_500_is_retried_once_then_reported() -> None:
+async def test_a_500_is_retried_elsewhere_then_after_a_pause_then_reported_as_a_502() -> None:
     calls: list[str] = []
 
     def handler(r: httpx.Request) -> httpx.Response:
@@ -98,9 +101,10 @@ async def test_a_500_is_retried_once_then_reported() -> None:
         return httpx.Response(500, json={"error": {"message": "engine exploded"}})
 
     eng = engine(handler)
-    with pytest.raises(tree.BackendError, match="engine exploded") as info:
+    with pytest.raises(tree.UpstreamError, match="engine exploded") as info:
         await eng.generate(request())
-    assert type(info.value) is tree.BackendError and sorted(calls) == [A, B]
+    assert info.value.status == 502  # the upstream's fault, said so
+    assert len(calls) == 4 and set(calls[:2]) == {A, B}  # 1 + remote_retries (3)
     assert all(u.state == "up" for u in eng.upstreams)  # a 500 is the call's, not the server's
     await eng.aclose()
 
@@ -166,10 +170,95 @@ async def test_a_stream_cut_after_tokens_went_out_is_an_error_not_a_retry() -> N
 
     eng = engine(handler)
     got = []
-    with pytest.raises(tree.BackendError, match="mid-stream"):
+    with pytest.raises(tree.UpstreamError, match="cannot be taken back"):
         async for d in eng.stream(request()):
             got.append(d)
     assert len(got) == 1 and len(calls) == 1
+    await eng.aclose()
+
+
+async def test_an_unseen_pool_cut_mid_way_draws_its_unfinished_samples_again_elsewhere() -> None:
+    """Sample 0 finished and sample 1 half drawn when A drops the stream: the pool keeps
+    sample 0, is told that 1 and 2 are drawn again (with the tokens lost), and gets them
+    from B, whose call asks for exactly those two."""
+    bodies: list[tuple[str, dict[str, object]]] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        bodies.append((host(r), orjson.loads(r.content)))
+        if len(bodies) == 1:
+            frames = [
+                {"choices": [{"index": 0, "token_ids": [7, 8, 2], "finish_reason": "stop"}]},
+                {"choices": [{"index": 1, "token_ids": [9, 9], "finish_reason": None}]},
+            ]
+            return httpx.Response(200, content=sse(*frames, done=False))
+        n = bodies[-1][1]["sampling_params"]["n"]  # type: ignore[index]
+        frames = [
+            {"choices": [{"index": j, "token_ids": [6, 2], "finish_reason": "stop"}]}
+            for j in range(int(n))  # type: ignore[call-overload]
+        ]
+        return httpx.Response(200, content=sse(*frames))
+
+    eng = engine(handler)
+    unseen = replace(request(n=3), visible=False)
+    deltas = [d async for d in eng.stream(unseen)]
+    assert [b[0] for b in bodies] == [A, B]  # the redraw avoids the server that failed
+    assert bodies[1][1]["sampling_params"]["n"] == 2  # type: ignore[index]
+    assert [(d.index, d.lost_tokens) for d in deltas if d.redrawn] == [(1, 2), (2, 0)]
+    finished = {d.index: d.token_ids for d in deltas if d.finish_reason}
+    assert finished == {0: (7, 8, 2), 1: (6, 2), 2: (6, 2)}
+    assert eng.redraws == 2
+    await eng.aclose()
+
+
+async def test_the_sole_route_is_never_ejected_and_is_retried_through_itself() -> None:
+    """One URL (a router): a refused or dropped call is placed again through it after a
+    pause (the router places it again, by a fresh session key so that a key-hashing
+    policy does not send it back to the replica that failed); the route stays up."""
+    calls: list[str] = []
+    keys: list[str | None] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(host(r))
+        keys.append(r.headers.get("x-session-id"))
+        if len(calls) < 3:
+            raise httpx.ConnectError("refused", request=r)
+        return answer(r)
+
+    eng = engine(handler, urls=(A,))
+    got = await eng.generate(replace(request(), affinity="req-1"))
+    assert [s.token_ids for s in got] == [(7, 2)] and calls == [A, A, A]
+    assert keys == ["req-1", "req-1-retry1", "req-1-retry2"]
+    assert eng.upstreams[0].state == "up" and eng.upstreams[0].failures == 2
+    await eng.aclose()
+
+
+async def test_the_sole_route_follows_what_a_router_publishes() -> None:
+    """Its health is the router's /readiness (not /health, which a router turns 503 when
+    any one worker is down); back from down, a verification that fails on the way (the
+    router places /v1/models on a dead worker) keeps the facts it had."""
+    ready = {"now": True}
+    paths: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        paths.append(r.url.path)
+        if r.url.path == "/readiness":
+            return httpx.Response(200 if ready["now"] else 503)
+        if r.url.path == "/health":
+            return httpx.Response(503)  # one worker of the fleet is dead
+        return httpx.Response(500, json={"error": {"message": "worker gone"}})
+
+    eng = engine(handler, urls=(A,))
+    up = eng.upstreams[0]
+    await eng._check(up)
+    assert up.state == "up" and up.health_path == "/readiness" and "/health" not in paths
+    ready["now"] = False
+    await eng._check(up)
+    assert up.state == "down"
+    with pytest.raises(tree.BackendUnavailable):
+        await eng.health()
+    ready["now"] = True
+    await eng._check(up)
+    assert up.state == "up" and up.facts == FACTS
     await eng.aclose()
 
 
