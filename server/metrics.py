@@ -152,14 +152,22 @@ class _ServerCollector(Collector):
         )
         failures = CounterMetricFamily(
             "thinkgate_upstream_failures",
-            "Calls that failed on the server (retried elsewhere once)",
+            "Calls that failed on the server (placed again: elsewhere, or through the router)",
             labels=["server"],
         )
         ejections = CounterMetricFamily(
             "thinkgate_upstream_ejections", "Times the server was taken out", labels=["server"]
         )
+        fleet = GaugeMetricFamily(
+            "thinkgate_upstream_fleet_workers",
+            "Workers behind a router, as the router reports them (its /readiness)",
+            labels=["server", "state"],
+        )
         for s in self._servers():
             url = str(s["url"])
+            if isinstance(seen := s.get("fleet"), dict):
+                fleet.add_metric([url, "healthy"], float(seen["healthy_workers"]))
+                fleet.add_metric([url, "total"], float(seen["total_workers"]))
             up.add_metric([url], 1.0 if s["state"] == "up" else 0.0)
             for name in _STATES:
                 state.add_metric([url, name], 1.0 if s["state"] == name else 0.0)
@@ -168,7 +176,7 @@ class _ServerCollector(Collector):
             calls.add_metric([url], float(s["requests"]))
             failures.add_metric([url], float(s["failures"]))
             ejections.add_metric([url], float(s["ejections"]))
-        yield from (up, state, samples, requests, calls, failures, ejections)
+        yield from (up, state, samples, requests, calls, failures, ejections, fleet)
 
 
 def route_label(request: Request) -> str:

@@ -12,8 +12,10 @@ A failing test that used the server gets the server's log tail in its report.
 Scale-out: a module marked ``pytest.mark.engines("local", "remote")`` runs each of its
 live-server tests twice, once against the local server and once against a gateway with
 ``--engine remote`` in front of two vLLM servers started by ``thinkgate replica``
-(``remote_stack``). Servers are started once, on first use, and stopped at the end of
-the session, whatever order the tests run in.
+(``remote_stack``); ``"router"`` adds a third run against a gateway whose one URL is
+vLLM's router (``vllm-router``) in front of the same two replicas (``router_stack``).
+Servers are started once, on first use, and stopped at the end of the session, whatever
+order the tests run in.
 """
 
 from __future__ import annotations
@@ -290,6 +292,7 @@ REMOTE_FLAGS: tuple[str, ...] = ("--engine", "remote", "--health-interval-s", "0
 
 _CACHE: dict[str, LiveServer] = {}
 _STACK: RemoteStack | None = None
+_ROUTER: RouterStack | None = None
 _LOG_DIR: Path | None = None
 
 
@@ -331,9 +334,103 @@ def remote_stack_instance() -> RemoteStack:
     return _STACK
 
 
+# vLLM's router as docs/deployment.md runs it: placement by the session key the gateway
+# sends (X-Session-ID), its workers checked every second, one failed check marks a dead
+# one down.
+ROUTER_FLAGS: tuple[str, ...] = (
+    "--policy",
+    "consistent_hash",
+    "--health-check-interval-secs",
+    "1",
+    "--health-failure-threshold",
+    "1",
+    "--health-success-threshold",
+    "1",
+    "--worker-startup-check-interval",
+    "1",
+    "--log-level",
+    "warning",
+)
+
+
+@dataclass
+class RouterStack:
+    """vLLM's router (``vllm-router``) in front of the remote stack's two replicas, and a
+    gateway whose one URL is that router."""
+
+    router_url: str
+    router: subprocess.Popen[bytes]
+    gateway: LiveServer
+    replicas: list[Replica]
+    log_path: Path
+
+    def stop(self) -> None:
+        stop_server(self.gateway)
+        _stop(self.router)
+
+    def workers(self) -> dict[str, bool]:
+        """The router's view: worker URL -> healthy (its ``GET /workers``)."""
+        data = httpx.get(f"{self.router_url}/workers", timeout=10).json()
+        return {w["url"]: bool(w["is_healthy"]) for w in data["workers"]}
+
+
+def router_stack_instance() -> RouterStack:
+    """Started on first use (after the remote stack, whose replicas it shares), kept."""
+    global _ROUTER
+    if _ROUTER is None:
+        remote = remote_stack_instance()
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        binary = Path(sys.executable).with_name("vllm-router")
+        log_path = _log_dir() / "vllm-router.log"
+        cmd = [
+            str(binary),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--prometheus-port",
+            str(_free_port()),
+            "--worker-urls",
+            *(r.url for r in remote.replicas),
+            *ROUTER_FLAGS,
+        ]
+        with log_path.open("ab") as log:
+            router = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if router.poll() is not None:
+                    pytest.fail(f"vllm-router exited: {log_path.read_text()[-2000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/readiness", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vllm-router not ready: {log_path.read_text()[-2000:]}")
+                time.sleep(0.3)
+            gateway = start_server(
+                _log_dir() / "gateway-router.log", (*REMOTE_FLAGS, "--vllm-urls", url)
+            )
+        except BaseException:
+            _stop(router)
+            raise
+        _ROUTER = RouterStack(
+            router_url=url,
+            router=router,
+            gateway=gateway,
+            replicas=remote.replicas,
+            log_path=log_path,
+        )
+    return _ROUTER
+
+
 def _server(kind: str) -> LiveServer:
     if kind == "remote":
         return remote_stack_instance().gateway
+    if kind == "router":
+        return router_stack_instance().gateway
     if kind not in _CACHE:
         _CACHE[kind] = start_server(_log_dir() / "thinkgate.log", SERVER_FLAGS)
     return _CACHE[kind]
@@ -367,7 +464,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    global _STACK
+    global _STACK, _ROUTER
+    if _ROUTER is not None:
+        _ROUTER.stop()
+        _ROUTER = None
     for server in _CACHE.values():
         stop_server(server)
     _CACHE.clear()
@@ -393,6 +493,11 @@ def live_server(engine_kind: str) -> LiveServer:
 @pytest.fixture(scope="session")
 def remote_stack() -> RemoteStack:
     return remote_stack_instance()
+
+
+@pytest.fixture(scope="session")
+def router_stack() -> RouterStack:
+    return router_stack_instance()
 
 
 @pytest.fixture(scope="module")

@@ -233,6 +233,8 @@ class RemoteEngine:
             )
         except httpx.HTTPError as exc:
             return False, f"{path}: {type(exc).__name__}: {exc}"
+        if path == "/readiness":
+            up.fleet = _fleet(answer)
         return answer.status_code == 200, f"{path} answered {answer.status_code}"
 
     async def _check_sole(self, up: Upstream) -> None:
@@ -244,6 +246,8 @@ class RemoteEngine:
         if up.health_path is None:
             ok, _ = await self._healthy(up, "/readiness")
             up.health_path = "/readiness" if ok else "/health"
+            if not ok:
+                up.fleet = None
         ok, reason = await self._healthy(up, up.health_path)
         if up.state == "up":
             if not ok:
@@ -539,6 +543,19 @@ class RemoteEngine:
                 ),
                 eject=False,
             )
+
+
+def _fleet(answer: httpx.Response) -> dict[str, int] | None:
+    """A router's own view of its workers, from its ``/readiness`` body
+    (``{"healthy_workers": n, "total_workers": m}`` from vLLM's router)."""
+    try:
+        data = answer.json()
+        return {
+            "healthy_workers": int(data["healthy_workers"]),
+            "total_workers": int(data["total_workers"]),
+        }
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _headers(request: GenerateRequest) -> dict[str, str]:

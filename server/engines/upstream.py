@@ -70,6 +70,8 @@ class Upstream:
     since: float = field(default_factory=time.monotonic)
     # The sole route's health check: "/readiness" (a router publishes it), else "/health".
     health_path: str | None = None
+    # What a router publishes about its fleet ({"healthy_workers", "total_workers"}).
+    fleet: dict[str, int] | None = None
 
     def set_state(self, state: State, error: str | None = None) -> None:
         if state != self.state:
@@ -96,6 +98,7 @@ class Upstream:
             "processors": sorted(facts.processors) if facts else [],
             "last_error": self.last_error,
             "health_check": self.health_path or "/health",
+            "fleet": dict(self.fleet) if self.fleet is not None else None,
         }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote", "router")]
 
 QUESTION = make_questions("test", 1, seed=3)[0].prompt
 MESSAGES = [{"role": "user", "content": QUESTION}]

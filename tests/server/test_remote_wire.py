@@ -132,7 +132,7 @@ def test_upstream_errors_map_by_status() -> None:
     assert type(vocab) is tree.InvalidRequest and vocab.param == "prompt"
     assert type(upstream_error(429, {"detail": "busy"})) is tree.Overloaded
     flat = upstream_error(500, {"message": "engine died", "type": "InternalServerError"})
-    assert type(flat) is tree.BackendError and "engine died" in flat.message
+    assert type(flat) is tree.UpstreamError and "engine died" in flat.message  # a 502
 
 
 def test_needed_processors_follow_the_arguments() -> None:

@@ -17,7 +17,7 @@ import pytest
 from strategies.confidence import percentile
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote", "router")]
 
 HARD = make_questions("test", 5, seed=33, min_ops=9, max_ops=12)
 WINDOW = 16

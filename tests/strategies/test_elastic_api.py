@@ -16,7 +16,7 @@ import pytest
 
 from testbed.task import make_questions
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote", "router")]
 
 # Long chains: base checks every step greedily, so natural thinking is ~18 tokens/op.
 HARD = make_questions("test", 6, seed=11, min_ops=9, max_ops=12)

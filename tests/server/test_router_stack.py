@@ -1,0 +1,159 @@
+"""thinkgate in front of vLLM's router (``vllm-router``): real processes on loopback,
+gateway -> router -> the remote stack's two replicas (``router_stack``). The same
+strategies' behaviour through the router runs in the modules marked
+``engines(..., "router")``; here: the router's view, placement by the session key, and
+a replica killed under load with nothing lost that the client had not seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Replica, RouterStack
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _ready(stack: RouterStack) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{stack.gateway.base_url}/ready", timeout=10).json()
+    return answer
+
+
+def _wait(what: str, check: Any, timeout_s: float) -> float:
+    t0 = time.monotonic()
+    while not check():
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def _requests(replica: Replica) -> float:
+    """Requests the replica's vLLM finished (its own /metrics)."""
+    return replica.metrics().get("vllm:request_success_total", 0.0)
+
+
+def _question(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Compute {i % 10}+{(3 * i) % 10}+{(7 * i) % 10} mod 10."}]
+
+
+def test_ready_and_metrics_show_the_router_and_its_fleet(router_stack: RouterStack) -> None:
+    """The router is the gateway's one server, checked by its /readiness (not /health,
+    which it turns 503 while any worker is down), its fleet as it reports it."""
+    _wait("router's fleet seen", lambda: _ready(router_stack)["servers"][0]["fleet"], 10)
+    (server,) = _ready(router_stack)["servers"]
+    assert server["url"] == router_stack.router_url and server["state"] == "up"
+    assert server["health_check"] == "/readiness"
+    assert server["fleet"] == {"healthy_workers": 2, "total_workers": 2}
+    metrics = httpx.get(f"{router_stack.gateway.base_url}/metrics", timeout=10).text
+    assert "thinkgate_upstream_fleet_workers" in metrics
+
+
+def test_the_samples_of_a_request_stay_together_and_requests_spread(
+    router_stack: RouterStack,
+) -> None:
+    """Self-consistency's calls of one request share its session key (one replica, its
+    prompt cached there); 24 different requests spread within 70/30 over the two
+    (consistent hashing of 24 keys: the benchmark measures the split on more)."""
+    before = [_requests(r) for r in router_stack.replicas]
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(base_url=router_stack.gateway.base_url, timeout=120) as c:
+            answers = await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": router_stack.gateway.model,
+                            "messages": _question(i),
+                            "max_tokens": 24,
+                            "strategy": "self-consistency",
+                            "budget": {"samples": 2},
+                        },
+                    )
+                    for i in range(24)
+                )
+            )
+        return [a.status_code for a in answers]
+
+    assert asyncio.run(run()) == [200] * 24
+    # n = 2 samples are one vLLM request with two children: each replica counts 2 per call
+    got = [_requests(r) - b for r, b in zip(router_stack.replicas, before, strict=True)]
+    assert sum(got) == 48, got
+    assert min(got) >= 0.3 * 48, f"requests per replica: {got}"
+
+
+async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) -> str:
+    """'ok' (a 200 with an answer), else what the client got."""
+    if not stream:
+        r = await client.post("/v1/chat/completions", json=body)
+        if r.status_code != 200:
+            return f"error {r.status_code}: {r.text[:200]}"
+        return "ok" if r.json()["choices"][0]["message"]["content"] is not None else "empty"
+    async with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            return f"error {r.status_code}"
+        frames = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+    if any(f.startswith('data: {"error"') for f in frames):
+        return "error frame"
+    return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
+
+
+def test_a_replica_killed_behind_the_router_loses_nothing(router_stack: RouterStack) -> None:
+    """40 concurrent self-consistency@4 requests (half streamed) over the router; one
+    replica SIGKILLed mid-way: every request is answered (samples lost with the replica
+    are drawn again through the router: nothing of them had reached a client), every
+    request sent after the kill is answered, and the restarted replica gets traffic
+    through the router again."""
+    gw = router_stack.gateway
+    victim = router_stack.replicas[0]
+
+    def body(i: int) -> dict[str, Any]:
+        return {
+            "model": gw.model,
+            "messages": _question(i),
+            "max_tokens": 160,
+            "temperature": 1.0,
+            "strategy": "self-consistency",
+            "budget": {"samples": 4},
+        }
+
+    async def load() -> tuple[list[str], list[str]]:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=300) as client:
+            tasks = [
+                asyncio.create_task(_one(client, body(i), stream=i % 2 == 1)) for i in range(40)
+            ]
+            deadline = time.monotonic() + 60
+            while victim.metrics().get("vllm:num_requests_running", 0.0) < 1:
+                assert time.monotonic() < deadline, "load never reached the victim"
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(victim.kill)
+            outcomes = await asyncio.gather(*tasks)
+            after = await asyncio.gather(*(_one(client, body(i), stream=False) for i in range(8)))
+            return list(outcomes), list(after)
+
+    before = _ready(router_stack)["servers"][0]
+    outcomes, after = asyncio.run(load())
+    assert outcomes == ["ok"] * 40, outcomes
+    assert after == ["ok"] * 8, after
+    server = _ready(router_stack)["servers"][0]
+    assert server["state"] == "up" and server["ejections"] == before["ejections"]
+    print(f"calls placed again: {server['failures'] - before['failures']}")
+
+    victim.start()
+    victim.wait_ready()
+    _wait("router sees the replica again", lambda: all(router_stack.workers().values()), 30)
+    was = _requests(victim)
+
+    async def burst() -> list[str]:
+        async with httpx.AsyncClient(base_url=gw.base_url, timeout=120) as client:
+            return list(await asyncio.gather(*(_one(client, body(i), False) for i in range(12))))
+
+    assert asyncio.run(burst()) == ["ok"] * 12
+    assert _requests(victim) > was, "the restarted replica got nothing through the router"
