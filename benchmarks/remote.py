@@ -123,6 +123,11 @@ def pct(values: Sequence[float], q: float) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--router" in given:  # thinkgate bench remote --router: behind vLLM's router
+        from benchmarks import router
+
+        return router.main([a for a in given if a != "--router"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=48)
