@@ -130,7 +130,11 @@ def router(urls: Sequence[str]) -> Iterator[str]:
     cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--prometheus-port", str(free_port()), "--worker-urls", *urls, *ROUTER_FLAGS]
     log = (LOGS / "router-vllm-router.log").open("ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # RUST_LOG: its --log-level leaves a line per routed request at INFO (CPU spent).
+    env = {**os.environ, "RUST_LOG": "warn"}
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -291,7 +295,10 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
     lines += [
         "",
         "Requests per replica are vLLM's finished requests (a request of n samples counts "
-        "n); the third configuration only has replica 1.",
+        "n); the third configuration only has replica 1. The prefix-cache hit rate is vLLM's "
+        "own (hits / queried tokens); on CPU vLLM caches whole blocks of 128 tokens, longer "
+        "than these prompts, so it stays 0 here (a request's samples share its prompt "
+        "inside one vLLM request either way).",
         "",
         "## Replica 1 SIGKILLed under 40 concurrent self-consistency@4 requests",
         "",

@@ -10,6 +10,9 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   model ships a predictor (``bg_predictor/``), else no guidance processor (a gateway
   then answers budget-guidance requests with a 503, as locally);
 * the token-in/token-out routes (``--enable-scale-out``);
+* a drain on SIGTERM (``--shutdown-timeout 30``: vLLM's engine finishes the requests it
+  runs, up to 30 s, instead of aborting them; its server stops taking new connections,
+  so a gateway places new calls elsewhere and nothing in flight is lost);
 * on CPU, no chunked prefill (a seeded request with a chunked prefill kills the CPU
   engine) and float32, unless the arguments say otherwise, and
   a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
@@ -39,6 +42,8 @@ from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
 from strategies import defaults
+
+DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
 
 
 def default_model_flags() -> tuple[tuple[str, str], ...]:
@@ -99,6 +104,8 @@ def build_command(
             if not _has(rest, flag):
                 cmd += [flag, value]
     cmd.append("--enable-scale-out")
+    if not _has(rest, "--shutdown-timeout"):
+        cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if names:
         cmd += ["--logits-processors", *(spec_for(p, chosen) for p in names)]
     if guidance in names and not _has(rest, "--hf-overrides"):
@@ -130,6 +137,8 @@ def build_prm_command(
     rest = list(passthrough)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     cmd += ["--runner", "pooling"]
+    if not _has(rest, "--shutdown-timeout"):
+        cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if not _has(rest, "--pooler-config"):
         cmd += ["--pooler-config", json.dumps({"step_tag_id": step_tag_of(path)})]
     length = offered.max_model_len if offered is not None else None

@@ -396,8 +396,13 @@ def router_stack_instance() -> RouterStack:
             *ROUTER_FLAGS,
         ]
         with log_path.open("ab") as log:
+            # RUST_LOG: its --log-level leaves a line per routed request at INFO.
             router = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "RUST_LOG": "warn"},
             )
         try:
             deadline = time.monotonic() + 60

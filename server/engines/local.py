@@ -18,6 +18,7 @@ import structlog
 
 from kernels import engine_wait
 from kernels.processors import Runner, spec_for
+from server.engines import process_group
 from server.engines.tokens import TokenizerTokens
 from server.engines.vllm_errors import map_vllm_errors
 from server.engines.vllm_logprobs import token_confidences
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 # default, and on CPU its worker always took 4-5 s to leave after the engine core had
 # stopped (nothing left to finish: requests were drained or aborted before): with the
 # reward engine that was 10 s of every stop spent waiting, twice the 5 s of a drain.
-SHUTDOWN_TIMEOUT_S: Final = 1.0
+SHUTDOWN_TIMEOUT_S: Final = 10.0
 
 log = structlog.get_logger("thinkgate.engine")
 
@@ -162,7 +163,8 @@ class LocalEngine:
         _select_guidance_model(args, settings.model_path, names)
         engine_wait.export(local.engine_spin_ms)
         log.info("engine.starting", model=settings.model_path, processors=local.logits_processors)
-        llm = AsyncLLM.from_engine_args(args)
+        with process_group.detached_children():
+            llm = AsyncLLM.from_engine_args(args)
         return cls(
             llm,
             model_name=settings.model_name,

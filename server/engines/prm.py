@@ -38,6 +38,7 @@ import httpx
 import structlog
 
 from kernels import engine_wait
+from server.engines import process_group
 from server.engines.http_errors import post_json
 from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.pooling import encode_one
@@ -122,7 +123,8 @@ class PrmEngine:
         )
         log.info("prm.starting", model=model, step_tag_id=tag)
         engine_wait.export(spin_ms)
-        llm = AsyncLLM.from_engine_args(args)
+        with process_group.detached_children():
+            llm = AsyncLLM.from_engine_args(args)
         return cls(llm, model=model, step_tag_id=tag, max_model_len=max_model_len)
 
     async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:

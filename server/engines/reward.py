@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from kernels import engine_wait
+from server.engines import process_group
 from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.pooling import encode_one
 from strategies.errors import BackendError, BackendUnavailable
@@ -73,7 +74,8 @@ class RewardEngine:
         )
         log.info("reward.starting", model=model)
         engine_wait.export(spin_ms)
-        llm = AsyncLLM.from_engine_args(args)
+        with process_group.detached_children():
+            llm = AsyncLLM.from_engine_args(args)
         return cls(llm, model=model, max_model_len=max_model_len)
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:

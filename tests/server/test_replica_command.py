@@ -32,6 +32,7 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert _after(cmd, "--model") == [str(testbed.model_path("base"))]
     assert "--enable-scale-out" in cmd
+    assert _after(cmd, "--shutdown-timeout") == ["30"]  # SIGTERM drains what it runs
     assert _after(cmd, "--logits-processors") == [
         "kernels.confidence.vllm_v1:ConfidenceLogitsProcessor",
         "kernels.elastic.vllm_v1:ElasticLogitsProcessor",
@@ -75,6 +76,8 @@ def test_user_flags_win_and_no_processors_means_none() -> None:
     assert "--logits-processors" not in cmd and "--hf-overrides" not in cmd
     assert cmd.count("--max-model-len") == 1 and _after(cmd, "--max-model-len") == ["256"]
     assert cmd.count("--dtype") == 1 and _after(cmd, "--dtype") == ["bfloat16"]
+    mine = build_command(None, ["--shutdown-timeout", "5"], runner="v1", cpu=True)
+    assert mine.count("--shutdown-timeout") == 1 and _after(mine, "--shutdown-timeout") == ["5"]
 
 
 @pytest.mark.slow  # a `thinkgate replica --print` subprocess (imports vLLM): ~5 s

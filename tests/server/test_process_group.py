@@ -1,0 +1,80 @@
+"""The engine processes a gateway starts leave its process group (server.engines.
+process_group), fast: real forks, no vLLM. A group SIGTERM with a real engine is in
+test_lifecycle.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+from server.engines import process_group
+
+
+def _child_report(read_fd: int, write_fd: int) -> None:
+    os.close(read_fd)
+    os.write(write_fd, f"{os.getpgrp()} {os.getpid()}".encode())
+    os.close(write_fd)
+    os._exit(0)
+
+
+def _fork_and_read() -> tuple[int, int]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child_report(r, w)
+    os.close(w)
+    data = os.read(r, 100).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    pgrp, child = (int(x) for x in data.split())
+    return pgrp, child
+
+
+def test_a_child_forked_while_starting_an_engine_gets_its_own_group() -> None:
+    mine = os.getpgrp()
+    with process_group.detached_children():
+        assert os.environ[process_group.ENV] == str(os.getpid())
+        pgrp, child = _fork_and_read()
+    assert pgrp == child != mine
+    assert process_group.ENV not in os.environ  # restored
+
+
+def test_children_forked_at_other_times_stay_in_the_group() -> None:
+    with process_group.detached_children():
+        pass
+    pgrp, _ = _fork_and_read()
+    assert pgrp == os.getpgrp()
+
+
+def test_a_detached_child_stops_itself_when_the_gateway_dies() -> None:
+    """A gateway SIGKILLed leaves its detached engine re-parented: the engine's watcher
+    sends it SIGTERM instead of letting it linger, unreachable by a group SIGKILL."""
+    r, w = os.pipe()
+    gateway = os.fork()
+    if gateway == 0:  # the "gateway": forks an "engine" that reports its pid, then dies
+        os.close(r)
+        with process_group.detached_children():
+            engine = os.fork()
+        if engine == 0:
+            signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+            while True:
+                time.sleep(0.1)
+        os.write(w, str(engine).encode())
+        os.close(w)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.close(w)
+    engine = int(os.read(r, 100).decode())
+    os.close(r)
+    os.waitpid(gateway, 0)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if psutil.Process(engine).status() == psutil.STATUS_ZOMBIE:
+                break  # exited; whoever adopted it has not reaped it yet
+        except psutil.NoSuchProcess:
+            break
+        assert time.monotonic() < deadline, "the orphaned engine kept running"
+        time.sleep(0.1)
