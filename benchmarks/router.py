@@ -5,7 +5,9 @@ Two ``thinkgate replica`` servers (one core each, ``taskset``), vLLM's router
 three gateways (``--reward-model none``, both cores):
 
   balancer   --vllm-urls R1,R2        the gateway places calls itself
-  router     --vllm-urls ROUTER       vLLM's router places them (by X-Session-ID)
+  router     --vllm-urls ROUTER       vLLM's router places them (consistent_hash on
+                                      the gateway's X-Session-ID)
+  router-p2  --vllm-urls ROUTER2      the same, --policy power_of_two (by load)
   one        --vllm-urls R1           one replica alone
 
 Load: ``--requests`` self-consistency requests (``--samples`` each, ``--max-tokens``,
@@ -14,8 +16,9 @@ Load: ``--requests`` self-consistency requests (``--samples`` each, ``--max-toke
 completion tokens/s, p50/p99 latency, each replica's share of the requests and its
 prefix-cache hit rate (vLLM's own /metrics, before and after).
 
-Then, for ``balancer`` and ``router``: 40 concurrent self-consistency@4 requests (half
-streamed); once replica 1 runs some, it is SIGKILLed. Counted: requests answered, error
+Then: 40 concurrent self-consistency@4 requests (half streamed); once replica 1 runs
+some, it is SIGKILLed (each configuration but ``one``) or sent SIGTERM (a rolling
+update: ``balancer``, ``router``). Counted: requests answered, error
 frames, other failures, and 8 requests sent after the kill; replica 1 is restarted
 before the next configuration. Writes ``benchmarks/results/router.md`` (+ ``.json``).
 
@@ -47,10 +50,8 @@ from benchmarks.servers import ROOT, free_port, machine
 
 RESULTS = ROOT / "benchmarks" / "results"
 LOGS = RESULTS / "logs"
-CONFIGS = ("balancer", "router", "one")
+CONFIGS = ("balancer", "router", "router-p2", "one")
 ROUTER_FLAGS = (
-    "--policy",
-    "consistent_hash",
     "--health-check-interval-secs",
     "1",
     "--health-failure-threshold",
@@ -124,10 +125,10 @@ class ReplicaProc:
 
 
 @contextmanager
-def router(urls: Sequence[str]) -> Iterator[str]:
+def router(urls: Sequence[str], policy: str, pids: dict[str, int]) -> Iterator[str]:
     port = free_port()
     binary = Path(sys.executable).with_name("vllm-router")
-    cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--policy", policy]
     cmd += ["--prometheus-port", str(free_port()), "--worker-urls", *urls, *ROUTER_FLAGS]
     log = (LOGS / "router-vllm-router.log").open("ab")
     # RUST_LOG: its --log-level leaves a line per routed request at INFO (CPU spent).
@@ -136,6 +137,7 @@ def router(urls: Sequence[str]) -> Iterator[str]:
         cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
     url = f"http://127.0.0.1:{port}"
+    pids[policy] = proc.pid
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -164,6 +166,7 @@ class Trial:
     requests_per_replica: tuple[float, ...]
     cache_hits: tuple[float, ...]
     cache_queries: tuple[float, ...]
+    router_cpu_s: float  # CPU seconds the trial's router process used (0: no router)
 
 
 def _body(i: int, samples: int, max_tokens: int, *, ignore_eos: bool = True) -> dict[str, Any]:
@@ -204,6 +207,15 @@ async def load(url: str, args: argparse.Namespace) -> tuple[float, int, int, lis
         return time.perf_counter() - start, answered, tokens, latencies
 
 
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 def counters(replicas: Sequence[ReplicaProc]) -> list[tuple[float, float, float]]:
     out = []
     for r in replicas:
@@ -231,7 +243,7 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
 
 
-async def kill_under_load(url: str, victim: ReplicaProc) -> dict[str, Any]:
+async def kill_under_load(url: str, victim: ReplicaProc, sig: int) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         bodies = [_body(i, 4, 160, ignore_eos=False) for i in range(40)]
         tasks = [
@@ -242,7 +254,7 @@ async def kill_under_load(url: str, victim: ReplicaProc) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the load never reached the victim")
             await asyncio.sleep(0.05)
-        await asyncio.to_thread(victim.stop, signal.SIGKILL)
+        await asyncio.to_thread(victim.stop, sig)
         outcomes = await asyncio.gather(*tasks)
         after = await asyncio.gather(*(_one(client, b, stream=False) for b in bodies[:8]))
         ready = (await client.get("/ready")).json()
@@ -261,14 +273,16 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
     lines = [
         "# thinkgate behind vLLM's router vs its own balancer (thinkgate bench remote --router)",
         "",
-        f"Two `thinkgate replica` servers (one core each), `vllm-router` 0.1.17 "
-        f"({' '.join(ROUTER_FLAGS[:2])}, health checked every 1 s), three gateways. Load: "
+        f"Two `thinkgate replica` servers (one core each), two `vllm-router` 0.1.17 over "
+        f"them (`--policy consistent_hash` and `power_of_two`, workers health checked every "
+        f"1 s, `RUST_LOG=warn`), four gateways. Load: "
         f"{args.requests} self-consistency@{args.samples} requests of {args.max_tokens} "
         f"tokens per sample, {args.concurrency} in flight, {args.rounds} interleaved rounds.",
         "",
         "| config | q/s (median, range) | / balancer, same round | tokens/s | p50 s | p99 s | "
-        "requests per replica (share) | prefix-cache hit rate per replica |",
-        "|---|---|---|---|---|---|---|---|",
+        "requests per replica (share) | prefix-cache hit rate per replica | router CPU s "
+        "per 100 questions |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     by: dict[str, list[Trial]] = {c: [t for t in trials if t.config == c] for c in CONFIGS}
     base = {t.round: t.answered / t.wall_s for t in by["balancer"]}
@@ -290,7 +304,8 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
             f"{statistics.median(t.completion_tokens / t.wall_s for t in ts):.0f} | "
             f"{pct(lat, 0.5):.2f} | {pct(lat, 0.99):.2f} | "
             f"{' / '.join(f'{r:.0f}' for r in reqs)} ({share}) | "
-            f"{' / '.join(f'{h:.2f}' for h in hits)} |"
+            f"{' / '.join(f'{h:.2f}' for h in hits)} | "
+            f"{100 * sum(t.router_cpu_s for t in ts) / max(sum(t.answered for t in ts), 1):.2f} |"
         )
     lines += [
         "",
@@ -300,10 +315,15 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
         "than these prompts, so it stays 0 here (a request's samples share its prompt "
         "inside one vLLM request either way).",
         "",
-        "## Replica 1 SIGKILLed under 40 concurrent self-consistency@4 requests",
+        "## Replica 1 stopped under 40 concurrent self-consistency@4 requests",
         "",
-        "| config | non-streamed answered (of 20) | streamed answered (of 20) | error frames | "
-        "other failures | sent after the kill, answered (of 8) | failed calls placed again |",
+        "SIGKILL: a machine gone; SIGTERM to its process group: a rolling update "
+        "(`thinkgate replica` runs vLLM with `--shutdown-timeout 30`: it finishes what it "
+        "runs).",
+        "",
+        "| signal, config | non-streamed answered (of 20) | streamed answered (of 20) | "
+        "error frames | other failures | sent after the kill, answered (of 8) | "
+        "failed calls placed again |",
         "|---|---|---|---|---|---|---|",
     ]
     for config, k in kills.items():
@@ -333,30 +353,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     replicas = [ReplicaProc("0"), ReplicaProc("1")]
     trials: list[Trial] = []
-    kills: dict[str, dict[str, Any]] = {}
+    kills: dict[str, dict[str, Any]] = {}  # "SIGKILL balancer" -> counts
     with ExitStack() as stack:
         for r in replicas:
             r.start()
             stack.callback(r.stop)
         for r in replicas:
             r.wait_ready()
-        routed = stack.enter_context(router([r.url for r in replicas]))
+        pids: dict[str, int] = {}
+        workers = [r.url for r in replicas]
+        routed = stack.enter_context(router(workers, "consistent_hash", pids))
+        routed_p2 = stack.enter_context(router(workers, "power_of_two", pids))
+        router_pid = {"router": pids["consistent_hash"], "router-p2": pids["power_of_two"]}
         flags = ("--engine", "remote", "--health-interval-s", "1")
         urls = {
             "balancer": stack.enter_context(
                 gateway(None, "balancer", *flags, "--vllm-urls", ",".join(r.url for r in replicas))
             ),
             "router": stack.enter_context(gateway(None, "router", *flags, "--vllm-urls", routed)),
+            "router-p2": stack.enter_context(
+                gateway(None, "router-p2", *flags, "--vllm-urls", routed_p2)
+            ),
             "one": stack.enter_context(
                 gateway(None, "one", *flags, "--vllm-urls", replicas[0].url)
             ),
         }
         bar = tqdm(total=args.rounds * len(CONFIGS), desc="router bench")
         for rnd in range(args.rounds):
-            order = CONFIGS[rnd % 3 :] + CONFIGS[: rnd % 3]
+            order = CONFIGS[rnd % len(CONFIGS) :] + CONFIGS[: rnd % len(CONFIGS)]
             for config in order:
                 before = counters(replicas)
+                cpu0 = _cpu_s(router_pid.get(config))
                 wall, answered, tokens, lat = asyncio.run(load(urls[config], args))
+                cpu = _cpu_s(router_pid.get(config)) - cpu0
                 after = counters(replicas)
                 delta = [
                     tuple(a - b for a, b in zip(x, y, strict=True))
@@ -373,14 +402,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         tuple(d[0] for d in delta),
                         tuple(d[1] for d in delta),
                         tuple(d[2] for d in delta),
+                        cpu,
                     )
                 )
                 bar.update(1)
         bar.close()
         if not args.no_kill:
-            for config in ("balancer", "router"):
-                kills[config] = asyncio.run(kill_under_load(urls[config], replicas[0]))
-                print(config, kills[config], flush=True)
+            for sig, config in [
+                (signal.SIGKILL, "balancer"),
+                (signal.SIGKILL, "router"),
+                (signal.SIGKILL, "router-p2"),
+                (signal.SIGTERM, "balancer"),
+                (signal.SIGTERM, "router"),
+            ]:
+                key = f"{signal.Signals(sig).name} {config}"
+                kills[key] = asyncio.run(kill_under_load(urls[config], replicas[0], sig))
+                print(key, kills[key], flush=True)
                 replicas[0].start()
                 replicas[0].wait_ready()
                 time.sleep(3)  # the gateways' and the router's health checks see it back

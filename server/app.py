@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from server import errors
 from server.admission import Admission
+from server.engines import stopping
 from server.engines.factory import open_engine
 from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
@@ -123,6 +124,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     yield
                 finally:
                     app.state.gateway = None
+        # The engines' stops, begun side by side as the stack closed them.
+        await stopping.wait_stopped()
 
     app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = None

@@ -26,12 +26,13 @@ log = structlog.get_logger("thinkgate.lifecycle")
 State = Literal["serving", "draining", "engine_dead"]
 ENGINE_DEAD_EXIT: Final = 4  # the exit status a supervisor sees after an engine death
 # What a stop needs after the drain: the aborted requests answer (milliseconds: each
-# waiter is woken), the engines stop (vLLM's shutdown, up to 1 s each: the policy and
-# the reward model), the interpreter exits. Measured on the 2-core testbed box: 2.6 s
-# from the abort to the exit. The drain keeps this much of ``drain_timeout_s`` (at most
-# half of it) so that the process has exited when the timeout is up, which is what a
-# supervisor's grace period (Kubernetes' terminationGracePeriodSeconds) expects.
-TEARDOWN_RESERVE_S: Final = 4.0
+# waiter is woken), the engines stop cleanly, side by side (vLLM's shutdown: on the
+# 2-core testbed box the worker leaves 3 s after its engine core is told, the engine core
+# 2 s later: 5 s), the interpreter exits. The drain
+# keeps this much of ``drain_timeout_s`` (at most half of it) so that the process has
+# exited when the timeout is up, which is what a supervisor's grace period (Kubernetes'
+# terminationGracePeriodSeconds) expects.
+TEARDOWN_RESERVE_S: Final = 7.0
 _SETTLE_SHARE: Final = 0.5  # of the reserve, the most spent waiting for aborted answers
 
 

@@ -251,7 +251,7 @@ class Settings(BaseSettings):
     # --- lifecycle: shutdown, engine death, long streams
     drain_timeout_s: float = Field(default=30.0, ge=0)
     """On SIGTERM: the process exits 0 within this long. New requests get a 503 with
-    Retry-After while those in flight finish; its last 4 s (at most half) are kept for
+    Retry-After while those in flight finish; its last 7 s (at most half) are kept for
     aborting what is left (a 503, or an error frame in a stream) and stopping the engines.
     A second SIGTERM/SIGINT stops at once."""
     on_engine_death: Literal["exit", "restart"] = "exit"

@@ -38,7 +38,7 @@ import httpx
 import structlog
 
 from kernels import engine_wait
-from server.engines import process_group
+from server.engines import process_group, stopping
 from server.engines.http_errors import post_json
 from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.pooling import encode_one
@@ -157,7 +157,7 @@ class PrmEngine:
             raise BackendUnavailable("the PRM engine is dead; the server must be restarted")
 
     async def aclose(self) -> None:
-        self._llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        stopping.stop(self._llm, SHUTDOWN_TIMEOUT_S)
 
 
 class RemotePrm:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from kernels import engine_wait
-from server.engines import process_group
+from server.engines import process_group, stopping
 from server.engines.local import SHUTDOWN_TIMEOUT_S
 from server.engines.pooling import encode_one
 from strategies.errors import BackendError, BackendUnavailable
@@ -110,4 +110,4 @@ class RewardEngine:
             raise BackendUnavailable("the reward engine is dead; the server must be restarted")
 
     async def aclose(self) -> None:
-        self._llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        stopping.stop(self._llm, SHUTDOWN_TIMEOUT_S)

@@ -8,6 +8,7 @@ sent SIGTERM, both under real load.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -181,7 +182,7 @@ def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
         "--on-engine-death",
         "restart",
         "--drain-timeout-s",
-        "8",
+        "14",
         "--sse-keepalive-s",
         "0.3",
         "--reward-model",
@@ -266,11 +267,10 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
     server = restartable  # after the restart test: the drain also works on a new engine
     shm_before = _shm_segments()
     url, model = server.base_url, server.model
-    # Far longer than the drain (8 s, aborting at 4 s): 48 samples of 440 tokens on a
-    # 2-core CPU engine. (These asked for 16 samples each with a top-level "samples" field
-    # until unknown body fields became a 400: it was ignored, so 8 ran, as now.)
+    # Far longer than the drain (14 s, aborting at 7 s): 60 samples of 440 tokens on a
+    # 2-core CPU engine (fewer than its 64 rows: the short ones still get theirs).
     endless = [
-        _body(model, stream=s, max_tokens=440, strategy="self-consistency", budget={"samples": 8})
+        _body(model, stream=s, max_tokens=440, strategy="self-consistency", budget={"samples": 10})
         for s in (False, True, True, False, True, True)
     ]
     # Streams, so that the test knows when they are admitted (first bytes).
@@ -317,10 +317,10 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
         assert o.status in (200, 503), o
     assert any(o.error_code == "shutting_down" for o in outcomes[2:]), outcomes
     assert server.process.wait(timeout=30) == 0
-    # Gone within the drain timeout: the drain keeps its last 4 s for aborting and
-    # stopping the engines (2.3 s measured). The 1 s over is this test's own slack: on
-    # the starved box its threads see the exit late.
-    assert time.monotonic() - signalled < 8 + 1
+    # Gone within the drain timeout: the drain keeps its last 7 s for aborting and
+    # stopping the engines cleanly. The 1 s over is this test's own slack: on the
+    # starved box its threads see the exit late.
+    assert time.monotonic() - signalled < 14 + 1
     # multiprocessing's resource tracker (a plain `python` child) cleans up after its
     # parent has exited, so it may outlive it by a moment; nothing may stay for long.
     deadline = time.monotonic() + 10
@@ -328,6 +328,9 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
         names = [(p.pid, " ".join(p.cmdline())[:80]) for p in left]
         assert time.monotonic() < deadline, f"processes left 10 s after the exit: {names}"
         time.sleep(0.1)
-    log = server.log_tail(400)
-    assert "leaked shared_memory" not in log, log[-3000:]
+    # No engine was force-killed at the stop: the only shared memory the resource
+    # tracker may find is the ring of the engine the restart test SIGKILLed earlier in
+    # this server's life (one), and it unlinks that too.
+    leaked = re.findall(r"There appear to be (\d+) leaked shared_memory", server.log_tail(400))
+    assert sum(int(n) for n in leaked) <= 1, leaked
     assert not (_shm_segments() - shm_before), "shared memory left in /dev/shm"

@@ -49,9 +49,10 @@ async def test_drain_time_up_aborts_what_is_left() -> None:
 
 
 async def test_drain_aborts_early_enough_to_exit_within_the_timeout() -> None:
-    # 10 s: in-flight work runs 6 s, the last 4 s are kept for aborting and stopping.
-    assert Lifecycle(drain_timeout_s=10, retry_after_s=1).teardown_reserve_s == 4.0
-    assert Lifecycle(drain_timeout_s=60, retry_after_s=1).teardown_reserve_s == 4.0
+    # 30 s: in-flight work runs 23 s, the last 7 s are kept for aborting and stopping.
+    assert Lifecycle(drain_timeout_s=30, retry_after_s=1).teardown_reserve_s == 7.0
+    assert Lifecycle(drain_timeout_s=60, retry_after_s=1).teardown_reserve_s == 7.0
+    assert Lifecycle(drain_timeout_s=10, retry_after_s=1).teardown_reserve_s == 5.0  # half
     assert Lifecycle(drain_timeout_s=2, retry_after_s=1).teardown_reserve_s == 1.0  # half
     inflight = [1]  # never finishes by itself
     stopped = asyncio.Event()

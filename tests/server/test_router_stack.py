@@ -89,13 +89,19 @@ def test_the_samples_of_a_request_stay_together_and_requests_spread(
     assert min(got) >= 0.3 * 48, f"requests per replica: {got}"
 
 
+REDRAWN: list[dict[str, Any]] = []  # the thinkgate objects of answers that redrew
+
+
 async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) -> str:
     """'ok' (a 200 with an answer), else what the client got."""
     if not stream:
         r = await client.post("/v1/chat/completions", json=body)
         if r.status_code != 200:
             return f"error {r.status_code}: {r.text[:200]}"
-        return "ok" if r.json()["choices"][0]["message"]["content"] is not None else "empty"
+        data = r.json()
+        if data["thinkgate"].get("redrawn_samples"):
+            REDRAWN.append({**data["thinkgate"], "usage": data["usage"]})
+        return "ok" if data["choices"][0]["message"]["content"] is not None else "empty"
     async with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
         if r.status_code != 200:
             return f"error {r.status_code}"
@@ -139,9 +145,17 @@ def test_a_replica_killed_behind_the_router_loses_nothing(router_stack: RouterSt
             return list(outcomes), list(after)
 
     before = _ready(router_stack)["servers"][0]
+    REDRAWN.clear()
     outcomes, after = asyncio.run(load())
     assert outcomes == ["ok"] * 40, outcomes
     assert after == ["ok"] * 8, after
+    # Samples the dead replica was drawing were drawn again, and billed: usage counts
+    # every token of the pool the answer came from plus the ones lost with the replica.
+    assert REDRAWN, "no answer reports a redrawn sample"
+    for info in REDRAWN:
+        assert info["samples"] == 4 and info["redrawn_lost_tokens"] >= 0
+        billed = sum(info["sample_tokens"]) + info["redrawn_lost_tokens"]
+        assert info["usage"]["completion_tokens"] == billed, info
     server = _ready(router_stack)["servers"][0]
     assert server["state"] == "up" and server["ejections"] == before["ejections"]
     print(f"calls placed again: {server['failures'] - before['failures']}")
