@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -51,7 +52,7 @@ from benchmarks.servers import ROOT, free_port, machine
 RESULTS = ROOT / "benchmarks" / "results"
 JSON_PATH = RESULTS / "reliability.json"
 MD_PATH = RESULTS / "reliability.md"
-SECTIONS = ("fuzz", "overload", "storm", "death", "drain", "pets", "soak")
+SECTIONS = ("fuzz", "overload", "storm", "death", "drain", "drain-group", "pets", "soak")
 MODEL = "testbed-base"
 QUESTION = "Compute 3+4*2 mod 10."
 
@@ -402,7 +403,13 @@ def section_storm(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _load_and(server: Server, action: Callable[[], None], count: int = 8) -> list[Outcome]:
+def _load_and(
+    server: Server,
+    action: Callable[[], None],
+    count: int = 8,
+    max_tokens: int = 400,
+    samples: int = 8,
+) -> list[Outcome]:
     """Requests of hundreds of tokens in flight; ``action`` once they are; outcomes."""
 
     async def go() -> list[Outcome]:
@@ -410,11 +417,11 @@ def _load_and(server: Server, action: Callable[[], None], count: int = 8) -> lis
             payloads = [
                 body(
                     stream=i % 2 == 0,
-                    max_tokens=400,
+                    max_tokens=max_tokens,
                     **(
-                        {"n": 8}
+                        {"n": samples}
                         if i % 4 < 2
-                        else {"strategy": "self-consistency", "budget": {"samples": 8}}
+                        else {"strategy": "self-consistency", "budget": {"samples": samples}}
                     ),
                 )
                 for i in range(count)
@@ -501,6 +508,43 @@ def section_drain(args: argparse.Namespace) -> dict[str, Any]:
         "exit_status": code,
         "exit_after_sigterm_s": exited,
         "exited_within_drain_timeout": exited <= drain_s,
+    }
+
+
+def _leaked_shm(log: Path) -> int:
+    """Shared-memory objects Python's resource tracker found left at the exit."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return sum(int(n) for n in re.findall(r"There appear to be (\d+) leaked shared_mem", text))
+
+
+def section_drain_group(args: argparse.Namespace) -> dict[str, Any]:
+    """SIGTERM to the server's whole process group (systemd's KillMode=control-group,
+    supervisord's stopasgroup), 20 requests in flight that fit in the drain."""
+    drain_s = 30.0
+    server = start("drain-group", "--drain-timeout-s", str(drain_s))
+    signalled: list[float] = []
+    shm_before = {p.name for p in Path("/dev/shm").glob("psm_*")}
+
+    def term() -> None:
+        signalled.append(time.monotonic())
+        os.killpg(server.proc.pid, signal.SIGTERM)
+
+    try:
+        outcomes = _load_and(server, term, count=20, max_tokens=96, samples=2)
+        code = server.proc.wait(timeout=120)
+        exited = time.monotonic() - signalled[0]
+    finally:
+        stop(server)
+    time.sleep(2)  # the resource tracker outlives its parent by a moment
+    left = {p.name for p in Path("/dev/shm").glob("psm_*")} - shm_before
+    return {
+        "in_flight": len(outcomes),
+        "drain_timeout_s": drain_s,
+        "completed": sum(1 for o in outcomes if o.done),
+        "exit_status": code,
+        "exit_after_sigterm_s": exited,
+        "leaked_shared_memory_reported": _leaked_shm(server.log),
+        "shm_segments_left": len(left),
     }
 
 
@@ -636,6 +680,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "storm": section_storm,
     "death": section_death,
     "drain": section_drain,
+    "drain-group": section_drain_group,
     "pets": section_pets,
     "soak": section_soak,
 }

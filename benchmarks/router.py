@@ -60,6 +60,10 @@ ROUTER_FLAGS = (
     "1",
     "--worker-startup-check-interval",
     "1",
+    "--cb-timeout-duration-secs",
+    "5",
+    "--cb-success-threshold",
+    "1",
     "--log-level",
     "warning",
 )
