@@ -39,7 +39,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,26 +46,11 @@ from tqdm import tqdm
 
 from benchmarks.remote import gateway, pct, pinned
 from benchmarks.servers import ROOT, free_port, machine
+from server.replica import build_router_command, router_env
 
 RESULTS = ROOT / "benchmarks" / "results"
 LOGS = RESULTS / "logs"
 CONFIGS = ("balancer", "router", "router-p2", "one")
-ROUTER_FLAGS = (
-    "--health-check-interval-secs",
-    "1",
-    "--health-failure-threshold",
-    "1",
-    "--health-success-threshold",
-    "1",
-    "--worker-startup-check-interval",
-    "1",
-    "--cb-timeout-duration-secs",
-    "5",
-    "--cb-success-threshold",
-    "1",
-    "--log-level",
-    "warning",
-)
 
 
 @dataclass
@@ -131,14 +115,16 @@ class ReplicaProc:
 @contextmanager
 def router(urls: Sequence[str], policy: str, pids: dict[str, int]) -> Iterator[str]:
     port = free_port()
-    binary = Path(sys.executable).with_name("vllm-router")
-    cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--policy", policy]
-    cmd += ["--prometheus-port", str(free_port()), "--worker-urls", *urls, *ROUTER_FLAGS]
+    flags = ["--host", "127.0.0.1", "--port", str(port), "--policy", policy]
+    flags += ["--prometheus-port", str(free_port())]
+    cmd = build_router_command(urls, flags)
     log = (LOGS / "router-vllm-router.log").open("ab")
-    # RUST_LOG: its --log-level leaves a line per routed request at INFO (CPU spent).
-    env = {**os.environ, "RUST_LOG": "warn"}
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=router_env(os.environ),
     )
     url = f"http://127.0.0.1:{port}"
     pids[policy] = proc.pid
@@ -278,8 +264,8 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
         "# thinkgate behind vLLM's router vs its own balancer (thinkgate bench remote --router)",
         "",
         f"Two `thinkgate replica` servers (one core each), two `vllm-router` 0.1.17 over "
-        f"them (`--policy consistent_hash` and `power_of_two`, workers health checked every "
-        f"1 s, `RUST_LOG=warn`), four gateways. Load: "
+        f"them (`thinkgate replica --router`'s flags, `--policy consistent_hash` and "
+        f"`power_of_two`), four gateways. Load: "
         f"{args.requests} self-consistency@{args.samples} requests of {args.max_tokens} "
         f"tokens per sample, {args.concurrency} in flight, {args.rounds} interleaved rounds.",
         "",

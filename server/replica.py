@@ -24,8 +24,13 @@ testbed's): the pooling runner and STEP pooling at the PRM's step tag
 (``--pooler-config '{"step_tag_id": N}'``, N from its ``config.json``: vLLM's HTTP
 ``/pooling`` request cannot carry it, server/engines/prm.py), no logits processors.
 
+``thinkgate replica --router URL,URL`` starts vLLM's router (``vllm-router``) over
+replicas instead, with the flags a gateway in front of it needs (``ROUTER_FLAGS``:
+placement by the gateway's session key, fast health checks; docs/deployment.md).
+
 It prints the exact command, then becomes that process (``exec``), so a team can copy
-the flags into its own deployment. Arguments it does not know go to vLLM's server.
+the flags into its own deployment. Arguments it does not know go to vLLM's server (or
+to the router).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from kernels import engine_wait
 from kernels.guidance import args as guidance_args
@@ -44,6 +51,22 @@ from kernels.processors import Runner, spec_for
 from strategies import defaults
 
 DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
+
+# vLLM's router in front of replicas, as docs/deployment.md explains: placement by the
+# session key a gateway sends (X-Session-ID: one request's calls on one replica), dead
+# workers found within a second, and a circuit breaker that retries a worker after 5 s
+# (its 60 s default kept a restarted replica from any traffic for a minute).
+ROUTER_FLAGS: tuple[tuple[str, str], ...] = (
+    ("--policy", "consistent_hash"),
+    ("--health-check-interval-secs", "1"),
+    ("--health-failure-threshold", "1"),
+    ("--health-success-threshold", "1"),
+    ("--worker-startup-check-interval", "1"),
+    ("--cb-timeout-duration-secs", "5"),
+    ("--cb-success-threshold", "1"),
+)
+# Its --log-level leaves a line per routed call at INFO; RUST_LOG is what silences them.
+ROUTER_ENV: tuple[tuple[str, str], ...] = (("RUST_LOG", "warn"),)
 
 
 def default_model_flags() -> tuple[tuple[str, str], ...]:
@@ -155,6 +178,27 @@ def build_prm_command(
     return [*cmd, *rest]
 
 
+def build_router_command(workers: Sequence[str], passthrough: Sequence[str]) -> list[str]:
+    """vLLM's router (``vllm-router``, a pip package) over ``workers`` with
+    :data:`ROUTER_FLAGS` unless the arguments set them."""
+    beside = Path(sys.executable).with_name("vllm-router")
+    binary = str(beside) if beside.exists() else shutil.which("vllm-router") or "vllm-router"
+    rest = list(passthrough)
+    cmd = [binary, "--worker-urls", *workers]
+    for flag, value in ROUTER_FLAGS:
+        if not _has(rest, flag):
+            cmd += [flag, value]
+    return [*cmd, *rest]
+
+
+def router_env(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with :data:`ROUTER_ENV` where it sets none of them."""
+    env = dict(base)
+    for key, value in ROUTER_ENV:
+        env.setdefault(key, value)
+    return env
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="thinkgate replica",
@@ -179,8 +223,24 @@ def main(argv: Sequence[str]) -> int:
         help="serve a process reward model for --prm-url instead (default DIR: the "
         "default PRM, the testbed's)",
     )
+    parser.add_argument(
+        "--router",
+        metavar="URLS",
+        help="start vLLM's router (vllm-router) over these replica URLs, comma-separated, "
+        "with the flags a thinkgate gateway needs, instead of a replica",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command, do not start it")
     args, rest = parser.parse_known_args(list(argv))
+    if args.router is not None:
+        workers = [u.strip() for u in args.router.split(",") if u.strip()]
+        if not workers:
+            parser.error("--router needs at least one replica URL")
+        cmd = build_router_command(workers, rest)
+        env = router_env(os.environ)
+        print(shlex.join([*(f"{k}={env[k]}" for k, _ in ROUTER_ENV), *cmd]), flush=True)
+        if args.dry_run:
+            return 0
+        os.execvpe(cmd[0], cmd, env)
     processors = [p.strip() for p in args.processors.split(",") if p.strip()]
     if args.prm is not None:
         if args.model is not None:

@@ -334,30 +334,6 @@ def remote_stack_instance() -> RemoteStack:
     return _STACK
 
 
-# vLLM's router as docs/deployment.md runs it: placement by the session key the gateway
-# sends (X-Session-ID), its workers checked every second, one failed check marks a dead
-# one down, and its circuit breaker (opened by the calls a dead worker failed) retries a
-# worker after 5 s instead of 60 (else a restarted replica waits a minute for traffic).
-ROUTER_FLAGS: tuple[str, ...] = (
-    "--policy",
-    "consistent_hash",
-    "--health-check-interval-secs",
-    "1",
-    "--health-failure-threshold",
-    "1",
-    "--health-success-threshold",
-    "1",
-    "--worker-startup-check-interval",
-    "1",
-    "--cb-timeout-duration-secs",
-    "5",
-    "--cb-success-threshold",
-    "1",
-    "--log-level",
-    "warning",
-)
-
-
 @dataclass
 class RouterStack:
     """vLLM's router (``vllm-router``) in front of the remote stack's two replicas, and a
@@ -386,28 +362,20 @@ def router_stack_instance() -> RouterStack:
         remote = remote_stack_instance()
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        binary = Path(sys.executable).with_name("vllm-router")
+        from server.replica import build_router_command, router_env
+
         log_path = _log_dir() / "vllm-router.log"
-        cmd = [
-            str(binary),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--prometheus-port",
-            str(_free_port()),
-            "--worker-urls",
-            *(r.url for r in remote.replicas),
-            *ROUTER_FLAGS,
-        ]
+        cmd = build_router_command(
+            [r.url for r in remote.replicas],
+            ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(_free_port())],
+        )
         with log_path.open("ab") as log:
-            # RUST_LOG: its --log-level leaves a line per routed request at INFO.
             router = subprocess.Popen(
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "RUST_LOG": "warn"},
+                env=router_env(os.environ),
             )
         try:
             deadline = time.monotonic() + 60

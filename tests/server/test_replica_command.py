@@ -97,3 +97,21 @@ def test_cli_prints_the_exact_command() -> None:
     # that a team copying the command gets it too.
     assert line.startswith("THINKGATE_ENGINE_SPIN_MS=1 ")
     assert "--enable-scale-out" in line and "kernels.elastic.vllm_v1:ElasticLogitsProcessor" in line
+
+
+def test_the_router_command_carries_the_flags_a_gateway_needs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from server.replica import ROUTER_FLAGS, build_router_command, main
+
+    urls = ["http://127.0.0.1:8101", "http://127.0.0.1:8102"]
+    cmd = build_router_command(urls, ["--port", "8100", "--policy", "power_of_two"])
+    assert cmd[0].endswith("vllm-router") and _after(cmd, "--worker-urls")[:2] == urls
+    assert cmd.count("--policy") == 1 and _after(cmd, "--policy") == ["power_of_two"]
+    for flag, value in ROUTER_FLAGS:
+        if flag != "--policy":
+            assert _after(cmd, flag) == [value]
+    assert main(["--router", ",".join(urls), "--port", "8100", "--dry-run"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("RUST_LOG=warn ") and "--policy consistent_hash" in line
+    assert line.endswith("--port 8100")
