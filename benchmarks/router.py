@@ -300,7 +300,7 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
     lines += [
         "",
         "Requests per replica are vLLM's finished requests (a request of n samples counts "
-        "n); the third configuration only has replica 1. The prefix-cache hit rate is vLLM's "
+        "n); `one` only has replica 1. The prefix-cache hit rate is vLLM's "
         "own (hits / queried tokens); on CPU vLLM caches whole blocks of 128 tokens, longer "
         "than these prompts, so it stays 0 here (a request's samples share its prompt "
         "inside one vLLM request either way).",
