@@ -15,21 +15,36 @@ architecture ``pooler_config.step_tag_id`` defaults to 151651 (Qwen2.5-Math-PRM'
 at all). Its HTTP ``/pooling`` request has no field for it (``PoolingCompletionRequest``
 builds ``PoolingParams`` from ``task``, ``use_activation`` and ``dimensions`` only), so
 a vLLM server can only learn it at start-up: ``--pooler-config '{"step_tag_id": N}'``
-(``thinkgate replica --prm`` passes it). The in-process engine is configured the same
-way (``AsyncEngineArgs(pooler_config=PoolerConfig(step_tag_id=N))``), so both serve one
-configuration and a request never depends on a per-request override the HTTP route
-cannot send. Both check that each sequence got exactly one reward per tag it holds: an
-engine started without the right tag fails loudly instead of scoring the wrong tokens.
+(``thinkgate replica --prm`` passes it). ``RemotePrm`` checks that each sequence got
+exactly one reward per tag it holds: a server started without the right tag fails
+loudly instead of scoring the wrong tokens.
 
 The testbed PRM writes its tag in ``config.json`` (``step_tag_id``, the newline);
 ``step_tag_of`` reads it, with vLLM's default for models that do not.
+
+In process, the engine runs ALL token pooling instead (a row per token; it reads the
+rows at the tags itself), with vLLM's prefix cache on: a
+search scores each path again every step (prompt + every step so far), and STEP pooling
+never reads the prefix cache (vLLM turns it off for STEP). With ALL pooling and the
+cache read, vLLM computes only the tokens past the cached prefix and returns their rows
+(``num_cached_tokens`` says where they start); the reward at a tag is the "right"
+probability of its row. A tag inside the cached prefix was scored when that prefix was:
+``PrmEngine`` keeps each reward under the hash of the prefix ending at its tag (a causal
+model's reward there depends on nothing after it), so a step of a search costs the PRM
+about the new step's tokens, not the whole path's (on CPU the cache keeps blocks of 32
+tokens, not vLLM's CPU default of 128, or little of a short path would be reused). A
+tag with no reward kept (forgotten here while vLLM still caches its prefix) sends the
+sequence again without the cache. A vLLM server's ``/pooling`` cannot ask for the cache
+(its token tasks skip it), so ``RemotePrm`` keeps STEP pooling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -51,6 +66,8 @@ log = structlog.get_logger("thinkgate.prm")
 
 RIGHT_LABEL: Final = 1  # Qwen2ForProcessRewardModel: softmax over (wrong, right)
 VLLM_DEFAULT_STEP_TAG: Final = 151651  # vLLM's default for the architecture: `<extra_0>`
+STORE_SIZE: Final = 500_000  # rewards kept by prefix (LRU): ~100 MB at most
+CPU_BLOCK: Final = 32  # the prefix cache's block on CPU (vLLM's CPU default, 128, reuses less)
 
 
 def step_tag_of(model_dir: str | Path) -> int:
@@ -86,6 +103,9 @@ class PrmEngine:
         self.step_tag_id = step_tag_id
         self.max_model_len = max_model_len
         self._ids = itertools.count()
+        self._store: OrderedDict[bytes, float] = OrderedDict()
+        self.scored_tokens = 0  # tokens the PRM computed (the rest came from its cache)
+        self.asked_tokens = 0  # tokens of the sequences it was asked to score
 
     @classmethod
     def start(
@@ -108,10 +128,15 @@ class PrmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tag = step_tag_of(model) if step_tag_id is None else step_tag_id
+        from vllm.platforms import current_platform
+
         args = AsyncEngineArgs(
             model=model,
             runner="pooling",
-            pooler_config=PoolerConfig(step_tag_id=tag),
+            # ALL pooling reads the prefix cache (STEP cannot): see the module's notes.
+            pooler_config=PoolerConfig(tok_pooling_type="ALL"),
+            enable_prefix_caching=True,
+            block_size=CPU_BLOCK if current_platform.is_cpu() else None,
             dtype=dtype,  # type: ignore[arg-type]
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
@@ -145,12 +170,53 @@ class PrmEngine:
         )
 
     async def _one(self, request_id: str, sequence: Sequence[int]) -> list[float]:
+        tags = [i for i, t in enumerate(sequence) if t == self.step_tag_id]
+        keys = _prefix_keys(sequence, tags)
+        rows, first = await self._rows(request_id, sequence, cached=True)
+        rewards: list[float] = []
+        for at, key in zip(tags, keys, strict=True):
+            if at >= first:
+                reward = _right(rows[at - first])
+                self._remember(key, reward)
+            else:
+                got = self._store.get(key)
+                if got is None:  # computed elsewhere, or forgotten here: compute it all
+                    return await self._uncached(f"{request_id}-full", sequence, tags, keys)
+                self._store.move_to_end(key)
+                reward = got
+            rewards.append(reward)
+        return rewards
+
+    async def _uncached(
+        self, request_id: str, sequence: Sequence[int], tags: list[int], keys: list[bytes]
+    ) -> list[float]:
+        rows, _ = await self._rows(request_id, sequence, cached=False)
+        rewards = [_right(rows[at]) for at in tags]
+        for key, reward in zip(keys, rewards, strict=True):
+            self._remember(key, reward)
+        return rewards
+
+    async def _rows(
+        self, request_id: str, sequence: Sequence[int], *, cached: bool
+    ) -> tuple[list[object], int]:
+        """The pooled rows of the tokens vLLM computed, and the position of the first."""
         from vllm import PoolingParams
 
-        params = PoolingParams(task="token_classify")
+        params = PoolingParams(task="token_classify", skip_reading_prefix_cache=not cached)
         out = await encode_one(self._llm, request_id, sequence, params, "PRM engine")
         rows = out.outputs.data.tolist()
-        return rewards_from_rows(rows, tags=sum(1 for t in sequence if t == self.step_tag_id))
+        if not isinstance(rows, list) or not 0 < len(rows) <= len(sequence):
+            raise BackendError("the PRM answered in an unexpected shape (want a row per token)")
+        first = len(sequence) - len(rows)
+        self.asked_tokens += len(sequence)
+        self.scored_tokens += len(rows)
+        return rows, first
+
+    def _remember(self, key: bytes, reward: float) -> None:
+        self._store[key] = reward
+        self._store.move_to_end(key)
+        while len(self._store) > STORE_SIZE:
+            self._store.popitem(last=False)
 
     async def health(self) -> None:
         if self._llm.errored:
@@ -158,6 +224,24 @@ class PrmEngine:
 
     async def aclose(self) -> None:
         stopping.stop(self._llm, SHUTDOWN_TIMEOUT_S)
+
+
+def _prefix_keys(sequence: Sequence[int], tags: Sequence[int]) -> list[bytes]:
+    """Per tag position, a hash of the sequence up to and including it (chained)."""
+    keys: list[bytes] = []
+    prev, start = b"", 0
+    for at in tags:
+        chunk = ",".join(str(t) for t in sequence[start : at + 1]).encode()
+        prev = hashlib.blake2b(prev + b"|" + chunk, digest_size=16).digest()
+        keys.append(prev)
+        start = at + 1
+    return keys
+
+
+def _right(row: object) -> float:
+    if not isinstance(row, list) or len(row) != 2:
+        raise BackendError("the PRM answered in an unexpected shape (want [wrong, right])")
+    return float(row[RIGHT_LABEL])
 
 
 class RemotePrm:

@@ -86,6 +86,24 @@ async def test_in_process_prm_scores_exact_arithmetic_steps_right_above_wrong(
         assert rewards[2 * i][-1] > rewards[2 * i + 1][-1] + 0.1, PAIRS[i]
 
 
+async def test_a_grown_path_costs_the_prm_only_its_new_tokens(engine: PrmEngine) -> None:
+    """A search scores a path again with one more step: vLLM's prefix cache computes only
+    what follows the cached blocks, the kept rewards cover the tags before, and every
+    reward is the one a computation from scratch gives."""
+    prm = ProcessRewardModel(model=engine, step_tag_id=TAG, max_len=engine.max_model_len)
+    prompt = CODEC.encode(chat_prompt(Q.prompt))
+    steps = [CODEC.encode(s) for s in ["3+8=1", "check 1-8=3", "1-5=6", "6+7=3"]]
+    await prm.score_paths(prompt, [steps[:3]])
+    asked, scored = engine.asked_tokens, engine.scored_tokens
+    grown = (await prm.score_paths(prompt, [steps]))[0]
+    asked, scored = engine.asked_tokens - asked, engine.scored_tokens - scored
+    assert scored < asked / 2, (scored, asked)  # the prompt and three steps were cached
+    sequence = prm.sequence(prompt, steps)
+    tags = [i for i, t in enumerate(sequence) if t == TAG]
+    fresh = await engine._uncached("fresh", sequence, tags, [b"x"] * len(tags))
+    assert grown == pytest.approx(fresh[-len(grown) :], abs=1e-4)
+
+
 @pytest.fixture(scope="module")
 def prm_replica(engine: PrmEngine, remote_stack: Any) -> str:
     """The shared remote stack's PRM server (``thinkgate replica --prm``, behind its
