@@ -1,6 +1,6 @@
 """Fan-out: N samples as ONE ``n = N`` request versus N separate requests.
 
-How peers fan out (PEERS.md): its_hub sends N separate chat requests concurrently
+How peers fan out (read in their source): its_hub sends N separate chat requests concurrently
 (asyncio, semaphore 32); optillm's self-consistency loops over them one by one. The
 sampling strategies of thinkgate send one engine request with ``n = N`` (the prompt's
 KV cache is shared, one HTTP round trip). Same server, same run, same questions,

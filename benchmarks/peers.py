@@ -368,7 +368,7 @@ def its_hub(venv: Path, vllm_url: str, model: str, samples: int) -> Iterator[str
     with serve(
         cmd, ready_path="/docs", log=LOGS / "peers-its_hub.log", port=port, timeout_s=PEER_START_S
     ) as url:
-        # The IaaS takes its algorithm and backend once, for every request (PEERS.md).
+        # The IaaS takes its algorithm and backend once, for every request (its /configure).
         config = {
             "provider": "openai",
             "endpoint": f"{vllm_url}/v1",

@@ -1,4 +1,4 @@
-"""PETS benchmark on the testbed, in the paper's protocol (ALGORITHMS.md section 4).
+"""PETS benchmark on the testbed, in the paper's protocol (docs/specs.md §4).
 
     python benchmarks/pets.py pools   # draw 64-sample pools once (HTTP API), cache them
     python benchmarks/pets.py sweep   # simulate uniform / online / offline on the pools

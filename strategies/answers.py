@@ -1,4 +1,4 @@
-"""Answer tools shared by every strategy that aggregates answers (ALGORITHMS.md section 0).
+"""Answer tools shared by every strategy that aggregates answers (docs/specs.md §0).
 
 Four functions, used in this order:
 

@@ -1,4 +1,4 @@
-"""``best-of-majority``: pass@k by Best-of-Majority (ALGORITHMS.md section 3).
+"""``best-of-majority``: pass@k by Best-of-Majority (docs/specs.md §3).
 
 N samples in one engine request, each scored; answer classes whose frequency reaches
 ``alpha`` (body field, else the server default 0.02) are kept, and the ``k`` of highest

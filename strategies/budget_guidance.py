@@ -1,4 +1,4 @@
-"""``budget-guidance``: soft steering of thinking toward a budget B (ALGORITHMS.md section 2).
+"""``budget-guidance``: soft steering of thinking toward a budget B (docs/specs.md §2).
 
 Every trajectory is decoded in ONE engine pass by an engine whose model is the
 budget-guidance wrapper (hidden states reach the logits processor in the same step,

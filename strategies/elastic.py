@@ -6,7 +6,7 @@ allows ``s`` answer tokens, then forces EOS, so an answer always comes. Without
 the processor (a remote replica without thinkgate installed) the same contract
 is kept with two engine calls per trajectory: think with ``max_tokens = t``
 stopping at ``</think>``, then answer from the thinking with ``max_tokens = s``
-(ALGORITHMS.md section 1). Only the ``</think>`` delimiter is ever injected (a token
+(docs/specs.md §1). Only the ``</think>`` delimiter is ever injected (a token
 sequence on models where it is several tokens: forced whole, one token per step).
 """
 

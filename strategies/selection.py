@@ -1,6 +1,6 @@
 """Selection rules over answer classes: majority, Best-of-N, Best-of-Majority (pass@k).
 
-Pure functions over values (ALGORITHMS.md sections 3 and 5); the strategies draw the
+Pure functions over values (docs/specs.md §3 and §5); the strategies draw the
 samples and score them, these decide. Ties always go to the class seen first, so a
 result depends on sample order only through ties.
 
@@ -106,7 +106,7 @@ def top_by_reward(classes: Sequence[AnswerClass], k: int) -> tuple[AnswerClass, 
 
 
 def top_by_weight(classes: Sequence[AnswerClass], k: int) -> tuple[AnswerClass, ...]:
-    """Weighted majority (ALGORITHMS.md section 5): the ``k`` classes of largest summed
+    """Weighted majority (docs/specs.md §5): the ``k`` classes of largest summed
     weight (the members' ``rewards``: trace confidences for DeepConf), ties to the first
     seen. With every weight 1 it is :func:`top_by_count`."""
     _check_k(k)

@@ -1,6 +1,6 @@
 """``self-consistency``: N samples in one engine request, majority vote on their answers.
 
-Wang et al. 2022 (ALGORITHMS.md section 5): the largest answer class wins, ties to the
+Wang et al. 2022 (docs/specs.md §5): the largest answer class wins, ties to the
 class seen first; with ``k > 1`` the ``k`` largest classes are returned, best first.
 Body option ``vote`` (``strategies.voting``): ``confidence`` or ``confidence-top`` weigh
 each sample by its trace confidence (DeepConf offline) instead.

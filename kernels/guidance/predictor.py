@@ -3,7 +3,7 @@
 Given the model's final hidden state ``h`` at a position, the predictor outputs for
 every vocabulary token ``v`` a Gamma(shape ``alpha_v``, rate ``lambda_v``) over
 ``x = log(1 + L)``, where ``L`` is the number of thinking tokens still to come if ``v``
-is emitted next (ALGORITHMS.md section 2).
+is emitted next (docs/specs.md §2).
 
 Shape (where we differ from the paper, and why, is in docs/budget-guidance.md):
 ``h -> LayerNorm -> Linear(d, w) -> GELU -> Linear(w, w) -> GELU`` then two low-rank

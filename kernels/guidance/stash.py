@@ -4,7 +4,7 @@ vLLM computes ``logits = model.compute_logits(hidden_states[logits_indices])`` a
 the same process and the same step, passes those logits to the logits processors.
 :class:`kernels.guidance.model.BGQwen2ForCausalLM` puts the hidden states it received into
 :data:`STASH`; the budget-guidance processor takes them back in ``apply``. Row ``i`` of
-the stash is row ``i`` of the logits (VLLM-NOTES: 0 mismatches over 592 steps).
+the stash is row ``i`` of the logits (checked: 0 mismatches over 592 steps).
 
 The stash is global to the worker process: one guided engine per process (a second
 engine, or a draft model of the same class, would overwrite it). ``take`` consumes, so

@@ -142,7 +142,7 @@ class LocalEngine:
             max_model_len=settings.max_model_len,
             max_num_seqs=local.max_num_seqs,
             # No chunked prefill: a seeded request whose prefill is chunked kills the CPU
-            # engine (VLLM-NOTES.md section 4), so every prefill fits one step.
+            # engine (seen on vLLM 0.32 CPU), so every prefill fits one step.
             max_num_batched_tokens=max(local.batched_tokens, settings.max_model_len),
             enable_chunked_prefill=False,
             enforce_eager=local.enforce_eager,

@@ -2,7 +2,7 @@
 
 A ``Qwen2ForSequenceClassification`` with one label (the TRL / AutoModel format) runs
 in vLLM's pooling runner; ``classify`` with ``PoolingParams(use_activation=False)``
-gives the raw logit per sequence (VLLM-NOTES.md section 1). It sits beside the
+gives the raw logit per sequence (the same as transformers' ``.logits``). It sits beside the
 generation engine in the same process, with its own EngineCore and KV space.
 
 It implements ``strategies.scorers.SequenceScorer``; ``RewardModelScorer`` turns it

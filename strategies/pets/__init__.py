@@ -1,4 +1,4 @@
-"""PETS: budget-aware allocation of self-consistency samples (ALGORITHMS.md section 4).
+"""PETS: budget-aware allocation of self-consistency samples (docs/specs.md §4).
 
 Online (one question at a time): :mod:`strategies.pets.online` draws ``K0`` warm-up
 samples, looks the warm-up's answer pattern up in a calibrated allocation table

@@ -1,4 +1,4 @@
-"""Online PETS: the bucket budget plan (max-heap greedy, ALGORITHMS.md section 4 step 5).
+"""Online PETS: the bucket budget plan (max-heap greedy, docs/specs.md §4 step 5).
 
 Every bucket starts at ``K0``. The bucket with the largest marginal gain
 ``Delta_t = Phi(a_t sqrt(B_t + 1) + b_t) - Phi(a_t sqrt(B_t) + b_t) > 0`` gets one more

@@ -2,7 +2,7 @@
 
 Pure allocation state, no engine: the caller asks which questions to sample next,
 draws them however it likes (a stored pool, an engine round), and reports each answer
-back. The rule (ALGORITHMS.md section 4, Chen et al. 2013 with traces as workers):
+back. The rule (docs/specs.md §4, Chen et al. 2013 with traces as workers):
 
 * every question starts from a ``Dirichlet(1)`` prior over ``max_options`` answer
   buckets; buckets are handed out as new answer classes appear;

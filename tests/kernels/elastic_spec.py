@@ -1,4 +1,4 @@
-"""A per-request Python model of the Elastic Reasoning spec (ALGORITHMS.md section 1).
+"""A per-request Python model of the Elastic Reasoning spec (docs/specs.md §1).
 
 Deliberately written from the spec, not from the ops: the fuzz tests compare every
 row the adapters produce against it.

@@ -2,7 +2,7 @@
 
 One module-scoped ``vllm.LLM`` with ``logits_processors=[ElasticLogitsProcessor]``;
 one batch mixes budgeted and plain requests, greedy and temperature 1, n > 1. The
-properties are those of ALGORITHMS.md section 1 (a, b, c, e, f) with our documented
+properties are those of docs/specs.md §1 (a, b, c, e, f) with our documented
 counting: at most t thinking tokens, one ``</think>``, at most s answer tokens, then
 the forced EOS (not counted in s).
 """

@@ -1,4 +1,4 @@
-"""The reweighting op's contract (ALGORITHMS.md section 2, "Testable"), on the torch op."""
+"""The reweighting op's contract (docs/specs.md §2, "Testable"), on the torch op."""
 
 from __future__ import annotations
 

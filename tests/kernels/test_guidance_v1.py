@@ -1,6 +1,6 @@
 """The V1 budget-guidance processor on hand-built batch updates (no engine).
 
-The step rules of ALGORITHMS.md section 2: guidance at the first step and after newline
+The step rules of docs/specs.md §2: guidance at the first step and after newline
 tokens only, while thinking, with b = max(1, B - thinking tokens so far); nothing after
 ``</think>``; unguided rows bit-identical; apply() never raises.
 """

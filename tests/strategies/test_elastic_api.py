@@ -1,7 +1,7 @@
 """Elastic Reasoning end to end: the openai SDK against the live server (real vLLM engine,
 testbed ``base`` model, kernels' ElasticLogitsProcessor loaded by default).
 
-ALGORITHMS.md section 1 properties, checked through the API: usage is exact, so
+docs/specs.md §1 properties, checked through the API: usage is exact, so
 ``completion = reasoning + 1 (</think>) + answer tokens + 1 (EOS)`` proves exactly one
 ``</think>`` with the answer after it.
 """

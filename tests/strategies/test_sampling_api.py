@@ -4,7 +4,7 @@ in a second in-process vLLM engine, attached by the server's default resources).
 
 The ``thinkgate`` object lists every sample's token counts, answer and reward, so the
 tests audit usage and the selection rule from outside: usage is the exact sum over all
-samples, and the returned classes are what ALGORITHMS.md sections 3 and 5 say.
+samples, and the returned classes are what docs/specs.md §3 and §5 say.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def test_reward_is_the_reward_models_logit_on_the_rendered_turn(openai_client: A
 
 @needs_reward
 def test_alpha_zero_is_best_of_n_on_the_same_pool(openai_client: Any) -> None:
-    """ALGORITHMS.md 3: alpha = 0 gives answer-level Best-of-N. A seed fixes the pool
+    """docs/specs.md §3: alpha = 0 gives answer-level Best-of-N. A seed fixes the pool
     (vLLM seeds child j with seed + j), so both strategies see the same samples."""
     headers = {"X-Budget-Samples": "16", "X-Budget-K": "3"}
     q = HARD[0]
@@ -230,7 +230,7 @@ def test_alpha_zero_is_best_of_n_on_the_same_pool(openai_client: Any) -> None:
 
 @needs_reward
 def test_k1_alpha_at_the_unique_mode_is_majority(openai_client: Any) -> None:
-    """ALGORITHMS.md 3: k = 1 and alpha = the (unique) top frequency reduce BoM to
+    """docs/specs.md §3: k = 1 and alpha = the (unique) top frequency reduce BoM to
     majority voting; same seeded pool for both strategies."""
     checked = 0
     for q in HARD:

@@ -1,7 +1,7 @@
 """Scorers without an engine: the mean-logprob arithmetic, the reward model's input
 sequence, and the HTTP clients against a real local HTTP server (stdlib ``http.server``
 in a thread) answering in the documented shapes (verifier contract; vLLM ``/classify``
-as recorded in VLLM-NOTES.md section 1)."""
+as vLLM 0.32 answers it)."""
 
 from __future__ import annotations
 

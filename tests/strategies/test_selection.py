@@ -1,5 +1,5 @@
-"""Selection rules on scripted pools: every testable property of ALGORITHMS.md sections
-3 (Best-of-Majority) and 5 (majority, Best-of-N)."""
+"""Selection rules on scripted pools: every testable property of docs/specs.md §3
+(Best-of-Majority) and §5 (majority, Best-of-N)."""
 
 from __future__ import annotations
 

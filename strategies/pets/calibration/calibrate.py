@@ -1,4 +1,4 @@
-"""From calibration pools to an allocation table (ALGORITHMS.md section 4, online 1-5)."""
+"""From calibration pools to an allocation table (docs/specs.md §4, online 1-5)."""
 
 from __future__ import annotations
 

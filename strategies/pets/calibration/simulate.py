@@ -1,4 +1,4 @@
-"""PETS evaluated on stored answer pools (the paper's protocol, ALGORITHMS.md section 4).
+"""PETS evaluated on stored answer pools (the paper's protocol, docs/specs.md §4).
 
 Per run, each question's pool is shuffled; its consistency label is the majority of
 the shuffled pool (the infinite-budget majority, approximated), and a method sees the

@@ -1,4 +1,4 @@
-"""Online PETS plan: the testable properties of ALGORITHMS.md section 4 (online)."""
+"""Online PETS plan: the testable properties of docs/specs.md §4 (online)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offline PETS (OKG): the testable properties of ALGORITHMS.md section 4 (offline)."""
+"""Offline PETS (OKG): the testable properties of docs/specs.md §4 (offline)."""
 
 from __future__ import annotations
 
