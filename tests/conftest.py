@@ -287,6 +287,16 @@ class RemoteStack:
             self.prm.stop()
 
 
+def ensure_replicas_up(stack: RemoteStack) -> None:
+    """Start again any replica a test stopped and did not bring back: a test that fails
+    half-way must not take the shared stack down for every test after it."""
+    for r in stack.replicas:
+        if r.process is None or r.process.poll() is not None:
+            r.start()
+    for r in stack.replicas:
+        r.wait_ready()
+
+
 # Health checks often enough that an ejection or re-admission shows within a second.
 REMOTE_FLAGS: tuple[str, ...] = ("--engine", "remote", "--health-interval-s", "0.5")
 
@@ -360,6 +370,7 @@ def router_stack_instance() -> RouterStack:
     global _ROUTER
     if _ROUTER is None:
         remote = remote_stack_instance()
+        ensure_replicas_up(remote)  # vLLM's router starts only once every worker answers
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         from server.replica import build_router_command, router_env
@@ -476,6 +487,16 @@ def remote_stack() -> RemoteStack:
 @pytest.fixture(scope="session")
 def router_stack() -> RouterStack:
     return router_stack_instance()
+
+
+@pytest.fixture
+def replicas_back(remote_stack: RemoteStack) -> Iterator[RemoteStack]:
+    """The remote stack, every replica running again after the test (a test that kills or
+    stops one and fails before restarting it)."""
+    try:
+        yield remote_stack
+    finally:
+        ensure_replicas_up(remote_stack)
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,11 @@ from strategies.errors import (
 log = structlog.get_logger("thinkgate.remote")
 
 AFFINITY_HEADER: Final = "X-Session-ID"
+# A connection that breaks as it opens can surface from httpcore's anyio backend as an
+# AttributeError (it reads the peer name of a socket already gone: ``'NoneType' object
+# has no attribute 'getpeername'``, seen with a replica SIGKILLed under load): a broken
+# connection like any httpx error, not a crash of the request.
+BROKEN: Final = (httpx.HTTPError, AttributeError)
 RETRY_PAUSE_S: Final = 0.25  # before placing a failed call again where it failed
 RETRY_PAUSE_MAX_S: Final = 2.0
 
@@ -231,7 +236,7 @@ class RemoteEngine:
             answer = await self._client.get(
                 f"{up.url}{path}", timeout=self._settings.connect_timeout_s
             )
-        except httpx.HTTPError as exc:
+        except BROKEN as exc:
             return False, f"{path}: {type(exc).__name__}: {exc}"
         if path == "/readiness":
             up.fleet = _fleet(answer)
@@ -493,7 +498,7 @@ class RemoteEngine:
                 headers=_headers(request),
             )
             data = answer.json() if answer.content else {}
-        except (httpx.HTTPError, ValueError) as exc:
+        except (*BROKEN, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
         _raise_for_status(up, answer.status_code, data)
         return samples(
@@ -533,7 +538,7 @@ class RemoteEngine:
                         if delta.finish_reason is not None:
                             finished.add(delta.index)
                         yield delta
-        except httpx.HTTPError as exc:
+        except BROKEN as exc:
             raise _transport_failure(up, exc) from exc
         if len(finished) != request.sampling.n:
             raise UpstreamFailed(
@@ -604,6 +609,8 @@ def _transport_failure(up: Upstream, exc: Exception) -> UpstreamFailed:
     source = f"vLLM server {up.url}"
     if isinstance(exc, httpx.HTTPError):
         message = transport_error(source, exc).message
+    elif isinstance(exc, AttributeError):
+        message = f"{source}: the connection broke as it opened ({exc})"
     else:
         message = f"{source} answered with invalid JSON: {exc}"
     return UpstreamFailed(BackendUnavailable(message), eject=True)

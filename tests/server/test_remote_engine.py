@@ -240,10 +240,11 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "error stream" if errors else "ok"
 
 
-def test_killing_a_replica_under_load_loses_nothing(remote_stack: RemoteStack) -> None:
+def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) -> None:
     """SIGKILL one of two replicas with 50 requests in flight over both: every request
     ends (200, or a 5xx in the error envelope), new requests go to the survivor, and the
     killed server is re-admitted when it comes back."""
+    remote_stack = replicas_back
     gw = remote_stack.gateway
     victim, survivor = remote_stack.replicas
     timeout_s = 120.0
@@ -324,12 +325,15 @@ def test_killing_a_replica_under_load_loses_nothing(remote_stack: RemoteStack) -
     assert _server(remote_stack, victim)["requests"] > before
 
 
-def test_a_replica_stopped_with_sigterm_under_load_loses_nothing(remote_stack: RemoteStack) -> None:
+def test_a_replica_stopped_with_sigterm_under_load_loses_nothing(
+    replicas_back: RemoteStack,
+) -> None:
     """The rolling-update case: SIGTERM to one replica's process group (what a supervisor
     sends) with 30 requests in flight over both, half of them streams the client reads
     live. ``thinkgate replica`` starts vLLM with ``--shutdown-timeout``: its engine finishes
     what it runs while its server takes no new connection, and the gateway places new
     calls on the other replica. Every request is answered in full."""
+    remote_stack = replicas_back
     gw = remote_stack.gateway
     victim = remote_stack.replicas[1]
 

@@ -316,3 +316,22 @@ async def test_odd_answers_keep_a_server_out_and_health_checks_running() -> None
     assert eng.upstreams[0].facts.processors == frozenset()  # probes were served: none loaded
     watcher.cancel()
     await eng.aclose()
+
+
+async def test_a_connection_breaking_as_it_opens_is_a_transport_failure() -> None:
+    """httpcore's anyio backend can raise AttributeError for a socket the peer closed as
+    the connection opened (a replica SIGKILLed under load): placed again, not a 500."""
+    calls: list[str] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        calls.append(host(r))
+        if host(r) == A:
+            raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+        return answer(r)
+
+    eng = engine(handler)
+    eng.upstreams[1].outstanding_samples = 99  # A first
+    got = await eng.generate(request())
+    assert calls == [A, B] and [s.token_ids for s in got] == [(7, 2)]
+    assert eng.upstreams[0].state == "down"  # a broken connection ejects, as any
+    await eng.aclose()

@@ -111,7 +111,9 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
 
 
-def test_a_replica_killed_behind_the_router_loses_nothing(router_stack: RouterStack) -> None:
+def test_a_replica_killed_behind_the_router_loses_nothing(
+    router_stack: RouterStack, replicas_back: Any
+) -> None:
     """40 concurrent self-consistency@4 requests (half streamed) over the router; one
     replica SIGKILLed mid-way: every request is answered (samples lost with the replica
     are drawn again through the router: nothing of them had reached a client), every
