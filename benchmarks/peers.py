@@ -41,6 +41,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -684,6 +685,11 @@ def plot(rows: Sequence[Row], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--load" in given:  # thinkgate bench peers --load: DeepConf and SC at 1/4/16 clients
+        from benchmarks import peers_load
+
+        return peers_load.main([a for a in given if a != "--load"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--samples", type=int, default=16)

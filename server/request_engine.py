@@ -22,7 +22,14 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 
 from strategies.base import Result, StrategyEvent, Usage
-from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.engine import (
+    Engine,
+    EngineLoad,
+    GenerateRequest,
+    ModelTokens,
+    Sample,
+    SampleDelta,
+)
 
 
 @dataclass(slots=True)
@@ -70,6 +77,9 @@ class RequestEngine:
             # The consumer stopped early (or failed): close the engine's stream now, so
             # that it aborts its upstream calls at once.
             await deltas.aclose()
+
+    def load(self) -> EngineLoad | None:
+        return self._engine.load()
 
     async def health(self) -> None:
         await self._engine.health()

@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=2.0, gt=0)
     """Remote engine: seconds between health checks of each server (an ejected server
     is re-verified and re-admitted when it serves again)."""
+    remote_server_rows: int = Field(default=64, ge=1)
+    """Remote engine: sequences each vLLM server runs at once (its ``--max-num-seqs``;
+    vLLM does not publish it). Adaptive strategies (DeepConf's rounds) size their draws
+    by the rows this gateway's calls leave free."""
     remote_retries: int = Field(default=3, ge=0)
     """Remote engine: how many more times a call whose server failed before the client
     saw its tokens is placed again: on another server, or through the router again (one
@@ -344,6 +348,7 @@ class Settings(BaseSettings):
             start_timeout_s=self.remote_start_timeout_s,
             health_interval_s=self.health_interval_s,
             retries=self.remote_retries,
+            server_rows=self.remote_server_rows,
         )
 
     @property
@@ -405,3 +410,4 @@ class RemoteEngineSettings:
     start_timeout_s: float
     health_interval_s: float
     retries: int = 3
+    server_rows: int = 64

@@ -7,9 +7,13 @@ sample budget ``N`` of the request (``X-Budget-Samples``):
    trace's confidence is its lowest sliding-window mean (``strategies.confidence``);
 2. threshold: a percentile of the warm-up confidences: ``variant`` ``low`` keeps the
    top 10% (the 90th percentile, aggressive), ``high`` the top 90% (the 10th);
-3. the other ``N - warmup`` traces run in rounds of ``round_size``, one engine request
-   per round, with the ``confidence`` logits processor, which forces EOS in a trace as
-   soon as its window mean falls below the threshold (``kernels.confidence``);
+3. the other ``N - warmup`` traces run in rounds, one engine request per round, with
+   the ``confidence`` logits processor, which forces EOS in a trace as soon as its
+   window mean falls below the threshold (``kernels.confidence``). A round takes the
+   rows the engine has free (``Engine.load``), up to every trace left, so that on a
+   server with spare capacity a question finishes in about one trace's time; on a full
+   one (or with an unknown load) a round is one trace, which saves the most tokens;
+   ``round_size`` fixes it instead;
 4. votes are confidence-weighted over the warm-up and the traces that were not stopped;
    sampling ends once the leading answer holds ``consensus`` of the weight, aborting
    the traces still running and drawing no further round, or when the budget is spent.
@@ -19,7 +23,7 @@ sample budget ``N`` of the request (``X-Budget-Samples``):
    (``round_size = N - warmup``: one round, lowest latency, fewest savings).
 
 Defaults (``variant`` high, a warm-up of a quarter of N but at least 4, rounds of one
-trace, consensus 0.6) were chosen on validation questions by ``thinkgate bench
+trace on a full engine, consensus 0.6) were chosen on validation questions by ``thinkgate bench
 confidence-grid`` (benchmarks/results/confidence-grid.md): the fewest tokens relative to
 self-consistency at the same budget among the settings as accurate as it at N = 8 and
 16. The paper's (``low``, consensus 0.95, a warm-up of 16 for budgets of hundreds) spend
@@ -41,7 +45,7 @@ from typing import ClassVar, Final
 from kernels.confidence import args as conf_args
 from strategies.base import JSON, Progress, Result, StrategyContext, StrategyRequest
 from strategies.confidence import lowest_group, percentile
-from strategies.engine import Engine, Sample
+from strategies.engine import Engine, EngineLoad, Sample
 from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.pool import (
     Pool,
@@ -69,7 +73,7 @@ VARIANTS: Final = {"low": 90.0, "high": 10.0}  # variant -> percentile of the wa
 # Chosen on validation questions (module doc; benchmarks/results/confidence-grid.md).
 DEFAULT_VARIANT: Final = "high"
 DEFAULT_CONSENSUS: Final = 0.6
-DEFAULT_ROUND_SIZE: Final = 1
+DEFAULT_ROUND_SIZE: Final = 1  # the token-saving round, when the engine has no rows free
 MIN_WARMUP: Final = 4  # a threshold from fewer traces is one trace's whim
 MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bound yet
 
@@ -78,7 +82,7 @@ MAX_WARMUP_BOUND: Final = 1 << 20  # validate() without a samples budget: no bou
 class OnlinePlan:
     samples: int  # N: the most traces drawn
     warmup: int
-    round_size: int  # traces per online engine request
+    round_size: int | None  # traces per online engine request; None: by the engine's load
     variant: str
     consensus: float
     votes: VoteOptions
@@ -101,10 +105,10 @@ def _warmup(request: StrategyRequest, n: int) -> int:
     return value
 
 
-def _round_size(request: StrategyRequest) -> int:
+def _round_size(request: StrategyRequest) -> int | None:
     value = request.options.get("round_size")
     if value is None:
-        return DEFAULT_ROUND_SIZE
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidRequest("round_size must be an integer >= 1", param="round_size")
     return value
@@ -189,8 +193,12 @@ class DeepConf:
             top_k=top_k,
             eos_id=engine.tokens.eos_token_ids[0],
         )
+        sizes: list[int] = []
+        loads: list[JSON] = []
         while len(samples) < n and share < plan.consensus:
-            size = min(plan.round_size, n - len(samples))
+            size, seen = round_size(plan, n - len(samples), engine.load())
+            sizes.append(size)
+            loads.append(seen)
             online = start_draw(
                 ctx,
                 size,
@@ -263,6 +271,9 @@ class DeepConf:
             "engine_requests": 1 + rounds,
             "rounds": rounds,
             "round_size": plan.round_size,
+            "schedule": "fixed" if plan.round_size is not None else "load",
+            "round_sizes": list(sizes),
+            "loads_seen": loads,
             "k": k,
             "scorer": None,
             "vote": plan.votes.vote,
@@ -286,6 +297,22 @@ class DeepConf:
                 "mode": warm.mode,
             }
         yield final_event(ctx, analysed, confs, classes, selection, warm.plan, info)
+
+
+def round_size(plan: OnlinePlan, left: int, load: EngineLoad | None) -> tuple[int, JSON]:
+    """The next online round's size, and the load it was chosen by (for the ``thinkgate``
+    object). A fixed ``round_size`` is kept. Otherwise the round takes the engine's free
+    rows, up to every trace left: an idle engine runs them side by side and the question
+    finishes in about one trace's time; a full one (or an unknown load) gets the
+    token-saving round of one trace, where each finished trace may reach the consensus
+    before the next one is drawn. Only when traces are drawn changes, never how they
+    vote."""
+    if plan.round_size is not None:
+        return min(plan.round_size, left), None
+    if load is None:
+        return min(DEFAULT_ROUND_SIZE, left), None
+    size = min(left, max(DEFAULT_ROUND_SIZE, load.free))
+    return size, {"rows": load.rows, "busy": load.busy, "waiting": load.waiting}
 
 
 def _progress(p: Progress, phase: str, plan: OnlinePlan) -> Progress:

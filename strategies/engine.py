@@ -94,6 +94,22 @@ class SampleDelta:
     lost_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLoad:
+    """How full an engine is now, as far as this gateway can tell: it runs ``rows``
+    sequences at once, this gateway has ``busy`` of them in flight, ``waiting`` more are
+    queued behind (0 when unknown)."""
+
+    rows: int
+    busy: int
+    waiting: int = 0
+
+    @property
+    def free(self) -> int:
+        """Rows a new draw gets at once (0 while anything waits)."""
+        return 0 if self.waiting > 0 else max(0, self.rows - self.busy)
+
+
 @runtime_checkable
 class ModelTokens(Protocol):
     """The tokenizer facts strategies rely on, resolved once at start-up.
@@ -153,6 +169,11 @@ class Engine(Protocol):
 
     def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         """Deltas as tokens are sampled; every index ends with a finish_reason."""
+        ...
+
+    def load(self) -> EngineLoad | None:
+        """How full the engine is now (None: unknown); adaptive strategies size their
+        rounds by it."""
         ...
 
     async def health(self) -> None:

@@ -24,6 +24,7 @@ from server.engines.vllm_errors import map_vllm_errors
 from server.engines.vllm_logprobs import token_confidences
 from server.settings import Settings
 from strategies.engine import (
+    EngineLoad,
     FinishReason,
     GenerateRequest,
     ModelTokens,
@@ -111,8 +112,11 @@ class LocalEngine:
         tokens: TokenizerTokens,
         max_model_len: int,
         processors: frozenset[str],
+        rows: int = 64,
     ) -> None:
         self._llm = llm
+        self.rows = rows  # vLLM's max_num_seqs: sequences it runs at once
+        self._busy = 0  # samples of calls in flight
         self.model_name = model_name
         self.tokens: ModelTokens = tokens
         self.max_model_len = max_model_len
@@ -172,6 +176,7 @@ class LocalEngine:
             tokens=tokens,
             max_model_len=settings.max_model_len,
             processors=frozenset(names),
+            rows=settings.max_num_seqs,
         )
 
     # --- Engine protocol
@@ -218,6 +223,11 @@ class LocalEngine:
         """The engine core is gone (killed, crashed): this engine never serves again."""
         return bool(self._llm.errored)
 
+    def load(self) -> EngineLoad:
+        """This gateway's samples in flight against vLLM's row limit (the engine runs
+        nothing else); beyond the limit vLLM queues them."""
+        return EngineLoad(rows=self.rows, busy=self._busy, waiting=max(0, self._busy - self.rows))
+
     async def health(self) -> None:
         if self._llm.errored:
             raise BackendUnavailable("the engine is dead; the server must be restarted")
@@ -242,6 +252,7 @@ class LocalEngine:
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
         stream = self._llm.generate(prompt, params, request.request_id)
         finished = False
+        self._busy += request.sampling.n
         try:
             with map_vllm_errors():
                 async for out in stream:
@@ -252,6 +263,7 @@ class LocalEngine:
                     # every other request (even /metrics). Yield once per engine output.
                     await asyncio.sleep(0)
         finally:
+            self._busy -= request.sampling.n
             if not finished:
                 # Cancelled or closed early: vLLM aborts too, but its abort awaits inside
                 # a possibly still-cancelled scope; ours runs detached so it lands.

@@ -44,7 +44,7 @@ from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_er
 from server.engines.tokens import TokenizerTokens
 from server.engines.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
 from server.settings import RemoteEngineSettings, Settings
-from strategies.engine import GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
 from strategies.errors import (
     BackendUnavailable,
     GatewayError,
@@ -300,6 +300,16 @@ class RemoteEngine:
     def servers(self) -> list[dict[str, Any]]:
         """Per-server state for ``/ready`` and ``/metrics``."""
         return [u.status() for u in self.upstreams]
+
+    def load(self) -> EngineLoad | None:
+        """This gateway's samples in flight on its admitted servers against their rows
+        (``--remote-server-rows`` each: vLLM does not publish its ``max_num_seqs``)."""
+        up = [u for u in self.upstreams if u.state == "up"]
+        if not up:
+            return None
+        rows = self._settings.server_rows * len(up)
+        busy = sum(u.outstanding_samples for u in up)
+        return EngineLoad(rows=rows, busy=busy, waiting=max(0, busy - rows))
 
     def num_unfinished(self) -> int:
         """Calls this gateway has running on its servers."""

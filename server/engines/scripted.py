@@ -20,7 +20,14 @@ import asyncio
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
-from strategies.engine import FinishReason, GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.engine import (
+    EngineLoad,
+    FinishReason,
+    GenerateRequest,
+    ModelTokens,
+    Sample,
+    SampleDelta,
+)
 from strategies.errors import BackendUnavailable
 
 Handler = Callable[[GenerateRequest], Sequence[Sample] | Awaitable[Sequence[Sample]]]
@@ -52,6 +59,8 @@ class ScriptedEngine:
         self._processors = processors
         self.calls: list[GenerateRequest] = []
         self.dead = False
+        # What load() reports: a test scripts the engine's load (None: unknown).
+        self.loads: list[EngineLoad | None] = []
 
     @property
     def max_model_len(self) -> int:
@@ -100,6 +109,12 @@ class ScriptedEngine:
                     stop_reason=s.stop_reason if last else None,
                     confidences=None if conf is None else conf[step : step + 1],
                 )
+
+    def load(self) -> EngineLoad | None:
+        """The next scripted load (the last one repeats), or None."""
+        if not self.loads:
+            return None
+        return self.loads.pop(0) if len(self.loads) > 1 else self.loads[0]
 
     async def health(self) -> None:
         if self.dead:

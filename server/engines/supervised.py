@@ -24,7 +24,7 @@ from typing import Final, Literal
 import structlog
 
 from server.engines.local import LocalEngine
-from strategies.engine import GenerateRequest, ModelTokens, Sample, SampleDelta
+from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
 from strategies.errors import BackendUnavailable
 
 log = structlog.get_logger("thinkgate.engine")
@@ -76,6 +76,9 @@ class SupervisedEngine:
         # The engine's own generator, not a wrapper around it: no extra hop per token.
         self._check()
         return self._engine.stream(request)
+
+    def load(self) -> EngineLoad | None:
+        return None if self.restarting else self._engine.load()
 
     async def health(self) -> None:
         self._check()

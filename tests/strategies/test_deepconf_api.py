@@ -87,19 +87,21 @@ def test_online_stops_traces_in_the_engine_and_counts_every_token(openai_client:
 
 
 def test_the_defaults_on_the_engine(openai_client: Any) -> None:
-    """No option: variant high, a warm-up of 4 at N=8, then one trace per engine request
-    until the leader holds 0.6 of the weight or the budget is spent."""
+    """No option: variant high, a warm-up of 4 at N=8, then rounds sized by the engine's
+    free rows (this otherwise idle server: every trace left at once) until the leader
+    holds 0.6 of the weight (the rest aborted) or the budget is spent."""
     headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "8"}
     r, tg = _ask(openai_client, HARD[1].prompt, headers)
-    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, 1)
+    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, None)
+    assert tg["schedule"] == "load" and tg["round_sizes"] == [4]
+    assert tg["loads_seen"][0]["waiting"] == 0 and tg["loads_seen"][0]["rows"] >= 4
     assert tg["threshold"] == pytest.approx(
         percentile(tg["sample_confidences"][:4], 10.0), abs=1e-4
     )
-    assert tg["engine_requests"] == 1 + tg["rounds"] and tg["samples"] == 4 + tg["rounds"]
-    if tg["samples"] < 8:  # stopped before the budget: by the consensus
+    assert tg["engine_requests"] == 1 + tg["rounds"] == 2
+    assert tg["samples"] == 8  # aborted traces of the round count (and are billed)
+    if tg["aborted_at_consensus"]:
         assert tg["consensus"] >= 0.6
-    else:
-        assert tg["samples"] == 8
     assert r.usage.completion_tokens == sum(tg["sample_tokens"])
 
 

@@ -206,7 +206,8 @@ async def test_a_consensus_after_a_round_draws_no_further_round(
 async def test_the_defaults_draw_trace_by_trace_until_a_consensus_of_0_6(
     scripted_app: Any, testbed_tokens: Any
 ) -> None:
-    """variant high, a warm-up of at least 4, rounds of 1, consensus 0.6: the settings
+    """variant high, a warm-up of at least 4, rounds of 1 when the engine has no rows to
+    spare (here: its load is unknown), consensus 0.6: the settings
     benchmarks/confidence_grid.py chose on validation questions."""
     tokens = testbed_tokens
     warm = [(7, 5.0), (3, 5.0), (7, 5.0), (3, 5.0)]  # a split warm-up: share 0.5
@@ -218,7 +219,8 @@ async def test_the_defaults_draw_trace_by_trace_until_a_consensus_of_0_6(
         assert r.status_code == 200, r.text
         out = r.json()
     tg = out["thinkgate"]
-    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, 1)
+    assert (tg["variant"], tg["warmup"], tg["round_size"]) == ("high", 4, None)
+    assert (tg["schedule"], tg["round_sizes"], tg["loads_seen"]) == ("load", [1], [None])
     assert tg["consensus_target"] == 0.6
     warm_confs = tg["sample_confidences"][:4]
     assert tg["threshold"] == pytest.approx(percentile(warm_confs, 10.0), abs=1e-6)
@@ -390,3 +392,69 @@ async def test_pets_final_vote_by_confidence(scripted_app: Any, testbed_tokens: 
         assert all(c.sampling.top_logprobs == DEFAULT_TOP_K for c in app.engine.calls[-2:])
     assert got["majority"] == ("3", "majority")
     assert got["confidence"][1] == "weighted-majority" and got["confidence"][0] == "7"
+
+
+async def test_round_sizes_follow_the_engines_free_rows(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    """Each round takes the rows the engine has free (at least one trace, at most what is
+    left); the ``thinkgate`` object shows each round's size and the load it saw."""
+    from strategies.engine import EngineLoad
+
+    warm = [(7, 5.0), (3, 5.0), (7, 5.0), (3, 5.0)]
+    online = [(7, 5.0), (3, 5.0)] * 6  # never a consensus of 0.9: the budget is spent
+    async with scripted_app(_model(testbed_tokens, warm, online), processors=DEEPCONF) as app:
+        app.engine.loads = [
+            EngineLoad(rows=8, busy=5),  # 3 free
+            EngineLoad(rows=8, busy=8),  # full: one trace
+            EngineLoad(rows=8, busy=10, waiting=2),  # queueing: one trace
+            EngineLoad(rows=64, busy=0),  # idle: everything left
+        ]
+        body = _chat(app.model, confidence_window=WINDOW, consensus=0.9)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "16"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        tg = r.json()["thinkgate"]
+        calls = [c.sampling.n for c in app.engine.calls]
+    assert tg["round_sizes"] == [3, 1, 1, 7] and calls == [4, 3, 1, 1, 7]
+    assert tg["loads_seen"][0] == {"rows": 8, "busy": 5, "waiting": 0}
+    assert tg["loads_seen"][2]["waiting"] == 2 and tg["samples"] == 16
+
+
+@pytest.mark.parametrize("fixed", [1, 3, 12])
+async def test_the_same_traces_vote_the_same_under_any_schedule(
+    scripted_app: Any, testbed_tokens: Any, fixed: int
+) -> None:
+    """The schedule decides when traces are drawn, never how they vote: the same traces
+    (no consensus reachable, so all of them are drawn) give the same answer, votes and
+    usage in rounds of 1, 3 or 12 as in the load schedule's single round."""
+    warm = [(7, 5.0), (3, 5.0), (7, 5.0), (3, 5.0)]
+    online = [(7, 6.0), (3, 5.0), (7, 6.0), (3, 1.0)] * 3
+
+    async def run(extra: dict[str, Any]) -> dict[str, Any]:
+        handler = _model(testbed_tokens, warm, online)
+        async with scripted_app(handler, processors=DEEPCONF) as app:
+            from strategies.engine import EngineLoad
+
+            app.engine.loads = [EngineLoad(rows=64, busy=0)]
+            body = _chat(app.model, confidence_window=WINDOW, consensus=1.0, **extra)
+            headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "16"}
+            r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            out: dict[str, Any] = r.json()
+            return out
+
+    by_load, by_fixed = await run({}), await run({"round_size": fixed})
+    assert by_load["thinkgate"]["round_sizes"] == [12]
+    assert len(by_fixed["thinkgate"]["round_sizes"]) == -(-12 // fixed)
+
+    def traces(out: dict[str, Any]) -> list[tuple[Any, ...]]:
+        # A pool in finishing order: one round of 12 finishes its short (stopped) traces
+        # first, rounds of one in drawing order. The same traces, whatever the order.
+        tg = out["thinkgate"]
+        keys = ("sample_tokens", "sample_answers", "sample_confidences", "sample_voted")
+        return sorted(zip(*(tg[k] for k in keys), strict=True))
+
+    assert traces(by_load) == traces(by_fixed)
+    assert by_load["usage"] == by_fixed["usage"]
+    assert by_load["choices"][0]["message"] == by_fixed["choices"][0]["message"]

@@ -86,6 +86,9 @@ class ScriptedEngine:
     def processors(self) -> frozenset[str]:
         return frozenset()
 
+    def load(self) -> None:
+        return None
+
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         if self.down:
             raise BackendUnavailable("engine restarting")
