@@ -56,7 +56,9 @@ ONLINE = ("online", "online-paper")
 def online_body(name: str, n: int, window: int) -> dict[str, Any]:
     """The deepconf body of an online method at budget ``n``."""
     if name == "online":
-        return {"confidence_window": window}
+        # Rounds of one trace: the token-saving schedule this bench measures (the default
+        # schedule sizes rounds by the engine's load; `thinkgate bench peers --load`).
+        return {"confidence_window": window, "round_size": 1}
     warmup = default_warmup(n, floor=2)
     return {
         "confidence_window": window,
