@@ -147,8 +147,11 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             comp = [x for c in cs for x in c.completion]
             prompt = [x for c in cs for x in c.prompt]
             lat = [x for c in cs for x in c.latencies]
-            shapes = [tuple(s) for c in cs for s in c.round_sizes]
+            shapes = [tuple(s) for c in cs for s in c.round_sizes if s]
             common = max(set(shapes), key=shapes.count) if shapes else None
+            online = (
+                f", {len(shapes)} of {answered} with online rounds" if side == "deepconf" else ""
+            )
             ratio = (
                 f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})"
                 if ratios and side != "its_hub"
@@ -162,7 +165,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
                 f"{statistics.fmean(comp) if comp else 0:.0f} | "
                 f"{statistics.fmean(prompt) if prompt else 0:.0f} | "
                 f"{_pct(lat, 0.5):.2f} | {_pct(lat, 0.99):.2f} | "
-                f"{list(common) if common else ''} |"
+                f"{list(common) if common else ''}{online} |"
             )
     lines += [
         "",
@@ -184,9 +187,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--peers-venv", default="/work/peers-venv")
+    p.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.client_levels = [int(x) for x in args.clients.split(",") if x]
+    if args.report_only:
+        saved = json.loads((RESULTS / "peers-load.json").read_text())
+        stored = [Cell(**c) for c in saved["cells"]]
+        args.argv = saved.get("argv", args.argv)
+        text = report(stored, args, float(saved.get("minutes", 0.0)))
+        (RESULTS / "peers-load.md").write_text(text)
+        print(text)
+        return 0
     questions = make_questions("test", args.questions, seed=args.seed, min_ops=9, max_ops=12)
     model = str(model_path("base"))
     os.environ["THINKGATE_ENGINE_SPIN_MS"] = "1"  # both stacks' engines (benchmarks/overhead.py)
@@ -221,8 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         cells.append(cell)
                         bar.set_postfix(side=side, clients=clients, qps=f"{cell.qps:.2f}")
                         bar.update(1)
+                        minutes = (time.monotonic() - t0) / 60
                         (RESULTS / "peers-load.json").write_text(
-                            json.dumps({"cells": [asdict(c) for c in cells]}, indent=1)
+                            json.dumps(
+                                {
+                                    "argv": args.argv,
+                                    "minutes": minutes,
+                                    "cells": [asdict(c) for c in cells],
+                                },
+                                indent=1,
+                            )
                         )
             bar.close()
     text = report(cells, args, (time.monotonic() - t0) / 60)
