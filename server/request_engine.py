@@ -65,8 +65,16 @@ class RequestEngine:
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         return await self._engine.generate(self._keyed(request))
 
-    async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
-        deltas = self._engine.stream(self._keyed(request))
+    def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        keyed = self._keyed(request)
+        if request.visible:
+            # Never redrawn (the engine ends it in an error instead): the engine's own
+            # generator, no extra hop per token on the live streaming path.
+            return self._engine.stream(keyed)
+        return self._counted(keyed)
+
+    async def _counted(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        deltas = self._engine.stream(request)
         try:
             async for delta in deltas:
                 if delta.redrawn:
