@@ -95,7 +95,7 @@ DEFAULT_MINUTES = {
     "base-focus": 6.0,
     "elastic": 7.0,
     "reward": 3.0,  # its validation AUROC peaks early; the best weights are kept
-    "prm": 4.0,  # training only (sampling comes before it: about 2 minutes more)
+    "prm": 16.0,  # training only (sampling comes before it: about 3 minutes more)
 }
 DEFAULT_STEPS = {"arithmetic": 1200, "full": 3500, "base-focus": 700, "elastic": 1500}
 # The arithmetic phase: half the right operands are 0-2, batches of 16, a constant rate,

@@ -19,14 +19,14 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
-from transformers import Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from testbed.engine import Completion, to_completion
 from testbed.metrics import auroc
@@ -44,33 +44,42 @@ EXPORT_RESERVE_S: Final = 20.0  # the last evaluation and the export, inside tot
 class PrmSettings:
     base: str
     seed: int = 0
-    minutes: float = 4.0  # of training
-    total_minutes: float = 8.0  # the whole run: training stops early to stay inside it
-    max_steps: int = 3000
-    train_questions: int = 600
+    minutes: float = 16.0  # of training
+    total_minutes: float = 21.0  # the whole run: training stops early to stay inside it
+    max_steps: int = 5000
+    train_questions: int = 1200
     val_questions: int = 120
     samples_per_question: int = 4
     min_ops: int = 4
     max_ops: int = 12
     temperature: float = 1.0
     batch_size: int = 32
-    lr: float = 5e-4
-    wrong_weight: float = 2.0  # loss weight of wrong steps (1 in 9 sampled steps is wrong)
+    lr: float = 1e-3
+    wrong_weight: float = 1.0  # loss weight of wrong steps (the corrupted copies balance them)
     # Share of each batch drawn from trajectories with a wrong step (about 1 in 5 has one).
-    # Off in the shipped run; at 0.5 (wrong_weight 1), runs cut to 35 and 25 steps by a
-    # busy machine measured worse held out (models/prm/README.md).
     error_share: float = 0.0
     # Share of each batch that is a sampled trajectory with one line's result digit
     # replaced by another digit (labels again by exact arithmetic: that line and all after
-    # it wrong). `base` samples almost no wrong single-step line, so a PRM trained on its
-    # samples alone learns where `base` errs (merged lines) instead of checking the
-    # arithmetic (the shipped run scores `3+8=2` 0.99). Off in the shipped run: at 0.5,
-    # 72 steps (all layers) and 160 steps of 16 (frozen_layers 2) on a busy machine did
-    # not learn to check either and measured lower validation AUROC (models/prm/README.md).
-    corrupt_share: float = 0.0
-    # The embeddings and the lowest layers kept as `base` trained them: cheaper steps.
-    frozen_layers: int = 0
-    eval_every: int = 25
+    # it wrong). `base` samples few wrong lines, and mostly where it merges two operations:
+    # a PRM trained on its samples alone learns where `base` errs instead of checking the
+    # arithmetic (the first PRM scored `3+8=2` 0.99, like `3+8=1`).
+    corrupt_share: float = 0.5
+    # Layers added on top of `base`'s (which stay frozen, embeddings included): the base
+    # layers compute the running value, as they do when `base` writes it; the added ones
+    # (initialised as the identity: zero output projections) learn to compare it with
+    # the value a line states. With 0, `base`'s layers are trained instead and never
+    # learned to check a digit (probe AUROC 0.50 after 300 steps, models/prm/README.md).
+    extra_layers: int = 2
+    # Training-only signal that teaches the added layers the comparison: at every tag
+    # after a line's result digit, a linear probe of the hidden state regresses `base`'s
+    # own log-probability of that digit (dense, every line, where the labels mark 1 line
+    # in 40). The probe is not exported; the reward is the score head's.
+    aux_weight: float = 1.0
+    # Each training row cut after a random step (after its first wrong step 0 or 1 lines
+    # on, 7 times in 10, when it has one): the steps after an error teach nothing new and
+    # short rows make a step about twice as cheap.
+    truncate: bool = True
+    eval_every: int = 50
     sampler: str = "vllm"  # "hf" (transformers generate) keeps smoke tests free of vLLM
     threads: int = 2
 
@@ -86,7 +95,12 @@ class PrmResult:
     train_steps_wrong: int
     train_with_error: int  # trajectories with a wrong step
     val_trajectories: int
-    val_step_auroc: float  # of the kept weights (the best evaluation)
+    # Of the kept weights (the best evaluation): steps up to and including each
+    # trajectory's first wrong one, on the validation trajectories and a copy of each
+    # with one result digit changed: what a search asks (which next step from the same
+    # prefix is right), where a step AUROC over every step mostly asks where `base` errs.
+    val_first_error_auroc: float
+    val_step_auroc: float  # every step of the sampled validation trajectories
     best_step: int = 0
     val_curve: tuple[tuple[int, float], ...] = field(default_factory=tuple)
 
@@ -95,6 +109,7 @@ class PrmResult:
         d["wall_s"] = round(self.wall_s, 1)
         d["sampling_s"] = round(self.sampling_s, 1)
         d["val_step_auroc"] = round(self.val_step_auroc, 4)
+        d["val_first_error_auroc"] = round(self.val_first_error_auroc, 4)
         d["val_curve"] = [[s, round(a, 4)] for s, a in self.val_curve]
         return d
 
@@ -178,10 +193,60 @@ class ProcessRewardNet(torch.nn.Module):
         return out
 
 
-def load_net(base: str, *, seed: int) -> ProcessRewardNet:
+def load_net(base: str, *, seed: int, extra_layers: int = 0) -> ProcessRewardNet:
+    """`base`'s backbone with ``extra_layers`` more layers on top, each the identity at
+    first (zero output projections: the residual stream passes through unchanged)."""
     torch.manual_seed(seed)
     causal = Qwen2ForCausalLM.from_pretrained(base, dtype=torch.float32)
-    return ProcessRewardNet(causal)
+    if extra_layers == 0:
+        return ProcessRewardNet(causal)
+    layers = causal.config.num_hidden_layers + extra_layers
+    config = Qwen2Config.from_dict(
+        {
+            **causal.config.to_dict(),
+            "num_hidden_layers": layers,
+            "layer_types": ["full_attention"] * layers,
+        }
+    )
+    grown = Qwen2ForCausalLM(config)  # type: ignore[no-untyped-call]
+    missing, unexpected = grown.load_state_dict(causal.state_dict(), strict=False)
+    assert not unexpected and all(".layers." in k for k in missing), (missing, unexpected)
+    for layer in grown.model.layers[causal.config.num_hidden_layers :]:
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    return ProcessRewardNet(grown)
+
+
+def _cut(row: Example, rng: random.Random) -> Example:
+    """``row`` up to a random step: after its first wrong step (0 or 1 lines on) 7 times
+    in 10 when it has one, else anywhere."""
+    if len(row.positions) < 2:
+        return row
+    wrong = [i for i, y in enumerate(row.labels) if not y]
+    if wrong and rng.random() < 0.7:
+        k = min(len(row.positions) - 1, wrong[0] + rng.randint(0, 1))
+    else:
+        k = rng.randrange(len(row.positions))
+    return replace(row, positions=row.positions[: k + 1], labels=row.labels[: k + 1])
+
+
+def _digit_logprobs(
+    base: Qwen2ForCausalLM,
+    digits: torch.Tensor,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    rows: Sequence[Example],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(which labeled positions close a line ending in a digit, `base`'s log-probability
+    of that digit where it wrote it): the auxiliary regression target, clipped at -10."""
+    b = torch.tensor([i for i, r in enumerate(rows) for _ in r.positions], dtype=torch.long)
+    t = torch.tensor([p for r in rows for p in r.positions], dtype=torch.long)
+    stated = ids[b, t - 1]
+    is_digit = torch.isin(stated, digits)
+    with torch.no_grad():
+        logp = torch.log_softmax(base(input_ids=ids, attention_mask=mask).logits, dim=-1)
+    target = logp[b, (t - 2).clamp(min=0), stated].clamp(min=-10.0)
+    return is_digit, target[is_digit]
 
 
 def _batch(rows: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,6 +287,19 @@ def step_scores(net: ProcessRewardNet, rows: Sequence[Example], pad_id: int) -> 
 def step_auroc(scores: Sequence[Sequence[float]], rows: Sequence[Example]) -> float:
     flat = [s for row in scores for s in row]
     labels = [y for r in rows for y in r.labels]
+    return auroc(flat, labels)
+
+
+def first_error_auroc(scores: Sequence[Sequence[float]], rows: Sequence[Example]) -> float:
+    """AUROC over each row's thinking steps up to and including its first wrong one."""
+    flat: list[float] = []
+    labels: list[bool] = []
+    for row_scores, r in zip(scores, rows, strict=True):
+        for s, y in zip(row_scores[: r.lines], r.labels[: r.lines], strict=True):
+            flat.append(s)
+            labels.append(y)
+            if not y:
+                break
     return auroc(flat, labels)
 
 
@@ -281,12 +359,21 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     val_rows = [e for e in (example(codec, c) for c in sampled[n_train:]) if e.positions]
     labels = [y for r in train_rows for y in r.labels]
 
-    net = load_net(settings.base, seed=settings.seed)
+    net = load_net(settings.base, seed=settings.seed, extra_layers=settings.extra_layers)
     net.train()
-    frozen = [net.model.embed_tokens, *net.model.layers[: settings.frozen_layers]]
+    base_layers = len(net.model.layers) - settings.extra_layers
+    frozen = (
+        [net.model.embed_tokens, *net.model.layers[:base_layers]] if settings.extra_layers else []
+    )
     for module in frozen:
         module.requires_grad_(False)
-    trainable = [p for p in net.parameters() if p.requires_grad]
+    # `base` itself, frozen: the auxiliary target (its log-probability of each stated digit).
+    teacher = Qwen2ForCausalLM.from_pretrained(settings.base, dtype=torch.float32)
+    teacher.requires_grad_(False)
+    teacher.train(False)
+    digits = torch.tensor(codec.encode("0123456789"), dtype=torch.long)
+    probe = torch.nn.Linear(net.config.hidden_size, 1)
+    trainable = [p for p in net.parameters() if p.requires_grad] + list(probe.parameters())
     optim = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=0.01)
     loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([settings.wrong_weight, 1.0]))
     rng = random.Random(settings.seed)
@@ -298,7 +385,13 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     order: list[int] = []
     error_order: list[int] = []
     copy_order: list[int] = []
-    val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+    val_copies = [c for c in (corrupt(codec, x, rng) for x in sampled[n_train:]) if c]
+    val_hard = val_rows + [e for e in (example(codec, c) for c in val_copies) if e.positions]
+
+    def evaluate() -> float:
+        return first_error_auroc(step_scores(net, val_hard, codec.pad_id), val_hard)
+
+    val_auc = evaluate()
     curve: list[tuple[int, float]] = [(0, val_auc)]
     best = BestWeights()
     best.offer(0, val_auc, net)
@@ -324,10 +417,18 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         error_order, order = error_order[n_error:], order[n_rest:]
         rows = [train_rows[i] for i in pick] + [corrupted[i] for i in copy_order[:n_copy]]
         copy_order = copy_order[n_copy:]
+        if settings.truncate:
+            rows = [_cut(r, rng) for r in rows]
         ids, mask = _batch(rows, codec.pad_id)
         target = torch.tensor([int(y) for r in rows for y in r.labels], dtype=torch.long)
         # The head only where there are labels (the rest of the positions carry none).
-        loss = loss_fn(net.score(_gather(net.hidden(ids, mask), rows)), target)
+        hidden = _gather(net.hidden(ids, mask), rows)
+        loss = loss_fn(net.score(hidden), target)
+        if settings.aux_weight > 0:
+            at_digit, logp = _digit_logprobs(teacher, digits, ids, mask, rows)
+            if bool(at_digit.any()):
+                fit = probe(hidden[at_digit]).squeeze(-1)
+                loss = loss + settings.aux_weight * torch.nn.functional.mse_loss(fit, logp)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -335,13 +436,13 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         step += 1
         bar.update(1)
         if step % settings.eval_every == 0:
-            val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+            val_auc = evaluate()
             curve.append((step, val_auc))
             best.offer(step, val_auc, net)
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", val_auroc=f"{val_auc:.3f}")
     bar.close()
     if step % settings.eval_every != 0:
-        val_auc = step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows)
+        val_auc = evaluate()
         curve.append((step, val_auc))
         best.offer(step, val_auc, net)
     wall = time.monotonic() - t0  # sampling, loading, training and evaluations
@@ -358,7 +459,8 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         train_steps_wrong=sum(1 for y in labels if not y),
         train_with_error=len(with_error),
         val_trajectories=len(val_rows),
-        val_step_auroc=best.auroc,
+        val_first_error_auroc=best.auroc,
+        val_step_auroc=step_auroc(step_scores(net, val_rows, codec.pad_id), val_rows),
         best_step=best.step,
         val_curve=tuple(curve),
     )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 from testbed.engine import Completion, classify, generate, load_llm, reward_text
 from testbed.metrics import auroc
-from testbed.prm import Example, example
+from testbed.prm import Example, example, first_error_auroc
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
 
@@ -152,6 +152,8 @@ def evaluate_prm(
         "step_auroc": round(auroc(step_s, step_y), 4),
         "steps": len(step_y),
         "steps_wrong": sum(1 for y in step_y if not y),
+        # What a step search asks: the steps up to each trajectory's first wrong one.
+        "first_error_auroc": round(first_error_auroc(rewards, rows), 4),
     }
     for how in AGGREGATES:
         scores = [trajectory_score(r, row, how) for r, row in zip(rewards, rows, strict=True)]
@@ -182,7 +184,8 @@ def format_prm_report(report: dict[str, object]) -> str:
         f"{report['answers']} answers ({report['answers_right']} right) to "
         f"{report['questions']} test questions ({report['ops']} ops)",
         f"PRM step-level AUROC {prm['step_auroc']} on {prm['steps']} steps "
-        f"({prm['steps_wrong']} wrong)",
+        f"({prm['steps_wrong']} wrong); up to each first wrong step "
+        f"{prm.get('first_error_auroc')}",
         f"within a question ({prm['questions_with_both']} questions with both kinds): "
         f"PRM min {prm['within_question_auroc_min']}  last {prm['within_question_auroc_last']}"
         f"  end {prm['within_question_auroc_end']}",

@@ -72,11 +72,6 @@ async def test_in_process_prm_gives_one_reward_per_step(engine: PrmEngine) -> No
     _IN_PROCESS["rewards"] = rewards
 
 
-@pytest.mark.xfail(
-    reason="the shipped PRM scores where base errs, not the arithmetic itself "
-    "(testbed/models/prm/README.md): a PRM that checks it makes this pass",
-    strict=True,
-)
 async def test_in_process_prm_scores_exact_arithmetic_steps_right_above_wrong(
     engine: PrmEngine,
 ) -> None:
