@@ -228,7 +228,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
-            "1, systematic; all searches: the last step's reward as a path's score and a "
+            "1, systematic, weights from each particle's latest step reward; all searches: "
+            "a path's lowest step reward as its score (the default `aggregate`) and a "
             "PRM-weighted vote over the finished paths (the default `select`). "
             f"Total {minutes:.1f} min.",
             "",
