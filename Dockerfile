@@ -15,6 +15,7 @@ FROM vllm/vllm-openai:v0.32.0
 WORKDIR /opt/thinkgate
 COPY pyproject.toml README.md ./
 COPY server ./server
+COPY engines ./engines
 COPY strategies ./strategies
 COPY kernels ./kernels
 COPY clients ./clients

@@ -1,7 +1,7 @@
 """``thinkgate bench engine-wait``: vLLM's 1 s engine spin against thinkgate's 1 ms, on CPU.
 
 The gateway is started alternately with ``--engine-spin-ms 1000`` (vLLM's own behaviour)
-and ``--engine-spin-ms 1`` (thinkgate's CPU default, ``kernels/engine_wait.py``), pairs
+and ``--engine-spin-ms 1`` (thinkgate's CPU default, ``engines/local/engine_wait.py``), pairs
 A B A B. Each server gets the same load: requests one at a time, then ``--concurrency``
 clients (half streaming, half JSON, 64 tokens each with ``ignore_eos``). Reported per
 run: latency p50/p99/max, wall time for the batch, and the CPU the vLLM engine processes

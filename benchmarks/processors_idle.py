@@ -2,7 +2,7 @@
 when no request uses them, without HTTP in the way.
 
 Two engines in one process, each built exactly as ``thinkgate serve`` builds its local
-engine (:meth:`server.engines.local.LocalEngine.start`): A with no logits processors,
+engine (:meth:`engines.local.engine.LocalEngine.start`): A with no logits processors,
 B with the default ones (confidence, elastic, guidance with its wrapper model). Both
 are driven through the ``Engine`` protocol (``stream``) by the same seeded Poisson
 arrivals, in turn (A B, B A, ...), with plain requests that opt into nothing: random
@@ -33,7 +33,7 @@ from benchmarks.interleaved import add_run_shape, ratio_table
 from benchmarks.overhead import METRICS, RESULTS, SLOW_GAPS, key
 from benchmarks.overhead_engine import random_prompts, run_rate, timed
 from benchmarks.servers import machine, worker_binding
-from kernels import engine_wait
+from engines.local import engine_wait
 from kernels.processors import DEFAULT
 from loadtests.report import git_sha
 from strategies.engine import Engine, GenerateRequest, SamplingConfig
@@ -54,7 +54,7 @@ async def _counts(engine: Engine, prompt: list[int], output_len: int) -> AsyncIt
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoConfig
 
-    from server.engines.local import LocalEngine
+    from engines.local.engine import LocalEngine
     from server.settings import Settings
 
     sides: dict[str, tuple[str, ...]] = {"a": (), "b": DEFAULT}

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from benchmarks.remote import gateway, pct, pinned
 from benchmarks.servers import ROOT, free_port, machine
-from server.replica import build_router_command, router_env
+from engines.local.replica import build_router_command, router_env
 
 RESULTS = ROOT / "benchmarks" / "results"
 LOGS = RESULTS / "logs"

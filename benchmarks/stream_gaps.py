@@ -1,7 +1,7 @@
 """``thinkgate bench stream-gaps``: the gaps between streamed tokens, with vLLM's engine
 ring rechecked every 20 ms (the old setting) and every 2 ms (thinkgate's CPU default).
 
-With a short engine spin (``kernels.engine_wait``) a sleeping reader of vLLM's
+With a short engine spin (``engines.local.engine_wait``) a sleeping reader of vLLM's
 shared-memory ring relies on a notification that is sometimes dropped; it then finds
 the step only at its next recheck. Per pair (``--pairs``, alternating order), one
 ``thinkgate serve`` per setting (``THINKGATE_ENGINE_RECHECK_MS``), one warm-up, then
@@ -33,7 +33,7 @@ import httpx
 import testbed
 from benchmarks.overhead import SLOW_GAP_S
 from benchmarks.servers import ROOT, ServerUrl, machine, thinkgate
-from kernels import engine_wait
+from engines.local import engine_wait
 
 RESULTS = ROOT / "benchmarks" / "results"
 SETTINGS = (20, 2)  # recheck ms: before, now

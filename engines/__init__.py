@@ -2,7 +2,7 @@
 
 ``LocalEngine`` (vLLM's ``AsyncLLM`` in process) and ``RemoteEngine`` (vLLM's own
 OpenAI servers over HTTP) are imported lazily: a gateway fronting remote servers never
-imports torch or vLLM. ``open_engine`` (``server.engines.factory``) picks one by settings.
+imports torch or vLLM. ``open_engine`` (``engines.factory``) picks one by settings.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from strategies.engine import (
 )
 
 if TYPE_CHECKING:
-    from server.engines.local import LocalEngine
-    from server.engines.remote import RemoteEngine
+    from engines.local.engine import LocalEngine
+    from engines.remote.engine import RemoteEngine
 
 __all__ = [
     "Engine",
@@ -36,11 +36,11 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "LocalEngine":
-        from server.engines.local import LocalEngine
+        from engines.local.engine import LocalEngine
 
         return LocalEngine
     if name == "RemoteEngine":
-        from server.engines.remote import RemoteEngine
+        from engines.remote.engine import RemoteEngine
 
         return RemoteEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

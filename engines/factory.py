@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 import structlog
 
-from server.settings import Settings
+from engines.settings import EngineSettings
 from strategies.engine import Engine
 
 log = structlog.get_logger("thinkgate.engine")
@@ -15,7 +15,7 @@ log = structlog.get_logger("thinkgate.engine")
 
 @asynccontextmanager
 async def open_engine(
-    settings: Settings, *, on_exit: Callable[[], None] | None = None
+    settings: EngineSettings, *, on_exit: Callable[[], None] | None = None
 ) -> AsyncIterator[Engine]:
     """Start the configured engine, yield it, close it (also when start-up fails later).
 
@@ -26,12 +26,12 @@ async def open_engine(
     """
     engine: Engine
     if settings.engine == "remote":
-        from server.engines.remote import RemoteEngine
+        from engines.remote.engine import RemoteEngine
 
         engine = await RemoteEngine.start(settings)
     else:
-        from server.engines.local import LocalEngine
-        from server.engines.supervised import SupervisedEngine
+        from engines.local.engine import LocalEngine
+        from engines.local.supervised import SupervisedEngine
 
         supervised = SupervisedEngine(
             LocalEngine.start(settings),

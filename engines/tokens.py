@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
-    from server.settings import Settings
+    from engines.settings import EngineSettings
 
 
 class HFTokenizer(Protocol):
@@ -94,7 +94,7 @@ class TokenizerTokens:
         )
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> TokenizerTokens:
+    def for_settings(cls, settings: EngineSettings) -> TokenizerTokens:
         """The tokenizer of the served model, as every engine of this gateway loads it."""
         return cls.load(
             settings.model_path,

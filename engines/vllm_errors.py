@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from server.engines.errors import mapped, unexpected
+from engines.errors import mapped, unexpected
 from strategies.errors import BackendTimeout, BackendUnavailable, GatewayError, InvalidRequest
 
 # vLLM 0.32's messages (vllm/sampling_params.py ``_verify_args``, ``_verify_greedy_sampling``,

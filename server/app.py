@@ -1,6 +1,6 @@
 """The FastAPI app factory: ``create_app(settings, *, engine=None)``.
 
-The lifespan starts the engine that settings pick (``server.engines.factory``; unless
+The lifespan starts the engine that settings pick (``engines.factory``; unless
 one is passed in, then the caller owns it),
 loads and validates the strategies, attaches the resources, and tears all of it down
 in reverse order.
@@ -16,10 +16,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import structlog
 from fastapi import FastAPI
 
+from engines.factory import open_engine
+from engines.local import stopping
 from server import errors
 from server.admission import Admission
-from server.engines import stopping
-from server.engines.factory import open_engine
 from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe

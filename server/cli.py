@@ -3,7 +3,7 @@
 ``thinkgate serve [--model DIR_OR_ID] [--host H] [--port P] ...``: every setting has a
 flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
 ``thinkgate replica [--model ...] [vLLM server args]``: vLLM's own OpenAI server with our
-processors (``server.replica``). Other subcommands (``testbed``, ``calibrate``,
+processors (``engines.local.replica``). Other subcommands (``testbed``, ``calibrate``,
 ``train-predictor``, ``bench``) are
 "module:function" entries taking argv; a tool that is not installed is a clean error.
 """
@@ -28,7 +28,7 @@ TOOLS: dict[str, str] = {
     "calibrate": "strategies.pets.calibration.cli:main",
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
-    "replica": "server.replica:main",
+    "replica": "engines.local.replica:main",
 }
 
 

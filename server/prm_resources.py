@@ -19,8 +19,8 @@ from pathlib import Path
 
 import structlog
 
+from engines.local.prm import VLLM_DEFAULT_STEP_TAG, RemotePrm, step_tag_of
 from server import model_match
-from server.engines.prm import VLLM_DEFAULT_STEP_TAG, RemotePrm, step_tag_of
 from server.settings import Settings
 from strategies import defaults
 from strategies.base import Attached
@@ -139,7 +139,7 @@ async def process_reward_model(
             hint="--prm-model DIR or --prm-url URL with the served model's tokenizer",
         )
         return None
-    from server.engines.prm import PrmEngine
+    from engines.local.prm import PrmEngine
 
     tag = settings.prm_step_tag_id
     prm = PrmEngine.start(

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import structlog
 
+from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
 from server import model_match
-from server.engines.scorer_clients import HttpVerifier, RemoteClassify
 from server.settings import Settings
 from strategies import defaults
 from strategies.base import Attached
@@ -115,7 +115,7 @@ async def _reward_model(
             hint="--reward-model DIR or --reward-url URL with the served model's tokenizer",
         )
         return None
-    from server.engines.reward import RewardEngine
+    from engines.local.reward import RewardEngine
 
     reward = RewardEngine.start(
         str(path),

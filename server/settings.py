@@ -7,7 +7,6 @@ List settings accept JSON (``'["a:B"]'``) or a comma-separated string (``a:B,c:D
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from engines.settings import LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from strategies import defaults
 from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
@@ -382,32 +382,3 @@ class Settings(BaseSettings):
         """The share of the model's context that ``effort`` thinks for (server.effort)."""
         value: float = getattr(self, f"effort_{effort}")
         return value
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LocalEngineSettings:
-    """What only the in-process engine reads (``Settings.local``)."""
-
-    dtype: str
-    max_num_seqs: int
-    batched_tokens: int
-    enforce_eager: bool
-    engine_spin_ms: float | None
-    gpu_memory_utilization: float
-    tensor_parallel_size: int
-    seed: int
-    logits_processors: tuple[str, ...]
-    vllm_reasoning_config: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RemoteEngineSettings:
-    """What only the remote engine reads (``Settings.remote``)."""
-
-    urls: tuple[str, ...]
-    protocol: Literal["auto", "generate", "completions"]
-    connect_timeout_s: float
-    start_timeout_s: float
-    health_interval_s: float
-    retries: int = 3
-    server_rows: int = 64

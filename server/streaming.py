@@ -380,6 +380,6 @@ def _as_gateway_error(exc: Exception) -> GatewayError:
         from strategies.errors import BackendTimeout
 
         return BackendTimeout("the request ran past the server's request_timeout_s")
-    from server.engines.errors import unexpected
+    from engines.errors import unexpected
 
     return unexpected(exc)

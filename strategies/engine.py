@@ -2,7 +2,7 @@
 
 The protocol lives here (not in ``server/``) because imports point one way,
 ``kernels`` <- ``strategies`` <- ``server``: strategies call engines, the server
-builds them. ``server.engines`` implements it (``LocalEngine`` over vLLM's
+builds them. ``engines`` implements it (``LocalEngine`` over vLLM's
 ``AsyncLLM``) and re-exports the names.
 """
 

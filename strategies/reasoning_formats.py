@@ -1,7 +1,7 @@
 """Reasoning formats: which strings open and close a model's thinking.
 
 The one table of presets (setting ``reasoning_format``, flag ``--reasoning-format``).
-Each string is resolved by the tokenizer at start-up (``server.engines.tokens``): one
+Each string is resolved by the tokenizer at start-up (``engines.tokens``): one
 vocab token when it is one, else the token sequence it encodes to. Explicit
 ``think_start``/``think_end`` settings override the preset's strings.
 

@@ -8,7 +8,7 @@ Three kinds, configured per server and chosen per request by name (body ``scorer
   and the whole response (thinking included) as one token sequence, exactly as the
   chat template renders an assistant turn. The model behind it is a
   :class:`SequenceScorer`: an in-process vLLM pooling engine
-  (``server.engines.reward``) or a remote vLLM ``/classify`` (:class:`RemoteClassify`).
+  (``engines.local.reward``) or a remote vLLM ``/classify`` (:class:`RemoteClassify`).
 * ``verifier`` -- :class:`HttpVerifier`: an external service,
   ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``.
 

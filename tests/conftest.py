@@ -373,7 +373,7 @@ def router_stack_instance() -> RouterStack:
         ensure_replicas_up(remote)  # vLLM's router starts only once every worker answers
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        from server.replica import build_router_command, router_env
+        from engines.local.replica import build_router_command, router_env
 
         log_path = _log_dir() / "vllm-router.log"
         cmd = build_router_command(
@@ -630,14 +630,14 @@ class ScriptedApp:
     engine request the strategies made)."""
 
     client: httpx.AsyncClient
-    engine: Any  # server.engines.scripted.ScriptedEngine (imported lazily)
+    engine: Any  # engines.scripted.ScriptedEngine (imported lazily)
     model: str
 
 
 @pytest.fixture(scope="session")
 def testbed_tokens(model_dir: Path) -> Any:
     """``ModelTokens`` of the testbed tokenizer (transformers only, no vLLM)."""
-    from server.engines.tokens import TokenizerTokens
+    from engines.tokens import TokenizerTokens
 
     return TokenizerTokens.load(str(model_dir))
 
@@ -654,8 +654,8 @@ def scripted_app(
     async def open_app(
         handler: Any, *, processors: frozenset[str] = frozenset(), **settings: Any
     ) -> Any:
+        from engines.scripted import ScriptedEngine
         from server.app import create_app
-        from server.engines.scripted import ScriptedEngine
         from server.settings import Settings
 
         engine = ScriptedEngine(

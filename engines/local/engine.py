@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
-from kernels import engine_wait
+from engines.local import engine_wait, process_group, stopping
+from engines.local.vllm_logprobs import token_confidences
+from engines.settings import EngineSettings
+from engines.tokens import TokenizerTokens
+from engines.vllm_errors import map_vllm_errors
 from kernels.processors import Runner, spec_for
-from server.engines import process_group, stopping
-from server.engines.tokens import TokenizerTokens
-from server.engines.vllm_errors import map_vllm_errors
-from server.engines.vllm_logprobs import token_confidences
-from server.settings import Settings
 from strategies.engine import (
     EngineLoad,
     FinishReason,
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
 # leaves its shared memory behind). Measured on the 2-core testbed box: the worker
 # leaves about 3 s after its engine core is told, the engine core 2 s after that (with
 # vLLM's own 5 s it was still killed now and then). The engines of a gateway stop side
-# by side (server.engines.stopping), within the drain's last 7 s.
+# by side (engines.local.stopping), within the drain's last 7 s.
 SHUTDOWN_TIMEOUT_S: Final = 8.0
 
 log = structlog.get_logger("thinkgate.engine")
@@ -125,7 +124,7 @@ class LocalEngine:
         self.aborted_requests = 0
 
     @classmethod
-    def start(cls, settings: Settings) -> LocalEngine:
+    def start(cls, settings: EngineSettings) -> LocalEngine:
         """Build the engine (tens of seconds on CPU); raises if the model cannot serve."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

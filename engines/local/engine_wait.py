@@ -1,7 +1,7 @@
 """vLLM general plugin: how long vLLM's engine processes spin while they wait for each other.
 
 Entry point (pyproject): ``[project.entry-points."vllm.general_plugins"]
-thinkgate_engine_wait = "kernels.engine_wait:register"``. vLLM calls it in every process
+thinkgate_engine_wait = "engines.local.engine_wait:register"``. vLLM calls it in every process
 it starts; it changes nothing unless :data:`ENV` is set in their environment.
 
 Why: vLLM's engine core and its worker process hand every step over a shared-memory ring

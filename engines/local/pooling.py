@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from server.engines.vllm_errors import map_vllm_errors
+from engines.vllm_errors import map_vllm_errors
 from strategies.errors import BackendError
 
 if TYPE_CHECKING:

@@ -52,11 +52,10 @@ from typing import TYPE_CHECKING, Final
 import httpx
 import structlog
 
-from kernels import engine_wait
-from server.engines import process_group, stopping
-from server.engines.http_errors import post_json
-from server.engines.local import SHUTDOWN_TIMEOUT_S
-from server.engines.pooling import encode_one
+from engines.http_errors import post_json
+from engines.local import engine_wait, process_group, stopping
+from engines.local.engine import SHUTDOWN_TIMEOUT_S
+from engines.local.pooling import encode_one
 from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:

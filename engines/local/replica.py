@@ -16,13 +16,13 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
 * on CPU, no chunked prefill (a seeded request with a chunked prefill kills the CPU
   engine) and float32, unless the arguments say otherwise, and
   a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
-  ``kernels/engine_wait.py``) unless the environment sets one.
+  ``engines/local/engine_wait.py``) unless the environment sets one.
 
 ``thinkgate replica --prm [DIR]`` starts a vLLM server for a process reward model
 instead (the gateway's ``--prm-url``; default DIR: the installed default PRM, the
 testbed's): the pooling runner and STEP pooling at the PRM's step tag
 (``--pooler-config '{"step_tag_id": N}'``, N from its ``config.json``: vLLM's HTTP
-``/pooling`` request cannot carry it, server/engines/prm.py), no logits processors.
+``/pooling`` request cannot carry it, engines/local/prm.py), no logits processors.
 
 ``thinkgate replica --router URL,URL`` starts vLLM's router (``vllm-router``) over
 replicas instead, with the flags a gateway in front of it needs (``ROUTER_FLAGS``:
@@ -44,7 +44,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kernels import engine_wait
+from engines.local import engine_wait
 from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
@@ -96,7 +96,7 @@ def detect_runner(model: str, passthrough: Sequence[str]) -> Runner:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from server.engines.local import model_runner
+    from engines.local.engine import model_runner
 
     parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
     AsyncEngineArgs.add_cli_args(parser)
@@ -151,7 +151,7 @@ def build_prm_command(
     prm: str | None, passthrough: Sequence[str], *, cpu: bool | None = None
 ) -> list[str]:
     """The vLLM server command line of a PRM replica (``prm`` None: the default PRM)."""
-    from server.engines.prm import step_tag_of
+    from engines.local.prm import step_tag_of
 
     offered = defaults.installed() if prm is None else None
     path = prm if offered is None else offered.prm_model
@@ -251,7 +251,7 @@ def main(argv: Sequence[str]) -> int:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM's engine processes spin a whole core while they wait for each other: on a CPU
-    # host that core is taken from the work (kernels/engine_wait.py).
+    # host that core is taken from the work (engines/local/engine_wait.py).
     shown: list[str] = []
     if engine_wait.ENV not in env and _on_cpu():
         env[engine_wait.ENV] = f"{engine_wait.CPU_DEFAULT_MS:g}"

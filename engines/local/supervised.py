@@ -23,7 +23,7 @@ from typing import Final, Literal
 
 import structlog
 
-from server.engines.local import LocalEngine
+from engines.local.engine import LocalEngine
 from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
 from strategies.errors import BackendUnavailable
 

@@ -35,15 +35,15 @@ import httpx
 import orjson
 import structlog
 
+from engines.http_errors import transport_error
+from engines.remote.balancer import PrefixIndex, block_hashes, choose
+from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
+from engines.remote.wire import PATHS, body, deltas, samples, upstream_error
+from engines.settings import EngineSettings, RemoteEngineSettings
+from engines.tokens import TokenizerTokens
 from kernels.confidence import args as conf_args
 from kernels.elastic import args as elastic_args
 from kernels.guidance import args as guidance_args
-from server.engines.balancer import PrefixIndex, block_hashes, choose
-from server.engines.http_errors import transport_error
-from server.engines.remote_wire import PATHS, body, deltas, samples, upstream_error
-from server.engines.tokens import TokenizerTokens
-from server.engines.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
-from server.settings import RemoteEngineSettings, Settings
 from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
 from strategies.errors import (
     BackendUnavailable,
@@ -117,7 +117,7 @@ class RemoteEngine:
     # --- life cycle
 
     @classmethod
-    async def start(cls, settings: Settings) -> RemoteEngine:
+    async def start(cls, settings: EngineSettings) -> RemoteEngine:
         """Verify the servers; raises if one serves something else, or none answers in
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
         tokens = TokenizerTokens.for_settings(settings)

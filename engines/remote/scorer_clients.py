@@ -1,6 +1,6 @@
 """The scorers' HTTP clients, next to the engines: a reward model behind a vLLM server's
 ``/classify`` (``RemoteClassify``, what ``RewardModelScorer`` calls) and an external
-verifier (``HttpVerifier``). Both post through ``server.engines.http_errors.post_json``,
+verifier (``HttpVerifier``). Both post through ``engines.http_errors.post_json``,
 the one place an HTTP failure is mapped onto the error tree (the remote engine maps its
 transport failures there too).
 """
@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import httpx
 
-from server.engines.http_errors import post_json
+from engines.http_errors import post_json
 from strategies.errors import BackendError
 from strategies.reasoning import split_ids
 from strategies.scorers import ScoreQuery, checked_scores

@@ -17,10 +17,10 @@ from typing import Any, Final, Literal
 
 import httpx
 
+from engines.remote.wire import PATHS, Protocol, error_message
 from kernels.confidence import args as conf_args
 from kernels.elastic import args as elastic_args
 from kernels.guidance import args as guidance_args
-from server.engines.remote_wire import PATHS, Protocol, error_message
 from strategies.engine import ModelTokens
 
 State = Literal["starting", "up", "down", "mismatch"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from server.engines.vllm_errors import param_for
+from engines.vllm_errors import param_for
 from strategies.confidence import MAX_TOP_K, token_confidence
 from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
 from strategies.errors import (

@@ -1,4 +1,4 @@
-"""``kernels.engine_wait``: the vLLM plugin that shortens the engine processes' spin.
+"""``engines.local.engine_wait``: the vLLM plugin that shortens the engine processes' spin.
 
 In-process unit tests of what the plugin does to vLLM's shared-memory ring; the live
 server's engine processes are checked in ``tests/server/test_engine_wait_live.py``.
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from vllm.distributed.device_communicators import shm_broadcast as shm
 
-from kernels import engine_wait
+from engines.local import engine_wait
 
 
 @pytest.fixture

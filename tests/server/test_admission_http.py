@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 from conftest import uvicorn_in_thread
 
+from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
-from server.engines.scripted import ScriptedEngine, samples_of
 from server.http_timeouts import header_timeout_protocol
 from server.settings import Settings
 from strategies.engine import GenerateRequest, Sample

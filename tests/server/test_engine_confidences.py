@@ -10,9 +10,9 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from server.engines.local import LocalEngine
-from server.engines.scripted import ScriptedEngine
-from server.engines.vllm_logprobs import token_confidences
+from engines.local.engine import LocalEngine
+from engines.local.vllm_logprobs import token_confidences
+from engines.scripted import ScriptedEngine
 from strategies.confidence import token_confidence
 from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
 from strategies.errors import BackendError

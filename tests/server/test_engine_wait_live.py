@@ -1,6 +1,6 @@
 """The live server's vLLM engine processes wait without spinning a core (CPU host).
 
-vLLM's worker spins for 1 s after each step it reads (``kernels/engine_wait.py``); on the
+vLLM's worker spins for 1 s after each step it reads (``engines/local/engine_wait.py``); on the
 2-core box that was a core taken from the next step, the gateway and the clients. The
 server starts its engines with a 1 ms spin on CPU.
 """

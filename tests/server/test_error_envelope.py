@@ -8,9 +8,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.requests import Request
 
+from engines.errors import mapped, unexpected
+from engines.vllm_errors import convert, map_vllm_errors
 from server import errors
-from server.engines.errors import mapped, unexpected
-from server.engines.vllm_errors import convert, map_vllm_errors
 from strategies import errors as tree
 from strategies.budget import Budget
 

@@ -1,4 +1,4 @@
-"""server.engines.http_errors: one mapping of HTTP failures onto the error tree, used by
+"""engines.http_errors: one mapping of HTTP failures onto the error tree, used by
 the scorer clients and the remote engine (httpx's MockTransport, no sockets)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from server.engines.http_errors import post_json, transport_error
+from engines.http_errors import post_json, transport_error
 from strategies.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
 
 

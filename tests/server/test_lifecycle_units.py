@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from server.engines.supervised import SupervisedEngine
+from engines.local.supervised import SupervisedEngine
 from server.lifecycle import ENGINE_DEAD_EXIT, Lifecycle
 from strategies.errors import BackendUnavailable
 

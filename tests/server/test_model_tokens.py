@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from server.engines.tokens import TokenizerTokens, generation_eos_ids
+from engines.tokens import TokenizerTokens, generation_eos_ids
 from strategies.engine import ModelTokens
 from strategies.reasoning import split_ids, thinking_open_after
 

@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 import testbed
+from engines.local import prm as prm_engines
+from engines.local.prm import RemotePrm, rewards_from_rows, step_tag_of
+from engines.local.replica import build_prm_command
 from server import model_match, prm_resources
 from server.cli import settings_parser
-from server.engines import prm as prm_engines
-from server.engines.prm import RemotePrm, rewards_from_rows, step_tag_of
 from server.prm_resources import prm_model_path, process_reward_model
-from server.replica import build_prm_command
 from server.settings import Settings
 from strategies.errors import BackendError
 from strategies.prm import RESOURCE_KEY, ProcessRewardModel

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import testbed
-from server.engines.prm import PrmEngine, RemotePrm
+from engines.local.prm import PrmEngine, RemotePrm
 from strategies.prm import ProcessRewardModel
 from testbed.task import Question
 from testbed.tokenizer import CharCodec, chat_prompt

@@ -1,4 +1,4 @@
-"""The engine processes a gateway starts leave its process group (server.engines.
+"""The engine processes a gateway starts leave its process group (engines.
 process_group), fast: real forks, no vLLM. A group SIGTERM with a real engine is in
 test_lifecycle.py."""
 
@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from server.engines import process_group
+from engines.local import process_group
 
 
 def _child_report(read_fd: int, write_fd: int) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 from pydantic import ValidationError
 
+from engines.tokens import TokenizerTokens
 from server.cli import settings_parser
-from server.engines.tokens import TokenizerTokens
 from server.settings import Settings
 from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 

@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from server.engines.remote import RemoteEngine
-from server.engines.upstream import ServerFacts
+from engines.remote.engine import RemoteEngine
+from engines.remote.upstream import ServerFacts
 from server.settings import RemoteEngineSettings
 from strategies import errors as tree
 from strategies.engine import GenerateRequest, SamplingConfig

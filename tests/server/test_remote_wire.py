@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.engines.balancer import BLOCK, PrefixIndex, block_hashes, choose
-from server.engines.remote import needed_processors
-from server.engines.remote_wire import body, deltas, samples, upstream_error
+from engines.remote.balancer import BLOCK, PrefixIndex, block_hashes, choose
+from engines.remote.engine import needed_processors
+from engines.remote.wire import body, deltas, samples, upstream_error
 from strategies import errors as tree
 from strategies.engine import GenerateRequest, SamplingConfig
 

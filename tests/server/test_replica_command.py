@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import testbed
-from server.replica import build_command
+from engines.local.replica import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_cli_prints_the_exact_command() -> None:
     )
     line = done.stdout.strip().splitlines()[-1]
     assert "vllm.entrypoints.openai.api_server" in line and line.endswith("--port 8123")
-    # On CPU the engine processes get the short spin (kernels/engine_wait.py), shown so
+    # On CPU the engine processes get the short spin (engines/local/engine_wait.py), shown so
     # that a team copying the command gets it too.
     assert line.startswith("THINKGATE_ENGINE_SPIN_MS=1 ")
     assert "--enable-scale-out" in line and "kernels.elastic.vllm_v1:ElasticLogitsProcessor" in line
@@ -102,7 +102,7 @@ def test_cli_prints_the_exact_command() -> None:
 def test_the_router_command_carries_the_flags_a_gateway_needs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from server.replica import ROUTER_FLAGS, build_router_command, main
+    from engines.local.replica import ROUTER_FLAGS, build_router_command, main
 
     urls = ["http://127.0.0.1:8101", "http://127.0.0.1:8102"]
     cmd = build_router_command(urls, ["--port", "8100", "--policy", "power_of_two"])

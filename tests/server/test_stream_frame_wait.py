@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from server.engines.scripted import samples_of
+from engines.scripted import samples_of
 from server.streaming import FIRST_EVENT_WAIT_S
 from strategies.engine import GenerateRequest, Sample
 

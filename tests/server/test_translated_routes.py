@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from engines.scripted import samples_of
 from server.blocks import Blocks, Closed, Opened, Text, of_result
-from server.engines.scripted import samples_of
 from strategies.base import Choice, ChoiceDelta, Result, Usage
 from strategies.engine import GenerateRequest, Sample
 

@@ -17,8 +17,8 @@ import pytest
 import uvicorn
 from conftest import uvicorn_in_thread
 
+from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
-from server.engines.scripted import ScriptedEngine, samples_of
 from server.settings import Settings
 from server.streaming import FIRST_EVENT_WAIT_S
 from strategies.engine import GenerateRequest, Sample

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Sequence
 import pytest
 from test_reasoning_sequences import EOS, CharTokens
 
-from server.engines.scripted import ScriptedEngine
+from engines.scripted import ScriptedEngine
 from strategies.base import StrategyRequest
 from strategies.budget import Budget
 from strategies.elastic_plan import plan, two_pass

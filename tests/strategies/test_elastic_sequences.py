@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 from test_reasoning_sequences import EOS, CharTokens
 
+from engines.scripted import ScriptedEngine
 from kernels.elastic import args as keys
-from server.engines.scripted import ScriptedEngine
 from strategies.base import StrategyRequest
 from strategies.budget import Budget
 from strategies.elastic_plan import plan, two_pass

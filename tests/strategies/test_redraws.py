@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from server.engines.scripted import samples_of
+from engines.scripted import samples_of
 from strategies.engine import GenerateRequest, Sample
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]

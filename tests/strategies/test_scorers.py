@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import testbed
-from server.engines.scorer_clients import HttpVerifier, RemoteClassify
-from server.engines.tokens import TokenizerTokens
+from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
+from engines.tokens import TokenizerTokens
 from strategies.engine import Sample
 from strategies.errors import BackendError, BackendTimeout, BackendUnavailable
 from strategies.scorers import (

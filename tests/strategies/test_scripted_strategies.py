@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from server.engines.scripted import samples_of
+from engines.scripted import samples_of
 from strategies.engine import Engine, GenerateRequest, Sample
 from strategies.errors import BackendUnavailable, InvalidRequest
 

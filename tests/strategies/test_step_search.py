@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from server.engines.scripted import ScriptedEngine
+from engines.scripted import ScriptedEngine
 from strategies.base import (
     Progress,
     Resources,

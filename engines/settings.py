@@ -1,0 +1,68 @@
+"""What the engines read from the gateway's settings.
+
+``server.settings.Settings`` builds these groups and satisfies :class:`EngineSettings`
+structurally, so the engines never import the server (server -> engines, never back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalEngineSettings:
+    """What only the in-process engine reads (``Settings.local``)."""
+
+    dtype: str
+    max_num_seqs: int
+    batched_tokens: int
+    enforce_eager: bool
+    engine_spin_ms: float | None
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    seed: int
+    logits_processors: tuple[str, ...]
+    vllm_reasoning_config: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteEngineSettings:
+    """What only the remote engine reads (``Settings.remote``)."""
+
+    urls: tuple[str, ...]
+    protocol: Literal["auto", "generate", "completions"]
+    connect_timeout_s: float
+    start_timeout_s: float
+    health_interval_s: float
+    retries: int = 3
+    server_rows: int = 64
+
+
+class EngineSettings(Protocol):
+    """The gateway-wide knobs an engine reads (``server.settings.Settings`` has them all)."""
+
+    @property
+    def engine(self) -> Literal["local", "remote"]: ...
+    @property
+    def on_engine_death(self) -> Literal["exit", "restart"]: ...
+    @property
+    def model_path(self) -> str: ...
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def reasoning(self) -> bool: ...
+    @property
+    def think_start(self) -> str: ...
+    @property
+    def think_end(self) -> str: ...
+    @property
+    def trust_remote_code(self) -> bool: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def max_num_seqs(self) -> int: ...
+    @property
+    def local(self) -> LocalEngineSettings: ...
+    @property
+    def remote(self) -> RemoteEngineSettings: ...
