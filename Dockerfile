@@ -18,6 +18,7 @@ COPY server ./server
 COPY engines ./engines
 COPY strategies ./strategies
 COPY kernels ./kernels
+COPY core ./core
 COPY clients ./clients
 COPY testbed ./testbed
 COPY scripts/docker-entrypoint.sh ./scripts/docker-entrypoint.sh

@@ -245,8 +245,8 @@ def choose_measure(
     test ones the rest of the benchmark scores). What chose the defaults."""
     from vllm import SamplingParams
 
-    from strategies.confidence import lowest_group
-    from strategies.confidence import token_confidence as conf_of
+    from core.token_confidence import lowest_group
+    from core.token_confidence import token_confidence as conf_of
     from testbed.engine import load_llm, to_completion
     from testbed.metrics import auroc
     from testbed.tokenizer import CharCodec, chat_prompt

@@ -96,7 +96,7 @@ def record_pools(
     """Per question, ``pool`` traces: per-token confidences and the parsed answer."""
     from vllm import SamplingParams
 
-    from strategies.confidence import token_confidence
+    from core.token_confidence import token_confidence
     from testbed.engine import load_llm, to_completion
     from testbed.tokenizer import CharCodec, chat_prompt
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from strategies.confidence import group_confidences, percentile
+from core.token_confidence import group_confidences, percentile
 from strategies.deepconf import VARIANTS as VARIANT_PERCENTILE
 
 

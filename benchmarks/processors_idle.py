@@ -33,10 +33,10 @@ from benchmarks.interleaved import add_run_shape, ratio_table
 from benchmarks.overhead import METRICS, RESULTS, SLOW_GAPS, key
 from benchmarks.overhead_engine import random_prompts, run_rate, timed
 from benchmarks.servers import machine, worker_binding
+from core.engine import Engine, GenerateRequest, SamplingConfig
 from engines.local import engine_wait
 from kernels.processors import DEFAULT
 from loadtests.report import git_sha
-from strategies.engine import Engine, GenerateRequest, SamplingConfig
 
 SHOWN = (*METRICS, SLOW_GAPS)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from strategies.engine import (
+from core.engine import (
     Engine,
     GenerateRequest,
     ModelTokens,

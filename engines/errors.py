@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from strategies.errors import BackendError, GatewayError
+from core.errors import BackendError, GatewayError
 
 Convert = Callable[[Exception], GatewayError]
 

@@ -7,8 +7,8 @@ from contextlib import asynccontextmanager
 
 import structlog
 
+from core.engine import Engine
 from engines.settings import EngineSettings
-from strategies.engine import Engine
 
 log = structlog.get_logger("thinkgate.engine")
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from strategies.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
+from core.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
 
 
 def transport_error(source: str, exc: httpx.HTTPError) -> GatewayError:

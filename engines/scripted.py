@@ -20,7 +20,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
-from strategies.engine import (
+from core.engine import (
     EngineLoad,
     FinishReason,
     GenerateRequest,
@@ -28,13 +28,13 @@ from strategies.engine import (
     Sample,
     SampleDelta,
 )
-from strategies.errors import BackendUnavailable
+from core.errors import BackendUnavailable
 
 Handler = Callable[[GenerateRequest], Sequence[Sample] | Awaitable[Sequence[Sample]]]
 
 
 class ScriptedEngine:
-    """Implements ``strategies.engine.Engine``; ``dead = True`` makes it answer 503s."""
+    """Implements ``core.engine.Engine``; ``dead = True`` makes it answer 503s."""
 
     def __init__(
         self,

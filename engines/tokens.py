@@ -33,7 +33,7 @@ class HFTokenizer(Protocol):
 
 
 class TokenizerTokens:
-    """The tokenizer facts strategies rely on (implements ``strategies.engine.ModelTokens``)."""
+    """The tokenizer facts strategies rely on (implements ``core.engine.ModelTokens``)."""
 
     def __init__(
         self,

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from core.errors import BackendTimeout, BackendUnavailable, GatewayError, InvalidRequest
 from engines.errors import mapped, unexpected
-from strategies.errors import BackendTimeout, BackendUnavailable, GatewayError, InvalidRequest
 
 # vLLM 0.32's messages (vllm/sampling_params.py ``_verify_args``, ``_verify_greedy_sampling``,
 # ``_verify_num_sequences``; vllm/v1/engine/input_processor.py ``_validate_prompt_len``)

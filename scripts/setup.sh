@@ -24,7 +24,7 @@ for broken in ("torchvision", "torchaudio", "torchcodec"):
         sys.exit(f"{broken} is installed (breaks transformers beside CPU torch)")
 from transformers import Qwen2ForCausalLM  # noqa: F401  (fails when the above are present)
 from vllm import LLM  # noqa: F401
-import server, engines, strategies, kernels, testbed  # noqa: F401
+import server, engines, strategies, kernels, core, testbed  # noqa: F401
 PY
 }
 

@@ -6,8 +6,8 @@ never queued without bound. Single event loop: no lock needed.
 
 from __future__ import annotations
 
+from core.errors import Overloaded
 from server.metrics import Metrics
-from strategies.errors import Overloaded
 
 
 class Admission:

@@ -16,6 +16,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import structlog
 from fastapi import FastAPI
 
+from core.engine import Engine
+from core.registry import Registry
 from engines.factory import open_engine
 from engines.local import stopping
 from server import errors
@@ -30,8 +32,6 @@ from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
 from server.state import Gateway
-from strategies.engine import Engine
-from strategies.registry import Registry
 
 log = structlog.get_logger("thinkgate.app")
 

@@ -6,8 +6,8 @@ import hmac
 
 from starlette.requests import HTTPConnection
 
+from core.errors import Unauthorized
 from server.settings import Settings
-from strategies.errors import Unauthorized
 
 
 def authorize(conn: HTTPConnection, settings: Settings) -> None:

@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from strategies.base import JSON
-from strategies.engine import ModelTokens, SamplingConfig
-from strategies.errors import InvalidBudget, InvalidRequest
+from core.base import JSON
+from core.engine import ModelTokens, SamplingConfig
+from core.errors import InvalidBudget, InvalidRequest
 from strategies.pets.batch import BatchView
 from strategies.pets.batch_input import MAX_TOTAL_BUDGET, BatchOptions, BatchQuestion
 from strategies.pets.batch_result import QuestionOutcome

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from strategies.base import Choice, ChoiceDelta, Result
+from core.base import Choice, ChoiceDelta, Result
 
 BlockKind = Literal["thinking", "answer"]
 

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from core.budget import Budget
+from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
 from server.effort import thinking_tokens
 from server.settings import EFFORTS, Effort, Settings
-from strategies.budget import Budget
-from strategies.errors import InvalidBudget, InvalidRequest, UnknownStrategy
 
 FIELDS: Final = ("thinking", "solution", "samples", "k")
 HEADERS: Final = {f: f"X-Budget-{f.capitalize() if f != 'k' else 'K'}" for f in FIELDS}

@@ -15,8 +15,8 @@ from typing import Final
 
 from pydantic import JsonValue, ValidationError
 
+from core.errors import GatewayError, InvalidRequest
 from server.protocol import UNSUPPORTED, ChatCompletionRequest, invalid
-from strategies.errors import GatewayError, InvalidRequest
 
 # Chat fields a route may also take under the same name (thinkgate's and vLLM's).
 SHARED: Final = frozenset(

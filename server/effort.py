@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from core.budget import Budget
 from server.settings import EFFORTS, Effort, Settings
-from strategies.budget import Budget
 
 
 def thinking_tokens(settings: Settings, effort: Effort, context: int) -> int:

@@ -19,10 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import messages_errors
-from server.metrics import record_end, route_label
-from strategies.budget import Budget
-from strategies.errors import (
+from core.budget import Budget
+from core.errors import (
     BackendError,
     GatewayError,
     InvalidRequest,
@@ -30,6 +28,8 @@ from strategies.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
+from server import messages_errors
+from server.metrics import record_end, route_label
 
 log = structlog.get_logger("thinkgate.http")
 

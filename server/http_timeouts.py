@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from strategies.errors import RequestTimeout
+from core.errors import RequestTimeout
 
 try:  # uvicorn's own choice under http="auto"; optional (uvicorn[standard])
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

@@ -19,7 +19,7 @@ from typing import Final, Literal
 
 import structlog
 
-from strategies.errors import BackendUnavailable
+from core.errors import BackendUnavailable
 
 log = structlog.get_logger("thinkgate.lifecycle")
 

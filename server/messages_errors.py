@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from strategies.errors import GatewayError
+from core.errors import GatewayError
 
 PATH: Final = "/v1/messages"
 

@@ -22,10 +22,10 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
+from core.errors import InvalidRequest
 from server.chat_translation import to_chat
 from server.messages_render import MessagesCall
 from server.protocol import BUDGET_SCHEMA, PositiveInt, TopP, validate, validate_json
-from strategies.errors import InvalidRequest
 
 ROUTE: Final = "/v1/messages"
 

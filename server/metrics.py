@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 
-from strategies.base import Result
+from core.base import Result
 
 log = structlog.get_logger("thinkgate.http")
 

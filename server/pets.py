@@ -25,10 +25,10 @@ from pathlib import Path
 
 import structlog
 
+from core import defaults
+from core.base import Attached
+from core.engine import Engine
 from server.settings import Settings
-from strategies import defaults
-from strategies.base import Attached
-from strategies.engine import Engine
 from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
 from strategies.pets.batch_jobs import BatchJobs
 from strategies.pets.online import TABLE_KEY

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import structlog
 
+from core import defaults
+from core.base import Attached
+from core.engine import Engine
 from engines.local.prm import VLLM_DEFAULT_STEP_TAG, RemotePrm, step_tag_of
 from server import model_match
 from server.settings import Settings
-from strategies import defaults
-from strategies.base import Attached
-from strategies.engine import Engine
 from strategies.prm import RESOURCE_KEY, ProcessRewardModel
 
 log = structlog.get_logger("thinkgate.prm")

@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from core.errors import InvalidRequest
 from server.settings import Effort
-from strategies.errors import InvalidRequest
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -179,7 +179,7 @@ B = TypeVar("B", bound=BaseModel)
 
 
 class ErrorDetail(BaseModel):
-    """The inside of every error answer (``strategies.errors.GatewayError.envelope``)."""
+    """The inside of every error answer (``core.errors.GatewayError.envelope``)."""
 
     message: str
     type: str

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from strategies.base import JSON, Choice, Result, Usage
-from strategies.budget import Budget
+from core.base import JSON, Choice, Result, Usage
+from core.budget import Budget
 
 Kind = Literal["chat", "completion"]
 Body = dict[str, object]

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 
-from strategies.base import Result, StrategyEvent, Usage
-from strategies.engine import (
+from core.base import Result, StrategyEvent, Usage
+from core.engine import (
     Engine,
     EngineLoad,
     GenerateRequest,

@@ -23,9 +23,9 @@ from typing import Final
 
 import structlog
 
+from core.base import Attached, Resources
+from core.engine import Engine
 from server.settings import Settings
-from strategies.base import Attached, Resources
-from strategies.engine import Engine
 
 log = structlog.get_logger("thinkgate.resources")
 

@@ -23,12 +23,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
+from core.errors import GatewayError
 from server import sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
 from server.render import Body, Envelope, choice_info
-from strategies.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
-from strategies.errors import GatewayError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,11 +22,11 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
+from core.errors import InvalidRequest
 from server.chat_translation import to_chat
 from server.protocol import BUDGET_SCHEMA, PositiveInt, Temperature, TopP, validate, validate_json
 from server.responses_render import Echo, ResponsesCall
 from server.settings import Effort
-from strategies.errors import InvalidRequest
 
 ROUTE: Final = "/v1/responses"
 # Chat names of the fields errors found later name, as this route calls them.

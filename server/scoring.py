@@ -22,12 +22,12 @@ from pathlib import Path
 
 import structlog
 
+from core import defaults
+from core.base import Attached
+from core.engine import Engine
 from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
 from server import model_match
 from server.settings import Settings
-from strategies import defaults
-from strategies.base import Attached
-from strategies.engine import Engine
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import (

@@ -9,10 +9,10 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+from core import defaults
+from core.base import Attached
+from core.engine import Engine
 from server.settings import Settings
-from strategies import defaults
-from strategies.base import Attached
-from strategies.engine import Engine
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 
 # A blank line: where real reasoning models end a step, and what PRMs trained on

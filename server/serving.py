@@ -25,6 +25,25 @@ import structlog
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from core.base import (
+    Choice,
+    Result,
+    Strategy,
+    StrategyContext,
+    StrategyEvent,
+    StrategyRequest,
+)
+from core.engine import SamplingConfig
+from core.errors import (
+    BackendError,
+    BackendTimeout,
+    BackendUnavailable,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from server import budgets, chat_translation, effort
 from server.admission import Slot
 from server.auth import authorize
@@ -42,25 +61,6 @@ from server.streaming import (
     StreamEncoder,
     StreamRun,
     sse_body,
-)
-from strategies.base import (
-    Choice,
-    Result,
-    Strategy,
-    StrategyContext,
-    StrategyEvent,
-    StrategyRequest,
-)
-from strategies.engine import SamplingConfig
-from strategies.errors import (
-    BackendError,
-    BackendTimeout,
-    BackendUnavailable,
-    GatewayError,
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    RequestTimeout,
 )
 from strategies.reasoning import thinking_open_after
 

@@ -14,10 +14,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core import defaults
+from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 from engines.settings import LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
-from strategies import defaults
-from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
 EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high")

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
+from core.base import Resources
+from core.engine import Engine
+from core.errors import BackendUnavailable
+from core.registry import Registry
 from server.admission import Admission
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.settings import Settings
-from strategies.base import Resources
-from strategies.engine import Engine
-from strategies.errors import BackendUnavailable
-from strategies.registry import Registry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,12 +40,12 @@ import structlog
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from core.base import ChoiceDelta, Progress, Result, StrategyEvent
+from core.errors import BackendError, BackendUnavailable, GatewayError
 from server import render, sse
 from server.metrics import record_end
 from server.render import Body, Envelope
 from server.state import Gateway
-from strategies.base import ChoiceDelta, Progress, Result, StrategyEvent
-from strategies.errors import BackendError, BackendUnavailable, GatewayError
 
 log = structlog.get_logger("thinkgate.http")
 
@@ -377,7 +377,7 @@ def _as_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, TimeoutError):
-        from strategies.errors import BackendTimeout
+        from core.errors import BackendTimeout
 
         return BackendTimeout("the request ran past the server's request_timeout_s")
     from engines.errors import unexpected

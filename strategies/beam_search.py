@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
-from strategies.base import JSON, StrategyContext
+from core.base import JSON, StrategyContext
 from strategies.search_options import SearchOptions
 from strategies.search_paths import Path
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch, path_score

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from strategies.base import JSON, StrategyContext
+from core.base import JSON, StrategyContext
 from strategies.pool import defaults_of, option_alpha
 from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_best_of_majority

@@ -33,13 +33,13 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from core.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
+from core.budget import Budget
+from core.engine import Engine, ExtraArg, FinishReason, GenerateRequest, SamplingConfig
+from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from kernels.guidance import args as guidance_args
 from strategies import elastic_plan
-from strategies.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
-from strategies.budget import Budget
 from strategies.elastic_plan import ElasticPlan
-from strategies.engine import Engine, ExtraArg, FinishReason, GenerateRequest, SamplingConfig
-from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.pool import Draw, Pool, analyse, draw, final_event
 from strategies.selection import build_classes, select_majority
 from strategies.trajectories import Ending, Trajectory, TrajectorySet

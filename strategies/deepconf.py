@@ -4,7 +4,7 @@ DeepConf online (Fu et al. 2025, "Deep Think with Confidence", Algorithm 2), wit
 sample budget ``N`` of the request (``X-Budget-Samples``):
 
 1. warm-up: ``warmup`` traces drawn in full, reporting per-token confidences; each
-   trace's confidence is its lowest sliding-window mean (``strategies.confidence``);
+   trace's confidence is its lowest sliding-window mean (``core.token_confidence``);
 2. threshold: a percentile of the warm-up confidences: ``variant`` ``low`` keeps the
    top 10% (the 90th percentile, aggressive), ``high`` the top 90% (the 10th);
 3. the other ``N - warmup`` traces run in rounds, one engine request per round, with
@@ -42,11 +42,11 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest
+from core.engine import Engine, EngineLoad, Sample
+from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
+from core.token_confidence import lowest_group, percentile
 from kernels.confidence import args as conf_args
-from strategies.base import JSON, Progress, Result, StrategyContext, StrategyRequest
-from strategies.confidence import lowest_group, percentile
-from strategies.engine import Engine, EngineLoad, Sample
-from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.pool import (
     Pool,
     analyse,

@@ -13,8 +13,8 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
-from strategies.base import JSON, StrategyContext
-from strategies.errors import InvalidBudget
+from core.base import JSON, StrategyContext
+from core.errors import InvalidBudget
 from strategies.search_options import SearchOptions
 from strategies.search_paths import Path
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch, best_index

@@ -17,15 +17,15 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
 
-from strategies.base import StrategyContext, StrategyEvent, StrategyRequest
+from core.base import StrategyContext, StrategyEvent, StrategyRequest
+from core.engine import Engine, GenerateRequest
+from core.errors import InvalidBudget
 from strategies.elastic_plan import (
     outcome,
     plan,
     requested_mode,
     two_pass,
 )
-from strategies.engine import Engine, GenerateRequest
-from strategies.errors import InvalidBudget
 from strategies.trajectories import Ending, Trajectory, TrajectorySet
 
 

@@ -12,12 +12,12 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Final
 
+from core.base import JSON, StrategyRequest, budget_cuts
+from core.budget import Budget
+from core.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
+from core.errors import InvalidBudget, InvalidRequest, first_error
 from kernels.elastic import args as elastic_args
 from kernels.sequence import SequenceMatcher
-from strategies.base import JSON, StrategyRequest, budget_cuts
-from strategies.budget import Budget
-from strategies.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
-from strategies.errors import InvalidBudget, InvalidRequest, first_error
 from strategies.trajectories import Ending, Trajectory
 
 PROCESSOR: Final = elastic_args.PROCESSOR_NAME  # as Engine.processors reports it

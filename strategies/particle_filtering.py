@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
-from strategies.base import JSON, StrategyContext
+from core.base import JSON, StrategyContext
 from strategies.search_options import SearchOptions
 from strategies.search_paths import Path
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch

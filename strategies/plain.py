@@ -15,7 +15,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
 
-from strategies.base import (
+from core.base import (
     Choice,
     Result,
     StrategyContext,
@@ -23,8 +23,8 @@ from strategies.base import (
     StrategyRequest,
     Usage,
 )
-from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
-from strategies.errors import InvalidRequest
+from core.engine import Engine, GenerateRequest, ModelTokens, Sample
+from core.errors import InvalidRequest
 from strategies.reasoning import split_ids
 from strategies.trajectories import TrajectorySet
 

@@ -12,9 +12,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Final
 
-from strategies import elastic_plan
-from strategies.answers import extract_answer
-from strategies.base import (
+from core.base import (
     JSON,
     BudgetName,
     Choice,
@@ -26,8 +24,7 @@ from strategies.base import (
     Usage,
     budget_cuts,
 )
-from strategies.elastic_plan import ElasticPlan
-from strategies.engine import (
+from core.engine import (
     Engine,
     ExtraArg,
     FinishReason,
@@ -37,7 +34,10 @@ from strategies.engine import (
     SampleDelta,
     SamplingConfig,
 )
-from strategies.errors import BackendError, BackendUnavailable, InvalidBudget, InvalidRequest
+from core.errors import BackendError, BackendUnavailable, InvalidBudget, InvalidRequest
+from strategies import elastic_plan
+from strategies.answers import extract_answer
+from strategies.elastic_plan import ElasticPlan
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import SCORER_KINDS, ScoreQuery, Scorer
 from strategies.selection import AnswerClass, Selection

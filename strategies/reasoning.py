@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from core.engine import ModelTokens
 from kernels.sequence import SequenceMatcher
-from strategies.engine import ModelTokens
 
 
 def thinking_open_after(prompt_ids: Sequence[int], tokens: ModelTokens) -> bool:

@@ -10,17 +10,17 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import ClassVar, Final
 
-from strategies.base import (
+from core.base import (
     JSON,
     Progress,
     Result,
     StrategyContext,
     StrategyRequest,
 )
-from strategies.engine import (
+from core.engine import (
     Engine,
 )
-from strategies.errors import BackendUnavailable, InvalidBudget
+from core.errors import BackendUnavailable, InvalidBudget
 from strategies.pool import (
     Pool,
     analyse,

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final, Protocol, runtime_checkable
 
-from strategies.base import ResourceKey
-from strategies.engine import ModelTokens, Sample
-from strategies.errors import BackendError
+from core.base import ResourceKey
+from core.engine import ModelTokens, Sample
+from core.errors import BackendError
 
 SCORER_KINDS: Final = ("logprob", "reward", "verifier")
 

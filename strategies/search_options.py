@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from strategies.base import ResourceKey, StrategyContext, StrategyRequest
-from strategies.errors import InvalidBudget, InvalidRequest
+from core.base import ResourceKey, StrategyContext, StrategyRequest
+from core.errors import InvalidBudget, InvalidRequest
 from strategies.prm import AGGREGATES
 from strategies.voting import int_option
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from strategies.base import StrategyContext
-from strategies.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
-from strategies.errors import BackendError
+from core.base import StrategyContext
+from core.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
+from core.errors import BackendError
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import Split, split_ids
 from strategies.search_options import SearchOptions

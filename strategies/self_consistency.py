@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from strategies.base import JSON, StrategyContext
+from core.base import JSON, StrategyContext
 from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_majority
 from strategies.voting import OPTIONS as VOTE_OPTIONS

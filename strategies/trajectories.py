@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from strategies.base import JSON, BudgetName, Choice, ChoiceDelta, Result, Usage
-from strategies.engine import FinishReason, ModelTokens, SampleDelta
+from core.base import JSON, BudgetName, Choice, ChoiceDelta, Result, Usage
+from core.engine import FinishReason, ModelTokens, SampleDelta
 from strategies.reasoning import StreamSplitter
 
 

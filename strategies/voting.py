@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from core.base import StrategyRequest
+from core.engine import Sample
+from core.errors import BackendError, InvalidRequest
+from core.token_confidence import keep_top, lowest_group
 from kernels.confidence.args import MAX_TOP_K, MAX_WINDOW
-from strategies.base import StrategyRequest
-from strategies.confidence import keep_top, lowest_group
-from strategies.engine import Sample
-from strategies.errors import BackendError, InvalidRequest
 from strategies.selection import AnswerClass, build_classes
 
 Vote = Literal["majority", "confidence", "confidence-top"]

@@ -7,9 +7,9 @@ import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from core.registry import GROUP
 from server.budgets import HEADERS, STRATEGY_HEADER
 from server.settings import Settings
-from strategies.registry import GROUP
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -16,13 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
 
-from engines.local import engine_wait, process_group, stopping
-from engines.local.vllm_logprobs import token_confidences
-from engines.settings import EngineSettings
-from engines.tokens import TokenizerTokens
-from engines.vllm_errors import map_vllm_errors
-from kernels.processors import Runner, spec_for
-from strategies.engine import (
+from core.engine import (
     EngineLoad,
     FinishReason,
     GenerateRequest,
@@ -31,7 +25,13 @@ from strategies.engine import (
     SampleDelta,
     SamplingConfig,
 )
-from strategies.errors import BackendError, BackendUnavailable, InvalidRequest
+from core.errors import BackendError, BackendUnavailable, InvalidRequest
+from engines.local import engine_wait, process_group, stopping
+from engines.local.vllm_logprobs import token_confidences
+from engines.settings import EngineSettings
+from engines.tokens import TokenizerTokens
+from engines.vllm_errors import map_vllm_errors
+from kernels.processors import Runner, spec_for
 
 if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs

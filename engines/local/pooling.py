@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from core.errors import BackendError
 from engines.vllm_errors import map_vllm_errors
-from strategies.errors import BackendError
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM

@@ -52,11 +52,11 @@ from typing import TYPE_CHECKING, Final
 import httpx
 import structlog
 
+from core.errors import BackendError, BackendUnavailable
 from engines.http_errors import post_json
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
-from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM

@@ -44,11 +44,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from core import defaults
 from engines.local import engine_wait
 from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
-from strategies import defaults
 
 DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
 
@@ -71,7 +71,7 @@ ROUTER_ENV: tuple[tuple[str, str], ...] = (("RUST_LOG", "warn"),)
 
 def default_model_flags() -> tuple[tuple[str, str], ...]:
     """What `thinkgate serve` uses for its default model, so a gateway and its replicas
-    agree (strategies/defaults.py)."""
+    agree (core/defaults.py)."""
     offered = defaults.installed()
     flags = [("--served-model-name", offered.served_name)]
     if offered.max_model_len is not None:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from core.errors import BackendError, BackendUnavailable
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
-from strategies.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM

@@ -23,9 +23,9 @@ from typing import Final, Literal
 
 import structlog
 
+from core.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
+from core.errors import BackendUnavailable
 from engines.local.engine import LocalEngine
-from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
-from strategies.errors import BackendUnavailable
 
 log = structlog.get_logger("thinkgate.engine")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from strategies.confidence import token_confidence
-from strategies.errors import BackendError
+from core.errors import BackendError
+from core.token_confidence import token_confidence
 
 
 def token_confidences(logprobs: object, k: int, n_tokens: int) -> tuple[float, ...]:

@@ -35,6 +35,13 @@ import httpx
 import orjson
 import structlog
 
+from core.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
+from core.errors import (
+    BackendUnavailable,
+    GatewayError,
+    InvalidRequest,
+    UpstreamError,
+)
 from engines.http_errors import transport_error
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
@@ -44,13 +51,6 @@ from engines.tokens import TokenizerTokens
 from kernels.confidence import args as conf_args
 from kernels.elastic import args as elastic_args
 from kernels.guidance import args as guidance_args
-from strategies.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
-from strategies.errors import (
-    BackendUnavailable,
-    GatewayError,
-    InvalidRequest,
-    UpstreamError,
-)
 
 log = structlog.get_logger("thinkgate.remote")
 

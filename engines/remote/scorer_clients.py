@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import httpx
 
+from core.errors import BackendError
 from engines.http_errors import post_json
-from strategies.errors import BackendError
 from strategies.reasoning import split_ids
 from strategies.scorers import ScoreQuery, checked_scores
 

@@ -17,11 +17,11 @@ from typing import Any, Final, Literal
 
 import httpx
 
+from core.engine import ModelTokens
 from engines.remote.wire import PATHS, Protocol, error_message
 from kernels.confidence import args as conf_args
 from kernels.elastic import args as elastic_args
 from kernels.guidance import args as guidance_args
-from strategies.engine import ModelTokens
 
 State = Literal["starting", "up", "down", "mismatch"]
 

@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from engines.vllm_errors import param_for
-from strategies.confidence import MAX_TOP_K, token_confidence
-from strategies.engine import FinishReason, GenerateRequest, Sample, SampleDelta
-from strategies.errors import (
+from core.engine import FinishReason, GenerateRequest, Sample, SampleDelta
+from core.errors import (
     BackendError,
     GatewayError,
     InvalidRequest,
     Overloaded,
     UpstreamError,
 )
+from core.token_confidence import MAX_TOP_K, token_confidence
+from engines.vllm_errors import param_for
 
 Protocol = Literal["generate", "completions"]
 

@@ -17,6 +17,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from core.engine import SamplingConfig
+from core.errors import BackendUnavailable, InvalidRequest
 from server import openapi, sse
 from server.auth import authorize
 from server.batch_wire import (
@@ -28,8 +30,6 @@ from server.batch_wire import (
 )
 from server.serving import read_body
 from server.state import gateway
-from strategies.engine import SamplingConfig
-from strategies.errors import BackendUnavailable, InvalidRequest
 from strategies.pets.batch_jobs import RESOURCE_KEY, BatchJobs
 
 router = APIRouter(prefix="/v1/pets/batches")

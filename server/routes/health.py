@@ -16,9 +16,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.errors import GatewayError
 from server.errors import response_headers
 from server.state import gateway
-from strategies.errors import GatewayError
 
 router = APIRouter()
 

@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from core.base import JSON
+from core.engine import Engine, GenerateRequest, ModelTokens, Sample
+from core.errors import BackendError, BackendUnavailable, first_error
 from strategies.answers import equivalent, extract_answer, normalize
-from strategies.base import JSON
-from strategies.engine import Engine, GenerateRequest, ModelTokens, Sample
-from strategies.errors import BackendError, BackendUnavailable, first_error
 from strategies.pets.batch_input import BatchQuestion
 from strategies.pets.batch_result import AnswerVotes, QuestionOutcome
 from strategies.pets.labels import Label

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strategies.engine import SamplingConfig
+from core.engine import SamplingConfig
 from strategies.pets.okg import OkgConfig
 
 

@@ -31,9 +31,9 @@ from typing import Final
 
 import structlog
 
-from strategies.base import JSON, ResourceKey
-from strategies.engine import Engine
-from strategies.errors import GatewayError, InvalidRequest, NotFound
+from core.base import JSON, ResourceKey
+from core.engine import Engine
+from core.errors import GatewayError, InvalidRequest, NotFound
 from strategies.pets.batch import BatchJob, BatchView
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.store import TERMINAL, BatchStore, JobRecord

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from strategies.base import JSON
+from core.base import JSON
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,7 +26,7 @@ from typing import ClassVar, Final
 
 import numpy as np
 
-from strategies.base import (
+from core.base import (
     JSON,
     Choice,
     Progress,
@@ -36,8 +36,8 @@ from strategies.base import (
     StrategyRequest,
     Usage,
 )
-from strategies.engine import Engine, GenerateRequest, Sample
-from strategies.errors import BackendError, InvalidBudget, InvalidRequest
+from core.engine import Engine, GenerateRequest, Sample
+from core.errors import BackendError, InvalidBudget, InvalidRequest
 from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
 from strategies.pets.labels import K0, Label, label_answers, pattern
 from strategies.pets.table import PetsTable

@@ -27,8 +27,8 @@ from typing import Final, TypeVar, cast
 
 import numpy as np
 
-from strategies.base import JSON
-from strategies.engine import FinishReason, Sample
+from core.base import JSON
+from core.engine import FinishReason, Sample
 from strategies.pets.batch_input import BatchQuestion
 from strategies.pets.store import (
     JobRecord,

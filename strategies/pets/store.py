@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Final, Literal, Protocol
 
-from strategies.base import JSON
-from strategies.engine import Sample, SamplingConfig
+from core.base import JSON
+from core.engine import Sample, SamplingConfig
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 
 Status = Literal["in_progress", "completed", "failed", "cancelled"]

@@ -4,7 +4,7 @@ Properties: a row whose window stays confident is never touched; a row whose win
 falls below its threshold is ended (EOS forced) at that very step, never before a full
 window; rows of other requests are untouched; the window follows its request through
 batch adds, removals, moves and swaps; decoding is bit-identical when no row opts in;
-the op agrees with the gateway's pure-Python definition (strategies.confidence); the
+the op agrees with the gateway's pure-Python definition (core.token_confidence); the
 V2 adapter decides as V1 does with slots mapped in a shuffled order; apply never raises.
 """
 
@@ -20,11 +20,11 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
+from core import token_confidence as ref
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import token_confidence
 from kernels.confidence.vllm_v1 import ConfidenceLogitsProcessor
 from kernels.confidence.vllm_v2 import ConfidenceLogitsProcessorV2
-from strategies import confidence as ref
 
 VOCAB = 64
 EOS = 3

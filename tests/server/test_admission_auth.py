@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from starlette.requests import Request
 
+from core.errors import Overloaded, Unauthorized
 from server.admission import Admission
 from server.auth import authorize
 from server.metrics import Metrics
 from server.settings import Settings
-from strategies.errors import Overloaded, Unauthorized
 
 
 def test_admission_caps_requests_and_samples() -> None:

@@ -16,11 +16,11 @@ import pytest
 import uvicorn
 from conftest import uvicorn_in_thread
 
+from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
 from server.http_timeouts import header_timeout_protocol
 from server.settings import Settings
-from strategies.engine import GenerateRequest, Sample
 
 CHAT = {"model": "testbed-base", "messages": [{"role": "user", "content": "Compute 1+2 mod 10."}]}
 

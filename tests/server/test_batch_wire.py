@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from core.base import JSON
 from server.batch_wire import batch_list, batch_object, output_lines
-from strategies.base import JSON
 from strategies.pets.batch import BatchView
 from strategies.pets.batch_input import BatchOptions
 from strategies.pets.batch_result import AnswerVotes, QuestionOutcome

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from core.budget import Budget
+from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
 from server.budgets import resolve
 from server.settings import Settings
-from strategies.budget import Budget
-from strategies.errors import InvalidBudget, InvalidRequest, UnknownStrategy
 
 HONOURED = {
     "plain": frozenset(),

@@ -10,12 +10,12 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from core.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
+from core.errors import BackendError
+from core.token_confidence import token_confidence
 from engines.local.engine import LocalEngine
 from engines.local.vllm_logprobs import token_confidences
 from engines.scripted import ScriptedEngine
-from strategies.confidence import token_confidence
-from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
-from strategies.errors import BackendError
 
 K = 3
 # Two engine steps (new ids, candidate ids, their logprobs, sampled ranks) of a request

@@ -8,11 +8,11 @@ import pytest
 from fastapi import FastAPI
 from starlette.requests import Request
 
+from core import errors as tree
+from core.budget import Budget
 from engines.errors import mapped, unexpected
 from engines.vllm_errors import convert, map_vllm_errors
 from server import errors
-from strategies import errors as tree
-from strategies.budget import Budget
 
 
 def _subclasses(cls: type[tree.GatewayError]) -> list[type[tree.GatewayError]]:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from core.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
 from engines.http_errors import post_json, transport_error
-from strategies.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
 
 
 def _post(handler: Callable[[httpx.Request], httpx.Response]) -> object:

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 
+from core.errors import BackendUnavailable
 from engines.local.supervised import SupervisedEngine
 from server.lifecycle import ENGINE_DEAD_EXIT, Lifecycle
-from strategies.errors import BackendUnavailable
 
 
 async def test_drain_waits_for_in_flight_then_stops_without_aborting() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from core.base import Choice, Result, Usage
 from server.metrics import Metrics
-from strategies.base import Choice, Result, Usage
 
 
 def test_record_final_counts_phases_samples_and_cutins() -> None:

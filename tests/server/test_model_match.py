@@ -9,10 +9,10 @@ from typing import cast
 import pytest
 
 import testbed
+from core.engine import Engine
 from server import model_match
 from server.pets import _table, made_for_served
 from server.settings import Settings
-from strategies.engine import Engine
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 
 

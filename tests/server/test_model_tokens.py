@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from core.engine import ModelTokens
 from engines.tokens import TokenizerTokens, generation_eos_ids
-from strategies.engine import ModelTokens
 from strategies.reasoning import split_ids, thinking_open_after
 
 

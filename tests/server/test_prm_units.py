@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 import testbed
+from core.errors import BackendError
 from engines.local import prm as prm_engines
 from engines.local.prm import RemotePrm, rewards_from_rows, step_tag_of
 from engines.local.replica import build_prm_command
@@ -22,7 +23,6 @@ from server import model_match, prm_resources
 from server.cli import settings_parser
 from server.prm_resources import prm_model_path, process_reward_model
 from server.settings import Settings
-from strategies.errors import BackendError
 from strategies.prm import RESOURCE_KEY, ProcessRewardModel
 from testbed.tokenizer import CharCodec
 

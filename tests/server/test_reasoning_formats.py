@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pytest
 from pydantic import ValidationError
 
+from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 from engines.tokens import TokenizerTokens
 from server.cli import settings_parser
 from server.settings import Settings
-from strategies.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 
 HARMONY = REASONING_FORMATS["harmony"]
 

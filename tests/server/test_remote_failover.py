@@ -12,11 +12,11 @@ import httpx
 import orjson
 import pytest
 
+from core import errors as tree
+from core.engine import GenerateRequest, SamplingConfig
 from engines.remote.engine import RemoteEngine
 from engines.remote.upstream import ServerFacts
 from server.settings import RemoteEngineSettings
-from strategies import errors as tree
-from strategies.engine import GenerateRequest, SamplingConfig
 
 A, B = "http://a:1", "http://b:1"
 FACTS = ServerFacts(

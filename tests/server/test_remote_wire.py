@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from core import errors as tree
+from core.engine import GenerateRequest, SamplingConfig
 from engines.remote.balancer import BLOCK, PrefixIndex, block_hashes, choose
 from engines.remote.engine import needed_processors
 from engines.remote.wire import body, deltas, samples, upstream_error
-from strategies import errors as tree
-from strategies.engine import GenerateRequest, SamplingConfig
 
 
 def _request(**sampling: object) -> GenerateRequest:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from core.base import Attached, ResourceKey, Resources
 from server import resources
 from server.settings import Settings
-from strategies.base import Attached, ResourceKey, Resources
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from typing import Any, cast
 
 import orjson
 
+from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
+from core.budget import Budget
+from core.errors import BackendUnavailable
 from server.render import Envelope
 from server.streaming import StreamEncoder
-from strategies.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
-from strategies.budget import Budget
-from strategies.errors import BackendUnavailable
 
 USAGE = Usage(prompt_tokens=10, completion_tokens=30, reasoning_tokens=20)
 
@@ -178,13 +178,13 @@ async def _events_then_failure() -> AsyncGenerator[StrategyEvent, None]:
 
 
 def _gateway(**settings: Any) -> Any:
+    from core.base import Resources
+    from core.registry import Registry
     from server.admission import Admission
     from server.lifecycle import Lifecycle
     from server.metrics import Metrics
     from server.settings import Settings
     from server.state import Gateway
-    from strategies.base import Resources
-    from strategies.registry import Registry
 
     metrics = Metrics()
     return Gateway(

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
 from server.streaming import FIRST_EVENT_WAIT_S
-from strategies.engine import GenerateRequest, Sample
 
 ANSWER = "3\n</think>\\boxed{3}"
 NAME = "thinkgate_stream_frame_wait_seconds"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from core.base import Choice, ChoiceDelta, Result, Usage
+from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
 from server.blocks import Blocks, Closed, Opened, Text, of_result
-from strategies.base import Choice, ChoiceDelta, Result, Usage
-from strategies.engine import GenerateRequest, Sample
 
 ANSWER = "3+4=7\n</think>\\boxed{7}"
 MSG = [{"role": "user", "content": "Compute 3+4 mod 10."}]
@@ -332,7 +332,7 @@ async def test_messages_other_errors_keep_the_envelope(
 async def test_engine_failure_mid_stream_is_one_error_event(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:
-    from strategies.errors import BackendUnavailable
+    from core.errors import BackendUnavailable
 
     def handler(request: GenerateRequest) -> Sequence[Sample]:
         raise BackendUnavailable("the engine is gone")

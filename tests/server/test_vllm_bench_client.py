@@ -17,11 +17,11 @@ import pytest
 import uvicorn
 from conftest import uvicorn_in_thread
 
+from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
 from server.settings import Settings
 from server.streaming import FIRST_EVENT_WAIT_S
-from strategies.engine import GenerateRequest, Sample
 
 pytestmark = pytest.mark.vllm  # imports vLLM's benchmark client (no engine starts)
 

@@ -13,11 +13,11 @@ from typing import Any
 import openai
 import pytest
 
-from strategies.base import StrategyRequest
-from strategies.budget import Budget
+from core.base import StrategyRequest
+from core.budget import Budget
+from core.engine import SamplingConfig
+from core.errors import BackendUnavailable
 from strategies.budget_guidance import BudgetGuidance
-from strategies.engine import SamplingConfig
-from strategies.errors import BackendUnavailable
 from testbed.task import make_questions
 
 HARD = make_questions("test", 6, seed=21, min_ops=8, max_ops=12)

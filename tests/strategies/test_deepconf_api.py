@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from strategies.confidence import percentile
+from core.token_confidence import percentile
 from testbed.task import make_questions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote", "router")]

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from core.engine import GenerateRequest, Sample
+from core.token_confidence import group_confidences, lowest_group, percentile
 from kernels.confidence import args as conf_args
-from strategies.confidence import group_confidences, lowest_group, percentile
-from strategies.engine import GenerateRequest, Sample
 from strategies.voting import DEFAULT_TOP_K
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
@@ -399,7 +399,7 @@ async def test_round_sizes_follow_the_engines_free_rows(
 ) -> None:
     """Each round takes the rows the engine has free (at least one trace, at most what is
     left); the ``thinkgate`` object shows each round's size and the load it saw."""
-    from strategies.engine import EngineLoad
+    from core.engine import EngineLoad
 
     warm = [(7, 5.0), (3, 5.0), (7, 5.0), (3, 5.0)]
     online = [(7, 5.0), (3, 5.0)] * 6  # never a consensus of 0.9: the budget is spent
@@ -434,7 +434,7 @@ async def test_the_same_traces_vote_the_same_under_any_schedule(
     async def run(extra: dict[str, Any]) -> dict[str, Any]:
         handler = _model(testbed_tokens, warm, online)
         async with scripted_app(handler, processors=DEEPCONF) as app:
-            from strategies.engine import EngineLoad
+            from core.engine import EngineLoad
 
             app.engine.loads = [EngineLoad(rows=64, busy=0)]
             body = _chat(app.model, confidence_window=WINDOW, consensus=1.0, **extra)

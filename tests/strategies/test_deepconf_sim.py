@@ -16,7 +16,7 @@ from benchmarks.deepconf_sim import (
     online,
     tokens_at,
 )
-from strategies.confidence import lowest_group
+from core.token_confidence import lowest_group
 from strategies.selection import select_weighted, weighted_share
 from strategies.voting import VoteOptions, voting_classes
 

@@ -1,4 +1,4 @@
-"""strategies.defaults: the default model comes from an installed provider (the testbed's
+"""core.defaults: the default model comes from an installed provider (the testbed's
 entry point), and a missing or malformed provider fails with a clear error."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from core import defaults
 from server.settings import Settings
-from strategies import defaults
 from testbed import model_path
 
 

@@ -8,11 +8,11 @@ from collections.abc import AsyncGenerator, Sequence
 import pytest
 from test_reasoning_sequences import EOS, CharTokens
 
+from core.base import StrategyRequest
+from core.budget import Budget
+from core.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
 from engines.scripted import ScriptedEngine
-from strategies.base import StrategyRequest
-from strategies.budget import Budget
 from strategies.elastic_plan import plan, two_pass
-from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
 from strategies.pool import Draw, Pool, draw
 
 TOKENS = CharTokens()

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 from test_reasoning_sequences import EOS, CharTokens
 
+from core.base import StrategyRequest
+from core.budget import Budget
+from core.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
+from core.errors import InvalidRequest
 from engines.scripted import ScriptedEngine
 from kernels.elastic import args as keys
-from strategies.base import StrategyRequest
-from strategies.budget import Budget
 from strategies.elastic_plan import plan, two_pass
-from strategies.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
-from strategies.errors import InvalidRequest
 
 TOKENS = CharTokens()
 END = TOKENS.think_end_ids

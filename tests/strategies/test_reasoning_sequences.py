@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from core.engine import ModelTokens
 from kernels.sequence import SequenceMatcher, find_sequence
-from strategies.engine import ModelTokens
 from strategies.reasoning import StreamSplitter, split_ids, thinking_open_after
 
 EOS = 1
@@ -171,7 +171,7 @@ def test_matcher_falls_back_to_the_longest_prefix() -> None:
 def test_every_delta_with_tokens_is_an_event_even_without_text() -> None:
     """A held delimiter token or an EOS has no text yet; the stream still gets an event
     for it (an empty chunk), as vLLM's server sends one per engine output."""
-    from strategies.engine import SampleDelta
+    from core.engine import SampleDelta
     from strategies.trajectories import TrajectorySet
 
     trajectories = TrajectorySet(TOKENS, thinking_open=True)

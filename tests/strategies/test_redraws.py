@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from strategies.engine import GenerateRequest, Sample
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
 TEXT = "3+4=7\n</think>\\boxed{7}"

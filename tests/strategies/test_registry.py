@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from strategies.base import Result, StrategyContext, StrategyEvent, StrategyRequest, Usage
-from strategies.engine import Engine
-from strategies.errors import InvalidRequest, UnknownStrategy
-from strategies.registry import PluginValidationError, Registry
+from core.base import Result, StrategyContext, StrategyEvent, StrategyRequest, Usage
+from core.engine import Engine
+from core.errors import InvalidRequest, UnknownStrategy
+from core.registry import PluginValidationError, Registry
 
 
 class Good:

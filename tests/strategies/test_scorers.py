@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import testbed
+from core.engine import Sample
+from core.errors import BackendError, BackendTimeout, BackendUnavailable
 from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
 from engines.tokens import TokenizerTokens
-from strategies.engine import Sample
-from strategies.errors import BackendError, BackendTimeout, BackendUnavailable
 from strategies.scorers import (
     MeanLogprob,
     RewardModelScorer,

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from core.engine import Engine, GenerateRequest, Sample
+from core.errors import BackendUnavailable, InvalidRequest
 from engines.scripted import samples_of
-from strategies.engine import Engine, GenerateRequest, Sample
-from strategies.errors import BackendUnavailable, InvalidRequest
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
 THOUGHT = "3+4=7\n"  # what the scripted model thinks (cut by the budget: no </think>)

@@ -17,19 +17,19 @@ from typing import Any
 
 import pytest
 
-from engines.scripted import ScriptedEngine
-from strategies.base import (
+from core.base import (
     Progress,
     Resources,
     Result,
     StrategyContext,
     StrategyRequest,
 )
+from core.budget import Budget
+from core.engine import GenerateRequest, Sample, SamplingConfig
+from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
+from engines.scripted import ScriptedEngine
 from strategies.beam_search import BeamSearch
-from strategies.budget import Budget
 from strategies.dvts import Dvts
-from strategies.engine import GenerateRequest, Sample, SamplingConfig
-from strategies.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies.particle_filtering import ParticleFiltering, resample, weights
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel

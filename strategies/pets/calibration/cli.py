@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from strategies import defaults
+from core import defaults
 from strategies.pets.calibration.calibrate import build_table, fit_pools
 from strategies.pets.calibration.pools import (
     Sampling,

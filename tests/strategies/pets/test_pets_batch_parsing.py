@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from core.engine import SamplingConfig
+from core.errors import InvalidBudget, InvalidRequest
 from server.batch_wire import options_from, parse_lines
-from strategies.engine import SamplingConfig
-from strategies.errors import InvalidBudget, InvalidRequest
 
 
 def line(cid: str, **body: object) -> str:

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from strategies.engine import (
+from core.engine import (
     GenerateRequest,
     ModelTokens,
     Sample,
     SampleDelta,
     SamplingConfig,
 )
-from strategies.errors import BackendUnavailable
+from core.errors import BackendUnavailable
 from strategies.pets.batch import BatchJob, BatchView
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.batch_jobs import BatchJobs

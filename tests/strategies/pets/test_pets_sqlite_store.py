@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from strategies.base import JSON
-from strategies.engine import Sample, SamplingConfig
+from core.base import JSON
+from core.engine import Sample, SamplingConfig
 from strategies.pets.batch_input import BatchOptions, BatchQuestion
 from strategies.pets.sqlite_store import SqliteBatchStore
 from strategies.pets.store import JobRecord, StoredSample

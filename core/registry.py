@@ -10,8 +10,8 @@ import inspect
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 
-from strategies.base import Strategy
-from strategies.errors import InvalidRequest, UnknownStrategy
+from core.base import Strategy
+from core.errors import InvalidRequest, UnknownStrategy
 
 GROUP = "thinkgate.strategies"
 

@@ -1,0 +1,183 @@
+"""What strategies need from an engine: values in, values out, and the protocol.
+
+The protocol lives here (not in ``server/``) because imports point one way,
+``kernels`` <- ``strategies`` <- ``server``: strategies call engines, the server
+builds them. ``engines`` implements it (``LocalEngine`` over vLLM's
+``AsyncLLM``) and re-exports the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+ExtraArg = int | float | str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingConfig:
+    """Sampling settings of one engine request (maps 1:1 onto vLLM ``SamplingParams``)."""
+
+    n: int = 1
+    max_tokens: int | None = None  # None: up to the model's context
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # vLLM's sampling extras, as its clients send them (neutral by default).
+    top_k: int = 0  # 0 (or -1): every token
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0  # EOS and stop tokens are held back until this many tokens
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False  # per-token logprob of the sampled token
+    # k > 0: the engine reports each generated token's confidence over its top-k
+    # candidates (DeepConf); at most core.token_confidence.MAX_TOP_K.
+    top_logprobs: int = 0
+    # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
+    ignore_eos: bool = False
+    # Arguments for our logits processors (kernels/elastic/args.py names the keys).
+    extra_args: Mapping[str, ExtraArg] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateRequest:
+    """One engine request: ``n`` samples of one prompt share its KV cache."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingConfig
+    # Whether the caller forwards this stream's tokens to the client as they arrive.
+    # False (a sample pool, a non-streamed answer) lets an engine that loses a server
+    # mid-way draw the unfinished samples again elsewhere (``SampleDelta.redrawn``);
+    # True: tokens the client saw cannot be taken back, so the stream ends in an error.
+    visible: bool = True
+    # Calls with one key belong to one client request (its samples and follow-ups share
+    # a prompt): a router in front of the fleet keeps them on one replica. None: no key.
+    affinity: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """One finished trajectory, by token ids (text is derived by ``ModelTokens``)."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    # Sum of the sampled tokens' logprobs when ``SamplingConfig.logprobs`` was set.
+    cumulative_logprob: float | None = None
+    # Which stop string or stop token ended it, if any (vLLM's ``stop_reason``).
+    stop_reason: int | str | None = None
+    # Per generated token (as long as ``token_ids``) when ``SamplingConfig.top_logprobs``
+    # was set: ``core.token_confidence.token_confidence`` of its top-k logprobs.
+    confidences: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleDelta:
+    """New tokens of one trajectory while streaming (``finish_reason`` on its last delta)."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None = None
+    cumulative_logprob: float | None = None
+    stop_reason: int | str | None = None
+    # The confidences of this delta's ``token_ids`` (one each), as in ``Sample``.
+    confidences: tuple[float, ...] | None = None
+    # Only on streams that are not ``visible``: the server drawing this sample failed
+    # before it finished, and the engine draws it again from its start. The consumer
+    # forgets the index's tokens so far; ``lost_tokens`` of them were generated (the
+    # gateway bills them). Fresh deltas for the index follow.
+    redrawn: bool = False
+    lost_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLoad:
+    """How full an engine is now, as far as this gateway can tell: it runs ``rows``
+    sequences at once, this gateway has ``busy`` of them in flight, ``waiting`` more are
+    queued behind (0 when unknown)."""
+
+    rows: int
+    busy: int
+    waiting: int = 0
+
+    @property
+    def free(self) -> int:
+        """Rows a new draw gets at once (0 while anything waits)."""
+        return 0 if self.waiting > 0 else max(0, self.rows - self.busy)
+
+
+@runtime_checkable
+class ModelTokens(Protocol):
+    """The tokenizer facts strategies rely on, resolved once at start-up.
+
+    Think-token ids come from the tokenizer, never hard-coded; an engine for a
+    reasoning model refuses to start when they are missing. A delimiter is a token
+    *sequence* (``</think>`` may be several BPE tokens; gpt-oss's channel hand-over
+    always is); ``think_*_id`` is its id when it is exactly one token, the fast path
+    most models take.
+    """
+
+    think_start_ids: tuple[int, ...]  # empty: not a reasoning model
+    think_end_ids: tuple[int, ...]
+    think_start_id: int | None  # the single id when the delimiter is one token, else None
+    think_end_id: int | None
+    eos_token_ids: tuple[int, ...]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` with special tokens left out."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text (no special tokens added)."""
+        ...
+
+    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        """Prompt ids for a chat, generation prompt included (thinking opened if the
+        template opens it)."""
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """How the gateway talks to a vLLM engine, local or remote.
+
+    Cancelling the task that awaits ``generate`` or iterates ``stream`` aborts
+    the engine request (all of its ``n`` samples).
+    """
+
+    model_name: str
+    tokens: ModelTokens
+
+    @property
+    def max_model_len(self) -> int:
+        """Context length (prompt + completion) of the served model."""
+        ...
+
+    @property
+    def processors(self) -> frozenset[str]:
+        """Our logits processors this engine has loaded (kernels/ names: "elastic", ...);
+        a remote engine reports those every admitted server has."""
+        ...
+
+    async def generate(self, request: GenerateRequest) -> list[Sample]:
+        """All ``n`` samples, finished, ordered by index."""
+        ...
+
+    def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        """Deltas as tokens are sampled; every index ends with a finish_reason."""
+        ...
+
+    def load(self) -> EngineLoad | None:
+        """How full the engine is now (None: unknown); adaptive strategies size their
+        rounds by it."""
+        ...
+
+    async def health(self) -> None:
+        """Returns when the engine serves; raises ``BackendUnavailable`` otherwise."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,148 @@
+"""The one error tree of thinkgate.
+
+Every failure a client can see is a ``GatewayError``; the server maps it to the
+OpenAI error envelope ``{"error": {"message", "type", "param", "code"}}`` in one
+handler. Code raises these and never returns error values.
+
+    GatewayError                      500 server_error
+    ├── InvalidRequest                400 invalid_request_error
+    │   ├── InvalidBudget             400 (code invalid_budget)
+    │   └── UnknownStrategy           400 (code unknown_strategy)
+    ├── Unauthorized                  401 authentication_error
+    ├── NotFound                      404 invalid_request_error (e.g. unknown model)
+    ├── RequestTimeout                408 invalid_request_error (the body came too slowly)
+    ├── PayloadTooLarge               413 invalid_request_error
+    ├── Overloaded                    429 rate_limit_error (Retry-After)
+    └── BackendError                  500 server_error (the engine failed)
+        ├── BackendUnavailable        503 service_unavailable (Retry-After when set)
+        └── BackendTimeout            504 timeout
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class GatewayError(Exception):
+    """Base of every error a client may receive."""
+
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def envelope(self) -> dict[str, dict[str, str | None]]:
+        """The OpenAI error body for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class InvalidBudget(InvalidRequest):
+    default_code = "invalid_budget"
+
+
+class UnknownStrategy(InvalidRequest):
+    default_code = "unknown_strategy"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class RequestTimeout(GatewayError):
+    """The client sent its request too slowly; the connection is closed after the answer."""
+
+    status = 408
+    type = "invalid_request_error"
+    default_code = "request_timeout"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
+class Overloaded(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    default_code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BackendError(GatewayError):
+    status = 500
+    type = "server_error"
+    default_code = "engine_error"
+
+
+class BackendUnavailable(BackendError):
+    status = 503
+    type = "service_unavailable"
+    default_code = "engine_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        # Set when waiting helps (the server drains, the engine restarts): Retry-After.
+        self.retry_after_s = retry_after_s
+
+
+class UpstreamError(BackendError):
+    """A vLLM server behind the gateway failed (a 5xx answer, a broken stream) and no
+    other attempt could stand in: the fault is upstream's, not the gateway's."""
+
+    status = 502
+    type = "bad_gateway"
+    default_code = "upstream_error"
+
+
+class BackendTimeout(BackendError):
+    status = 504
+    type = "timeout"
+    default_code = "engine_timeout"
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first leaf of (nested) exception groups, else ``exc`` itself.
+
+    ``asyncio.TaskGroup`` wraps whatever its tasks raise in an ``ExceptionGroup``; the
+    error handler maps ``GatewayError``s only, so an engine's 503 inside a group would
+    reach the client as an unexpected 500. Unwrap before it leaves the strategy.
+    """
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
