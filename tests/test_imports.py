@@ -39,7 +39,7 @@ def test_imports_point_one_way() -> None:
 
 def test_the_runtime_does_not_import_the_testbed() -> None:
     # The testbed offers itself as the default model (entry point thinkgate.defaults).
-    for runtime in ("server", "strategies", "kernels"):
+    for runtime in ("server", "engines", "strategies", "kernels", "core"):
         assert "testbed" not in _imported_roots(runtime), runtime
 
 
