@@ -3,7 +3,7 @@
 A PRM scores every *step* of a partial reasoning path: given the prompt and the steps so
 far, the probability that each step is right. vLLM serves such a model as a pooling model
 with step pooling (``Qwen2ForProcessRewardModel``: one reward per occurrence of a step
-tag token); ``server.engines.prm`` implements :class:`StepRewardModel` over it, in
+tag token); ``engines.local.prm`` implements :class:`StepRewardModel` over it, in
 process or behind a vLLM server's ``/pooling`` route.
 
 How a path is shown to the PRM: ``prompt ids + step_1 + tag + step_2 + tag ...``, where
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
-from strategies.base import ResourceKey
-from strategies.errors import BackendError
+from core.base import ResourceKey
+from core.errors import BackendError
 
 
 @runtime_checkable

@@ -20,8 +20,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from strategies.answers import extract_answer
-from strategies.base import (
+from core.base import (
     JSON,
     Choice,
     Progress,
@@ -31,8 +30,9 @@ from strategies.base import (
     Usage,
     budget_cuts,
 )
-from strategies.engine import Engine
-from strategies.errors import BackendUnavailable, InvalidRequest
+from core.engine import Engine
+from core.errors import BackendUnavailable, InvalidRequest
+from strategies.answers import extract_answer
 from strategies.pool import SamplingDefaults
 from strategies.pool import defaults_of as sampling_defaults_of
 from strategies.prm import RESOURCE_KEY as PRM_KEY

@@ -1,5 +1,5 @@
 """The testbed as the server's default model (entry point ``thinkgate.defaults``: the
-runtime reads it through ``strategies.defaults.installed()`` and never imports the testbed)."""
+runtime reads it through ``core.defaults.installed()`` and never imports the testbed)."""
 
 from __future__ import annotations
 

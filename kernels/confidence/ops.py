@@ -20,7 +20,7 @@ import torch
 
 from kernels.confidence.state import ConfCol, ConfidenceState
 
-MIN_LOGPROB = -100.0  # strategies.confidence clamps the same way
+MIN_LOGPROB = -100.0  # core.token_confidence clamps the same way
 
 
 def token_confidence(logits: torch.Tensor, top_k: torch.Tensor, max_k: int) -> torch.Tensor:
