@@ -317,7 +317,7 @@ def export_prm(net: ProcessRewardNet, codec: CharCodec, directory: Path) -> None
         pad_token_id=codec.pad_id,
         # Ours, not vLLM's: the token whose hidden state each step's reward is read at.
         # vLLM needs it as `pooler_config.step_tag_id` (its default is Qwen2.5-Math-PRM's
-        # `<extra_0>`); server.engines.prm and `thinkgate replica --prm` pass it.
+        # `<extra_0>`); engines.local.prm and `thinkgate replica --prm` pass it.
         step_tag_id=codec.encode(STEP_TAG)[0],
     )
     for stale in ("tie_word_embeddings_", "transformers_version"):
