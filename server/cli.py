@@ -4,7 +4,7 @@
 flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
 ``thinkgate replica [--model ...] [vLLM server args]``: vLLM's own OpenAI server with our
 processors (``engines.local.replica``). Other subcommands (``testbed``, ``calibrate``,
-``train-predictor``, ``bench``) are
+``train-predictor``, ``bench``, ``gpu-check``) are
 "module:function" entries taking argv; a tool that is not installed is a clean error.
 """
 
@@ -29,6 +29,7 @@ TOOLS: dict[str, str] = {
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "engines.local.replica:main",
+    "gpu-check": "kernels.gpu_check.__main__:cli",
 }
 
 

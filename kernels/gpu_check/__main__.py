@@ -139,5 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def cli(argv: list[str]) -> int:
+    """``thinkgate gpu-check``: as ``scripts/gpu-check.sh``, no CUDA device is not a failure."""
+    code = main(argv)
+    return 0 if code == SKIPPED else code
+
+
 if __name__ == "__main__":
     sys.exit(main())

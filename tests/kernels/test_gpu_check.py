@@ -118,6 +118,17 @@ def test_script_without_cuda_skips_with_exit_0() -> None:
     assert "skipped: no CUDA device" in proc.stdout
 
 
+def test_thinkgate_gpu_check_without_cuda_skips_with_exit_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the check would run for real")
+    from server.cli import main
+
+    assert main(["gpu-check", "--no-timings"]) == 0
+    assert "skipped: no CUDA device" in capsys.readouterr().out
+
+
 def test_check_under_the_triton_interpreter(tmp_path: Path) -> None:
     """Every correctness step on CPU tensors in Triton's interpreter (small shapes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
