@@ -28,6 +28,11 @@ class SamplingConfig:
     top_k: int = 0  # 0 (or -1): every token
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    # OpenAI's penalties (-2 to 2) over the tokens a sample generated so far, and its
+    # additive bias per token id (-100 to 100): vLLM applies them per sample.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
     min_tokens: int = 0  # EOS and stop tokens are held back until this many tokens
     seed: int | None = None
     stop: tuple[str, ...] = ()

@@ -45,6 +45,8 @@ class TokenizerTokens:
         reasoning: bool = True,
     ) -> None:
         self._tok = tokenizer
+        # Ids a request may name (logit_bias): the tokenizer's, added tokens included.
+        self.vocab_size: int = max(tokenizer.get_vocab().values(), default=-1) + 1
         self.think_start_ids: tuple[int, ...] = ()
         self.think_end_ids: tuple[int, ...] = ()
         if reasoning:

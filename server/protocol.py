@@ -5,7 +5,8 @@ Bodies are validated strictly from raw JSON: ``"5"`` is not an int and ``true`` 
 is harmless to ignore (``store``, ``metadata`` ...); an OpenAI feature we do
 not implement (``UNSUPPORTED``: a 400 naming it unless neutral); one of vLLM's sampling
 extras its clients send (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``:
-passed to the engine); or an option of the chosen strategy (``Strategy.body_options``,
+passed to the engine, like OpenAI's ``presence_penalty``, ``frequency_penalty`` and
+``logit_bias``); or an option of the chosen strategy (``Strategy.body_options``,
 checked by ``Registry.check_options`` once the strategy is known). Anything else is a
 400 naming the field. Responses are built as plain dicts in ``server/render.py``.
 """
@@ -31,6 +32,10 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 Stop = str | Annotated[list[str], Field(max_length=16)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0, allow_inf_nan=False)]
+Bias = Annotated[float, Field(ge=-100.0, le=100.0, allow_inf_nan=False)]
+LOGIT_BIAS_MAX = 1024  # token ids one request may bias (OpenAI allows 300)
+_BIAS_DOC = "Token id (decimal string) -> bias added to its logit before sampling."
 
 # The body ``budget`` as server/budgets.py checks it (validation there names the field and
 # its source); pydantic only sees a JSON object, so the published schema is spelled out.
@@ -64,14 +69,11 @@ UNSUPPORTED: dict[str, object] = {
     "functions": None,
     "function_call": None,
     "response_format": None,
-    "logit_bias": None,
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
     "echo": (None, False),
     "suffix": None,
     "best_of": (None, 1),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
 }
 
 
@@ -154,6 +156,25 @@ class _Common(BaseModel):
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     repetition_penalty: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = 1.0
     min_tokens: Annotated[int, Field(ge=0)] = 0
+    # OpenAI's sampling controls, applied by vLLM to every sample of every strategy.
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: (
+        Annotated[dict[str, Bias], Field(max_length=LOGIT_BIAS_MAX, description=_BIAS_DOC)] | None
+    ) = None
+
+    def logit_bias_ids(self) -> dict[int, float]:
+        """``logit_bias`` keyed by token id; 400 naming ``logit_bias`` for a key that is
+        not a token id (the vocabulary bound is the serving layer's check)."""
+        out: dict[int, float] = {}
+        for key, value in (self.logit_bias or {}).items():
+            if not (key.isascii() and key.isdigit()) or len(key) > 10:  # ids < 2**31
+                raise InvalidRequest(
+                    f"logit_bias keys are token ids (decimal strings); got {key!r}",
+                    param="logit_bias",
+                )
+            out[int(key)] = value
+        return out
 
     @property
     def stop_list(self) -> tuple[str, ...]:

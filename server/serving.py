@@ -496,6 +496,21 @@ def _prompt_ids(
     return tuple(ids)
 
 
+def _logit_bias(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
+    """``logit_bias`` by token id, every id inside the served tokenizer's vocabulary:
+    vLLM 0.32 does not check them, and an id past the logits row fails inside the engine
+    (every request in flight with it). A stand-in tokenizer without ``vocab_size`` leaves
+    the bound unchecked."""
+    bias = body.logit_bias_ids()
+    vocab = getattr(gw.engine.tokens, "vocab_size", None)
+    if isinstance(vocab, int) and bias and max(bias) >= vocab:
+        raise InvalidRequest(
+            f"logit_bias token id {max(bias)} is past the vocabulary ({vocab} tokens)",
+            param="logit_bias",
+        )
+    return bias
+
+
 def _sampling(
     gw: Gateway, body: ChatCompletionRequest | CompletionRequest, prompt_len: int
 ) -> SamplingConfig:
@@ -522,6 +537,9 @@ def _sampling(
         top_k=body.top_k,
         min_p=body.min_p,
         repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        logit_bias=_logit_bias(gw, body),
         min_tokens=body.min_tokens,
         seed=body.seed,
         stop=body.stop_list,

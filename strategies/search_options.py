@@ -118,3 +118,13 @@ def check_budgets(request: StrategyRequest) -> None:
         raise InvalidRequest(
             "a step search returns one answer (its best path); n must be 1", param="n"
         )
+    # Each step is its own engine request whose output is that step alone, so vLLM's
+    # penalties over a sample's generated tokens would forget every earlier step.
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(request.sampling, name) != 0.0:
+            raise InvalidRequest(
+                f"{name} is not supported by the step searches (beam-search, "
+                "particle-filtering, dvts): each step is a new engine request, and the "
+                "penalty would count only that step's tokens",
+                param=name,
+            )

@@ -59,10 +59,15 @@ def body(
         ("top_k", s.top_k, 0),
         ("min_p", s.min_p, 0.0),
         ("repetition_penalty", s.repetition_penalty, 1.0),
+        ("presence_penalty", s.presence_penalty, 0.0),
+        ("frequency_penalty", s.frequency_penalty, 0.0),
         ("min_tokens", s.min_tokens, 0),
     ):
         if value != neutral:
             params[name] = value
+    if s.logit_bias:
+        # JSON keys are strings; vLLM reads them back as token ids.
+        params["logit_bias"] = {str(k): v for k, v in s.logit_bias.items()}
     if s.seed is not None:
         params["seed"] = s.seed
     if s.stop:

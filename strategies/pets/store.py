@@ -147,4 +147,6 @@ def sampling_from_json(text: str) -> SamplingConfig:
     doc = json.loads(text)
     doc["stop"] = tuple(doc.get("stop", ()))
     doc["stop_token_ids"] = tuple(doc.get("stop_token_ids", ()))
+    # JSON object keys are strings: token ids come back as ints.
+    doc["logit_bias"] = {int(k): float(v) for k, v in doc.get("logit_bias", {}).items()}
     return SamplingConfig(**doc)

@@ -164,3 +164,37 @@ def test_guidellm_payload_streams(base_url: str, served_model: str) -> None:
     assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"] for c in chunks)
     assert counts == sorted(counts) and counts[-1] == 6
     assert counts[0] >= 1 and len(set(counts)) >= 2  # counted live, not only at the end
+
+
+def test_logit_bias_and_penalties_reach_the_engine(
+    openai_client: Any, served_model: str, hf_tokenizer: Any
+) -> None:
+    """A character of the greedy answer banned by ``logit_bias`` never appears, under
+    ``plain`` and in self-consistency's chosen sample; ``presence_penalty`` changes the
+    greedy text; an id past the vocabulary and a penalty under a step search are 400s."""
+    model = served_model
+
+    def ask(headers: dict[str, str] | None = None, **extra: Any) -> Any:
+        return openai_client.chat.completions.create(
+            model=model,
+            messages=MESSAGES,
+            max_tokens=64,
+            temperature=1.0 if headers else 0,
+            extra_headers=headers or {},
+            extra_body=extra,
+        )
+
+    greedy = _text(ask())
+    digit = next(ch for ch in greedy if ch.isdigit())
+    (token,) = hf_tokenizer.encode(digit, add_special_tokens=False)
+    banned = {str(token): -100}
+    assert digit not in _text(ask(logit_bias=banned))
+    voted = ask({"X-Strategy": "self-consistency", "X-Budget-Samples": "3"}, logit_bias=banned)
+    assert digit not in _text(voted)
+    assert _text(ask(presence_penalty=2.0)) != greedy
+    with pytest.raises(openai.BadRequestError) as past:
+        ask(logit_bias={str(hf_tokenizer.vocab_size + 1000): 5})
+    assert _error(past.value)["param"] == "logit_bias"
+    with pytest.raises(openai.BadRequestError) as search:
+        ask({"X-Strategy": "beam-search", "X-Budget-Samples": "2"}, frequency_penalty=0.5)
+    assert _error(search.value)["param"] == "frequency_penalty"

@@ -58,6 +58,18 @@ def test_vllm_sampling_extras_travel_only_when_set() -> None:
         assert (flat["repetition_penalty"], flat["min_tokens"]) == (1.3, 2)
 
 
+def test_openai_penalties_and_logit_bias_travel_only_when_set() -> None:
+    for protocol in ("generate", "completions"):
+        plain = body(protocol, _request(), max_tokens=4, upstream_model="m", stream=False)
+        flat = {**plain, **plain.get("sampling_params", {})}
+        assert not {"presence_penalty", "frequency_penalty", "logit_bias"} & set(flat)
+        req = _request(presence_penalty=0.5, frequency_penalty=-1.0, logit_bias={7: -100.0})
+        out = body(protocol, req, max_tokens=4, upstream_model="m", stream=False)
+        flat = {**out, **out.get("sampling_params", {})}
+        assert (flat["presence_penalty"], flat["frequency_penalty"]) == (0.5, -1.0)
+        assert flat["logit_bias"] == {"7": -100.0}  # JSON keys; vLLM reads ids back
+
+
 def test_samples_from_both_protocols() -> None:
     gen = {
         "choices": [
