@@ -1,6 +1,12 @@
 """Every bad input is answered with the right status and the OpenAI envelope naming the
 param, before anything reaches the engine (or, for values only vLLM checks, as a 400
-mapped from its error). Live server, real engine."""
+mapped from its error).
+
+The cases (``CHAT_CASES``, ``COMPLETION_CASES``) run in the fast tier on the gateway over a
+scripted engine that fails if called (tests/server/test_bad_inputs_gateway.py); here, on
+the live server and real engine (local and remote), run what only vLLM checks
+(``ENGINE_*``), one gateway case per route as the end-to-end witness, and the engine's
+health after them."""
 
 from __future__ import annotations
 
@@ -8,202 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
+from bad_input_cases import (
+    CHAT_CASES,
+    COMPLETION_CASES,
+    ENGINE_CHAT_CASES,
+    ENGINE_COMPLETION_CASES,
+    MSG,
+    M,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
-
-MSG = [{"role": "user", "content": "Compute 1+2 mod 10."}]
-M = "__model__"  # replaced by the served model name
-
-CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
-    ("malformed json", b'{"model": ', {}, 400, None),
-    ("empty body", b"", {}, 400, None),
-    ("not an object", b"[1, 2]", {}, 400, None),
-    ("missing model", {"messages": MSG}, {}, 400, "model"),
-    ("unknown model", {"model": "gpt-9", "messages": MSG}, {}, 404, "model"),
-    ("no messages", {"model": M, "messages": []}, {}, 400, "messages"),
-    ("messages not a list", {"model": M, "messages": "hi"}, {}, 400, "messages"),
-    (
-        "bad role",
-        {"model": M, "messages": [{"role": "robot", "content": "x"}]},
-        {},
-        400,
-        "messages.0.role",
-    ),
-    (
-        "content not text",
-        {"model": M, "messages": [{"role": "user", "content": 5}]},
-        {},
-        400,
-        "messages.0.content",
-    ),
-    ("user without content", {"model": M, "messages": [{"role": "user"}]}, {}, 400, "messages.0"),
-    (
-        "unknown strategy header",
-        {"model": M, "messages": MSG},
-        {"X-Strategy": "magic"},
-        400,
-        "X-Strategy",
-    ),
-    (
-        "unknown strategy body",
-        {"model": M, "messages": MSG, "strategy": "magic"},
-        {},
-        400,
-        "strategy",
-    ),
-    (
-        "negative budget",
-        {"model": M, "messages": MSG},
-        {"X-Budget-Thinking": "-5"},
-        400,
-        "X-Budget-Thinking",
-    ),
-    (
-        "non-integer budget",
-        {"model": M, "messages": MSG, "budget": {"thinking": 2.5}},
-        {},
-        400,
-        "budget.thinking",
-    ),
-    (
-        "bool budget",
-        {"model": M, "messages": MSG, "budget": {"solution": True}},
-        {},
-        400,
-        "budget.solution",
-    ),
-    (
-        "string budget",
-        {"model": M, "messages": MSG, "budget": {"thinking": "9"}},
-        {},
-        400,
-        "budget.thinking",
-    ),
-    (
-        "absurd budget",
-        {"model": M, "messages": MSG},
-        {"X-Budget-Solution": "999999999"},
-        400,
-        "X-Budget-Solution",
-    ),
-    (
-        "samples over cap",
-        {"model": M, "messages": MSG},
-        {"X-Budget-Samples": "100000"},
-        400,
-        "X-Budget-Samples",
-    ),
-    (
-        "unhonoured budget",
-        {"model": M, "messages": MSG},
-        {"X-Strategy": "plain", "X-Budget-Thinking": "4"},
-        400,
-        "X-Budget-Thinking",
-    ),
-    (
-        "effort for plain",
-        {"model": M, "messages": MSG, "strategy": "plain", "reasoning_effort": "low"},
-        {},
-        400,
-        "reasoning_effort",
-    ),
-    (
-        "bad effort",
-        {"model": M, "messages": MSG, "reasoning_effort": "ultra"},
-        {},
-        400,
-        "reasoning_effort",
-    ),
-    ("n over cap", {"model": M, "messages": MSG, "n": 10_000}, {}, 400, "n"),
-    ("n zero", {"model": M, "messages": MSG, "n": 0}, {}, 400, "n"),
-    ("n as string", {"model": M, "messages": MSG, "n": "2"}, {}, 400, "n"),
-    ("temperature high", {"model": M, "messages": MSG, "temperature": 7}, {}, 400, "temperature"),
-    (
-        "temperature negative",
-        {"model": M, "messages": MSG, "temperature": -1},
-        {},
-        400,
-        "temperature",
-    ),
-    ("top_p zero", {"model": M, "messages": MSG, "top_p": 0}, {}, 400, "top_p"),
-    ("max_tokens zero", {"model": M, "messages": MSG, "max_tokens": 0}, {}, 400, "max_tokens"),
-    (
-        "max_tokens past context",
-        {"model": M, "messages": MSG, "max_tokens": 100_000},
-        {},
-        400,
-        "max_tokens",
-    ),
-    (
-        "max tokens disagree",
-        {"model": M, "messages": MSG, "max_tokens": 5, "max_completion_tokens": 6},
-        {},
-        400,
-        "max_completion_tokens",
-    ),
-    ("tools", {"model": M, "messages": MSG, "tools": [{"type": "function"}]}, {}, 400, "tools"),
-    # Every field has a place (server/protocol.py); anything else is named.
-    ("unknown field", {"model": M, "messages": MSG, "colour": "red"}, {}, 400, "colour"),
-    (
-        "misspelt option",
-        {"model": M, "messages": MSG, "strategy": "best-of-majority", "alhpa": 0.1},
-        {},
-        400,
-        "alhpa",
-    ),
-    ("top_k below -1", {"model": M, "messages": MSG, "top_k": -2}, {}, 400, "top_k"),
-    ("top_k not int", {"model": M, "messages": MSG, "top_k": 1.5}, {}, 400, "top_k"),
-    ("min_p above 1", {"model": M, "messages": MSG, "min_p": 1.5}, {}, 400, "min_p"),
-    (
-        "repetition_penalty 0",
-        {"model": M, "messages": MSG, "repetition_penalty": 0},
-        {},
-        400,
-        "repetition_penalty",
-    ),
-    ("min_tokens negative", {"model": M, "messages": MSG, "min_tokens": -1}, {}, 400, "min_tokens"),
-    (
-        "min_tokens past max_tokens",  # vLLM's own check, named
-        {"model": M, "messages": MSG, "min_tokens": 9, "max_tokens": 4},
-        {},
-        400,
-        "min_tokens",
-    ),
-    (
-        "min_tokens with a budget",
-        {"model": M, "messages": MSG, "min_tokens": 4, "budget": {"thinking": 8}},
-        {},
-        400,
-        "min_tokens",
-    ),
-    ("metadata not strings", {"model": M, "messages": MSG, "metadata": {"a": 1}}, {}, 400, None),
-    (
-        "prompt too long",
-        {"model": M, "messages": [{"role": "user", "content": "1+" * 400}]},
-        {},
-        400,
-        "messages",
-    ),
-    ("seed past int64", {"model": M, "messages": MSG, "seed": 2**64}, {}, 400, "seed"),
-    # Only vLLM checks these: its message is mapped to a 400 naming the field.
-    ("greedy with n", {"model": M, "messages": MSG, "n": 2, "temperature": 0}, {}, 400, "n"),
-    (
-        "greedy with n, streamed",
-        {"model": M, "messages": MSG, "n": 2, "temperature": 0, "stream": True},
-        {},
-        400,
-        "n",
-    ),
-    ("empty stop", {"model": M, "messages": MSG, "stop": ""}, {}, 400, "stop"),
-    ("empty stop in a list", {"model": M, "messages": MSG, "stop": ["x", ""]}, {}, 400, "stop"),
-    (
-        "empty stop, streamed",
-        {"model": M, "messages": MSG, "stop": "", "stream": True},
-        {},
-        400,
-        "stop",
-    ),
-]
 
 
 def _send(
@@ -232,8 +52,13 @@ def _check(r: httpx.Response, status: int, param: str | None) -> dict[str, Any]:
     return error  # type: ignore[no-any-return]
 
 
+LIVE_CHAT_CASES = [c for c in CHAT_CASES if c[0] == "negative budget"] + ENGINE_CHAT_CASES
+
+
 @pytest.mark.parametrize(
-    ("name", "body", "headers", "status", "param"), CHAT_CASES, ids=[c[0] for c in CHAT_CASES]
+    ("name", "body", "headers", "status", "param"),
+    LIVE_CHAT_CASES,
+    ids=[c[0] for c in LIVE_CHAT_CASES],
 )
 def test_chat_bad_input(
     base_url: str,
@@ -250,25 +75,7 @@ def test_chat_bad_input(
         assert error["code"] == "invalid_budget"
 
 
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"model": M}, "prompt"),
-        ({"model": M, "prompt": ""}, "prompt"),
-        ({"model": M, "prompt": []}, "prompt"),
-        ({"model": M, "prompt": [1, "a"]}, "prompt"),
-        ({"model": M, "prompt": "x" * 600}, "prompt"),
-        ({"model": M, "prompt": "hi", "echo": True}, "echo"),
-        ({"model": M, "prompt": [999_999]}, "prompt"),  # vLLM: token id outside the vocabulary
-        # Just past the testbed's vocabulary: a remote vLLM server answered 500 (the fuzz).
-        ({"model": M, "prompt": [1378]}, "prompt"),
-        ({"model": M, "prompt": [1, 99_999]}, "prompt"),
-        ({"model": M, "prompt": [1378], "stream": True}, "prompt"),
-        ({"model": M, "prompt": [2**70]}, "prompt"),  # was a 500 on the remote engine (fuzz)
-        ({"model": M, "prompt": "\u00e9"}, "prompt"),  # text the tokenizer drops: no tokens
-        ({"model": M, "prompt": "hi", "stop": ""}, "stop"),  # vLLM's check, named
-    ],
-)
+@pytest.mark.parametrize(("body", "param"), COMPLETION_CASES[:1] + ENGINE_COMPLETION_CASES)
 def test_completions_bad_input(
     base_url: str, served_model: str, body: dict[str, Any], param: str | None
 ) -> None:
