@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 MSG = [{"role": "user", "content": "Compute 1+2 mod 10."}]
 M = "__model__"  # replaced by the served model name
 
@@ -224,3 +226,16 @@ ENGINE_COMPLETION_CASES: list[tuple[dict[str, Any], str | None]] = [
     ({"model": M, "prompt": [1378], "stream": True}, "prompt"),
     ({"model": M, "prompt": "hi", "stop": ""}, "stop"),  # vLLM's check, named
 ]
+
+
+def check_error(r: httpx.Response, status: int, param: str | None) -> dict[str, Any]:
+    """``r`` is the OpenAI error envelope with ``status``, naming ``param`` when given."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.headers["X-Request-Id"]
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if param is not None:
+        assert error["param"] == param, error
+    return error  # type: ignore[no-any-return]

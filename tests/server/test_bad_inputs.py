@@ -21,6 +21,7 @@ from bad_input_cases import (
     ENGINE_COMPLETION_CASES,
     MSG,
     M,
+    check_error,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
@@ -38,18 +39,6 @@ def _send(
         )
     body = {k: (model if v == M else v) for k, v in body.items()}
     return httpx.post(f"{base_url}{path}", json=body, headers=headers, timeout=60)
-
-
-def _check(r: httpx.Response, status: int, param: str | None) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    assert r.headers["X-Request-Id"]
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
-    if param is not None:
-        assert error["param"] == param, error
-    return error  # type: ignore[no-any-return]
 
 
 LIVE_CHAT_CASES = [c for c in CHAT_CASES if c[0] == "negative budget"] + ENGINE_CHAT_CASES
@@ -70,7 +59,7 @@ def test_chat_bad_input(
     param: str | None,
 ) -> None:
     r = _send(base_url, "/v1/chat/completions", body, headers, served_model)
-    error = _check(r, status, param)
+    error = check_error(r, status, param)
     if param and param.startswith(("X-Budget", "budget.")):
         assert error["code"] == "invalid_budget"
 
@@ -79,17 +68,17 @@ def test_chat_bad_input(
 def test_completions_bad_input(
     base_url: str, served_model: str, body: dict[str, Any], param: str | None
 ) -> None:
-    _check(_send(base_url, "/v1/completions", body, {}, served_model), 400, param)
+    check_error(_send(base_url, "/v1/completions", body, {}, served_model), 400, param)
 
 
 def test_body_too_large_is_413(base_url: str, served_model: str) -> None:
     body = {"model": served_model, "messages": [{"role": "user", "content": "x" * 2_000_000}]}
-    _check(_send(base_url, "/v1/chat/completions", body, {}, served_model), 413, None)
+    check_error(_send(base_url, "/v1/chat/completions", body, {}, served_model), 413, None)
 
 
 def test_unknown_route_and_method(base_url: str) -> None:
-    _check(httpx.get(f"{base_url}/v1/nothing"), 404, None)
-    _check(httpx.get(f"{base_url}/v1/chat/completions"), 400, None)
+    check_error(httpx.get(f"{base_url}/v1/nothing"), 404, None)
+    check_error(httpx.get(f"{base_url}/v1/chat/completions"), 400, None)
 
 
 def test_the_engine_lives_on_after_bad_requests(base_url: str, served_model: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from bad_input_cases import CHAT_CASES, COMPLETION_CASES, M
+from bad_input_cases import CHAT_CASES, COMPLETION_CASES, M, check_error
 
 from core.engine import GenerateRequest
 
@@ -29,18 +29,6 @@ async def _send(app: Any, path: str, body: Any, headers: dict[str, str]) -> http
     return await app.client.post(path, json=body, headers=headers)
 
 
-def _check(r: httpx.Response, status: int, param: str | None) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/json")
-    assert r.headers["X-Request-Id"]
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["message"]
-    if param is not None:
-        assert error["param"] == param, error
-    return error  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     ("name", "body", "headers", "status", "param"), CHAT_CASES, ids=[c[0] for c in CHAT_CASES]
 )
@@ -53,7 +41,7 @@ async def test_chat_bad_input_never_reaches_the_engine(
     param: str | None,
 ) -> None:
     async with scripted_app(_never) as app:
-        error = _check(await _send(app, "/v1/chat/completions", body, headers), status, param)
+        error = check_error(await _send(app, "/v1/chat/completions", body, headers), status, param)
         assert app.engine.calls == []
     if param and param.startswith(("X-Budget", "budget.")):
         assert error["code"] == "invalid_budget"
@@ -64,11 +52,11 @@ async def test_completions_bad_input_never_reaches_the_engine(
     scripted_app: Callable[..., Any], body: dict[str, Any], param: str | None
 ) -> None:
     async with scripted_app(_never) as app:
-        _check(await _send(app, "/v1/completions", body, {}), 400, param)
+        check_error(await _send(app, "/v1/completions", body, {}), 400, param)
         assert app.engine.calls == []
 
 
 async def test_unknown_route_and_method(scripted_app: Callable[..., Any]) -> None:
     async with scripted_app(_never) as app:
-        _check(await app.client.get("/v1/nothing"), 404, None)
-        _check(await app.client.get("/v1/chat/completions"), 400, None)
+        check_error(await app.client.get("/v1/nothing"), 404, None)
+        check_error(await app.client.get("/v1/chat/completions"), 400, None)
