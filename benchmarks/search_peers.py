@@ -2,8 +2,13 @@
 side on the same vLLM engine and the same PRM, interleaved.
 
 One vLLM server generates for both (``thinkgate replica``: vLLM's own OpenAI server with
-the token-in/token-out routes; the testbed's engine settings), one vLLM server serves the
-testbed PRM for both (``thinkgate replica --prm``: ``/pooling`` with step pooling).
+the token-in/token-out routes; the testbed's engine settings). The testbed PRM is served
+the way each side deploys it: thinkgate's PRM server for thinkgate (``thinkgate replica
+--prm``: vLLM's pooling engine behind vLLM's ``/pooling`` wire, with the prefix cache),
+vLLM's own server for its_hub (``thinkgate replica --prm --prm-server vllm``: STEP
+pooling, no cache: its_hub's own PRM class runs vLLM the same way in its process).
+``its_hub-cached-prm`` (not a default peer) is its_hub on thinkgate's PRM server: what
+of the lead the PRM's cache makes.
 
   thinkgate  ``thinkgate serve --engine remote --vllm-urls <replica> --prm-url <prm>``:
              a step of all paths is one round of token-id requests (``n`` = candidates
@@ -81,6 +86,7 @@ class Side:
     vllm_prompt_tokens: float  # counted by vLLM, per question
     vllm_generated_tokens: float
     vllm_requests: float
+    prm_tokens: float = 0.0  # tokens the PRM's engine computed, per question (its server's count)
 
 
 @contextmanager
@@ -101,8 +107,13 @@ def replica(*flags: str, log: Path) -> Iterator[ServerUrl]:
         yield url
 
 
-def counters(url: str) -> dict[str, float]:
-    out = dict.fromkeys(GEN_COUNTERS, 0.0)
+# What each PRM server says its engine computed: vLLM's server every token asked for (its
+# /pooling reads no cache), thinkgate's the tokens past its cache.
+PRM_COUNTERS = ("vllm:prompt_tokens_total", "thinkgate_prm_scored_tokens_total")
+
+
+def counters(url: str, names: Sequence[str] = GEN_COUNTERS) -> dict[str, float]:
+    out = dict.fromkeys(names, 0.0)
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line.startswith("#"):
             continue
@@ -207,6 +218,7 @@ def side_of(
     rows: Sequence[dict[str, Any]],
     before: dict[str, float],
     after: dict[str, float],
+    prm_tokens: float,
 ) -> Side:
     q = len(rows)
     d = {k: after[k] - before[k] for k in GEN_COUNTERS}
@@ -223,6 +235,7 @@ def side_of(
         vllm_prompt_tokens=d["vllm:prompt_tokens_total"] / q,
         vllm_generated_tokens=d["vllm:generation_tokens_total"] / q,
         vllm_requests=d["vllm:request_success_total"] / q,
+        prm_tokens=prm_tokens / q,
     )
 
 
@@ -247,6 +260,10 @@ def run(args: argparse.Namespace) -> list[Side]:
     with ExitStack() as stack:
         gen = stack.enter_context(replica(log=LOGS / "search-peers-replica.log"))
         prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
+        prm_vllm = stack.enter_context(
+            replica("--prm", "--prm-server", "vllm", log=LOGS / "search-peers-prm-vllm.log")
+        )
+        prm_of = {"its_hub": prm_vllm, "its_hub-cached-prm": prm}
         gateways: dict[str, str] = {}
         if "thinkgate" in peers:
             gateways["thinkgate"] = stack.enter_context(
@@ -274,6 +291,8 @@ def run(args: argparse.Namespace) -> list[Side]:
                 order = peers[rnd % len(peers) :] + peers[: rnd % len(peers)]
                 for peer in order:
                     before = counters(gen)
+                    scorer = prm_of.get(peer, prm)
+                    prm_before = counters(scorer, PRM_COUNTERS)
                     if peer in gateways:
                         wall, rows = asyncio.run(
                             thinkgate_side(
@@ -288,12 +307,18 @@ def run(args: argparse.Namespace) -> list[Side]:
                     else:
                         out = work / f"its_hub-{algorithm}-{n}-r{rnd}.jsonl"
                         summary = its_hub_side(
-                            args, gen, prm, algorithm, n, args.expansions, qfile, out
+                            args, gen, scorer, algorithm, n, args.expansions, qfile, out
                         )
                         wall = summary["wall_s"]
                         rows = [json.loads(x) for x in out.read_text().splitlines() if x]
                     after = counters(gen)
-                    sides.append(side_of(peer, algorithm, n, rnd, wall, rows, before, after))
+                    prm_after = counters(scorer, PRM_COUNTERS)
+                    computed = sum(prm_after[k] - prm_before[k] for k in PRM_COUNTERS)
+                    if peer == "thinkgate-local":
+                        computed = float("nan")  # in its own process: not counted here
+                    sides.append(
+                        side_of(peer, algorithm, n, rnd, wall, rows, before, after, computed)
+                    )
                     bar.set_postfix(peer=peer, alg=algorithm, n=n, qps=f"{sides[-1].qps:.2f}")
                     bar.update(1)
                     Path(args.out).with_suffix(".json").write_text(
@@ -323,14 +348,22 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         f"operations, seed {args.seed}), {args.concurrency} questions in flight per side, "
         f"{args.rounds} interleaved rounds per cell (each starts with the next side). "
         "`thinkgate` and `its_hub` use one `thinkgate replica` (vLLM's own server, float32, "
-        "512-token context, 1 ms engine spin) and one `thinkgate replica --prm` (the testbed "
-        "PRM on vLLM's `/pooling`); `thinkgate-local` is `thinkgate serve` as deployed by "
+        "512-token context, 1 ms engine spin); the testbed PRM as each deploys it: "
+        "`thinkgate` on `thinkgate replica --prm` (thinkgate's PRM server: vLLM's pooling "
+        "engine, `/pooling` wire, prefix cache), `its_hub` on `thinkgate replica --prm "
+        "--prm-server vllm` (vLLM's own server: STEP pooling, no cache)"
+        + (
+            ", `its_hub-cached-prm` its_hub on thinkgate's PRM server"
+            if any(s.peer == "its_hub-cached-prm" for s in sides)
+            else ""
+        )
+        + "; `thinkgate-local` is `thinkgate serve` as deployed by "
         "default, the same engine settings and PRM weights in its own process. "
         f"Beam search: thinkgate N beams x {args.expansions} candidates, "
         f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
         "",
-        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt / generated |",  # noqa: E501
-        "|---|---|---|---|---|---|---|---|---|",
+        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt / generated | PRM tokens computed per question |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     peers = list(dict.fromkeys(s.peer for s in sides))
     for algorithm, n in cells:
@@ -345,10 +378,13 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
                 f" / {_mean(mine, 'vllm_generated_tokens'):.0f}"
             )
             ratio = "" if peer == "its_hub" else f"**{_med(ratios)}**"
+            prm_work = (
+                "in process" if peer == "thinkgate-local" else f"{_mean(mine, 'prm_tokens'):.0f}"
+            )
             lines.append(
                 f"| {algorithm} | {n} | {peer} | {_med([s.qps for s in mine])} | {ratio} | "
                 f"{_mean(mine, 'accuracy'):.1f} | {_mean(mine, 'prompt_tokens'):.0f} | "
-                f"{_mean(mine, 'completion_tokens'):.0f} | {counted} |"
+                f"{_mean(mine, 'completion_tokens'):.0f} | {counted} | {prm_work} |"
             )
     lines += [
         "",
@@ -409,7 +445,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--peers",
         default="thinkgate,thinkgate-local,its_hub",
         help="thinkgate: in front of the same vLLM servers; thinkgate-local: its default "
-        "deployment (engine and PRM in process); its_hub",
+        "deployment (engine and PRM in process); its_hub (on vLLM's PRM server); "
+        "its_hub-cached-prm (its_hub on thinkgate's PRM server)",
     )
     p.add_argument("--ns", default="4,8")
     p.add_argument("--expansions", type=int, default=2)

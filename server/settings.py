@@ -197,9 +197,10 @@ class Settings(BaseSettings):
     served model has another tokenizer; with ``--engine remote``: none, use
     ``--prm-url``); ``none``: no in-process PRM."""
     prm_url: str | None = None
-    """Base URL of a vLLM server whose ``/pooling`` serves the PRM with STEP pooling
-    (``thinkgate replica --prm``; it must share the policy's tokenizer); replaces the
-    in-process PRM engine."""
+    """Base URL of a server whose ``/pooling`` serves the PRM, one reward per step tag:
+    thinkgate's PRM server (``thinkgate replica --prm``, with the prefix cache) or vLLM's
+    with STEP pooling (``--prm-server vllm``); it must share the policy's tokenizer;
+    replaces the in-process PRM engine."""
     prm_step_tag_id: int | None = Field(default=None, ge=0)
     """Token id the PRM reads each step's reward at; None: the PRM directory's
     ``config.json`` ``step_tag_id`` (with ``--prm-url``: ``--prm-model``'s directory if

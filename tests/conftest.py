@@ -277,7 +277,7 @@ class RemoteStack:
 
     gateway: LiveServer
     replicas: list[Replica]
-    prm: Replica | None = None  # the PRM's vLLM server (--prm-url), apart from replicas
+    prm: Replica | None = None  # the PRM server (--prm-url), apart from replicas
 
     def stop(self) -> None:
         stop_server(self.gateway)
@@ -317,7 +317,7 @@ def _log_dir() -> Path:
 
 def remote_stack_instance() -> RemoteStack:
     """Two replicas, a PRM replica (``thinkgate replica --prm``: the step searches score
-    through vLLM's own ``/pooling``) and a remote gateway, started on first use, kept for
+    through thinkgate's PRM server, vLLM's ``/pooling`` wire) and a remote gateway, started on first use, kept for
     the session."""
     global _STACK
     if _STACK is None:

@@ -18,11 +18,14 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   a 1 ms spin for vLLM's engine processes (``THINKGATE_ENGINE_SPIN_MS``, see
   ``engines/local/engine_wait.py``) unless the environment sets one.
 
-``thinkgate replica --prm [DIR]`` starts a vLLM server for a process reward model
-instead (the gateway's ``--prm-url``; default DIR: the installed default PRM, the
-testbed's): the pooling runner and STEP pooling at the PRM's step tag
+``thinkgate replica --prm [DIR]`` starts a server for a process reward model instead
+(the gateway's ``--prm-url``; default DIR: the installed default PRM, the testbed's):
+thinkgate's PRM server (engines/local/prm_server.py: vLLM's pooling engine behind vLLM's
+``/pooling`` wire, with the prefix cache, so a search step costs the PRM about the new
+step's tokens instead of the whole path's). ``--prm-server vllm`` starts vLLM's own server
+instead: the pooling runner and STEP pooling at the PRM's step tag
 (``--pooler-config '{"step_tag_id": N}'``, N from its ``config.json``: vLLM's HTTP
-``/pooling`` request cannot carry it, engines/local/prm.py), no logits processors.
+``/pooling`` request cannot carry it, engines/local/prm.py), every vLLM flag, no cache.
 
 ``thinkgate replica --router URL,URL`` starts vLLM's router (``vllm-router``) over
 replicas instead, with the flags a gateway in front of it needs (``ROUTER_FLAGS``:
@@ -43,6 +46,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from core import defaults
 from engines.local import engine_wait
@@ -50,6 +54,7 @@ from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, spec_for
 
+PrmServer = Literal["thinkgate", "vllm"]
 DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
 
 # vLLM's router in front of replicas, as docs/deployment.md explains: placement by the
@@ -148,9 +153,14 @@ def build_command(
 
 
 def build_prm_command(
-    prm: str | None, passthrough: Sequence[str], *, cpu: bool | None = None
+    prm: str | None,
+    passthrough: Sequence[str],
+    *,
+    cpu: bool | None = None,
+    server: PrmServer = "thinkgate",
 ) -> list[str]:
-    """The vLLM server command line of a PRM replica (``prm`` None: the default PRM)."""
+    """The command line of a PRM replica (``prm`` None: the default PRM): thinkgate's PRM
+    server, or vLLM's own with ``server="vllm"``."""
     from engines.local.prm import step_tag_of
 
     offered = defaults.installed() if prm is None else None
@@ -158,13 +168,20 @@ def build_prm_command(
     if path is None:
         raise SystemExit("thinkgate replica --prm: no PRM given and the defaults offer none")
     rest = list(passthrough)
+    length = offered.max_model_len if offered is not None else None
+    if server == "thinkgate":
+        cmd = [sys.executable, "-m", "engines.local.prm_server", "--model", path]
+        if length is not None and not _has(rest, "--max-model-len"):
+            cmd += ["--max-model-len", str(length)]
+        if not _has(rest, "--shutdown-timeout"):
+            cmd += ["--shutdown-timeout", str(DRAIN_S)]
+        return [*cmd, *rest]  # its dtype default is float32 on CPU already
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     cmd += ["--runner", "pooling"]
     if not _has(rest, "--shutdown-timeout"):
         cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if not _has(rest, "--pooler-config"):
         cmd += ["--pooler-config", json.dumps({"step_tag_id": step_tag_of(path)})]
-    length = offered.max_model_len if offered is not None else None
     if length is not None and not _has(rest, "--max-model-len"):
         cmd += ["--max-model-len", str(length)]
     if _on_cpu() if cpu is None else cpu:
@@ -224,6 +241,13 @@ def main(argv: Sequence[str]) -> int:
         "default PRM, the testbed's)",
     )
     parser.add_argument(
+        "--prm-server",
+        choices=("thinkgate", "vllm"),
+        default="thinkgate",
+        help="with --prm: thinkgate's PRM server (vLLM's /pooling wire with the prefix "
+        "cache; default) or vLLM's own server (every vLLM flag, no prefix cache)",
+    )
+    parser.add_argument(
         "--router",
         metavar="URLS",
         help="start vLLM's router (vllm-router) over these replica URLs, comma-separated, "
@@ -245,7 +269,7 @@ def main(argv: Sequence[str]) -> int:
     if args.prm is not None:
         if args.model is not None:
             parser.error("--prm DIR names the model; leave --model out")
-        cmd = build_prm_command(args.prm or None, rest)
+        cmd = build_prm_command(args.prm or None, rest, server=args.prm_server)
     else:
         cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
     env = dict(os.environ)

@@ -1,16 +1,17 @@
 """The testbed PRM served by vLLM: in process (``PrmEngine``, what ``thinkgate serve``
-attaches by default) and behind a vLLM server's ``/pooling`` (``thinkgate replica --prm``,
-``RemotePrm``, what ``--prm-url`` attaches): one reward per step, the same on both paths.
-Exact-arithmetic steps above wrong ones is an expected failure of the shipped model.
-
-The replica is the shared remote stack's PRM server (tests/conftest.py).
+attaches by default), behind thinkgate's PRM server (``thinkgate replica --prm``: the
+shared remote stack's, tests/conftest.py) and behind vLLM's own server's ``/pooling``
+(``thinkgate replica --prm --prm-server vllm``), both through ``RemotePrm`` (what
+``--prm-url`` attaches): one reward per step, the same on every path, and thinkgate's
+server reads its prefix cache (a grown path costs it the new tokens only).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 import testbed
@@ -109,8 +110,8 @@ def prm_replica(engine: PrmEngine, remote_stack: Any) -> str:
     return url
 
 
-async def test_prm_replica_serves_the_same_rewards_over_pooling(prm_replica: str) -> None:
-    remote = RemotePrm(prm_replica, step_tag_id=TAG, timeout_s=60)
+async def _remote_rewards(url: str) -> list[list[float]]:
+    remote = RemotePrm(url, step_tag_id=TAG, timeout_s=60)
     try:
         rewards = await _score(ProcessRewardModel(model=remote, step_tag_id=TAG))
     finally:
@@ -119,3 +120,54 @@ async def test_prm_replica_serves_the_same_rewards_over_pooling(prm_replica: str
     if "rewards" in _IN_PROCESS:
         for a, b in zip(rewards, _IN_PROCESS["rewards"], strict=True):
             assert a == pytest.approx(b, abs=1e-4)
+    return rewards
+
+
+def _counters(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("thinkgate_prm_")
+    }
+
+
+async def test_prm_replica_serves_the_same_rewards_over_pooling(prm_replica: str) -> None:
+    await _remote_rewards(prm_replica)
+    # Scored again, the same paths come from its cache: the engine computes nothing new
+    # past each path's last cached block.
+    before = _counters(prm_replica)
+    again = await _remote_rewards(prm_replica)
+    after = _counters(prm_replica)
+    asked = after["thinkgate_prm_asked_tokens_total"] - before["thinkgate_prm_asked_tokens_total"]
+    scored = (
+        after["thinkgate_prm_scored_tokens_total"] - before["thinkgate_prm_scored_tokens_total"]
+    )
+    prompt = len(CODEC.encode(chat_prompt(Q.prompt)))
+    assert asked > prompt * len(again), (asked, scored)
+    assert scored < asked / 2, (scored, asked)
+
+
+@pytest.fixture(scope="module")
+def vllm_prm_replica(prm_replica: str) -> Iterator[str]:
+    """vLLM's own server for the PRM (``--prm-server vllm``): STEP pooling, no cache.
+    Started after the in-process engine is down (``prm_replica``)."""
+    from conftest import Replica, _free_port, _log_dir
+
+    port = _free_port()
+    replica = Replica(
+        f"http://127.0.0.1:{port}",
+        port,
+        ("--prm", "--prm-server", "vllm"),
+        _log_dir() / "prm-vllm.log",
+    )
+    replica.start()
+    try:
+        replica.wait_ready()
+        yield replica.url
+    finally:
+        replica.stop()
+
+
+async def test_vllms_own_prm_server_gives_the_same_rewards(vllm_prm_replica: str) -> None:
+    await _remote_rewards(vllm_prm_replica)
