@@ -25,7 +25,7 @@ import structlog
 from core import defaults
 from core.base import Attached
 from core.engine import Engine
-from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
+from engines.remote.scorer_clients import RemoteClassify, VerifierClient
 from server import model_match
 from server.settings import Settings
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults
@@ -36,6 +36,7 @@ from strategies.scorers import (
     Scorer,
     ScorerSet,
     SequenceScorer,
+    VerifierScorer,
     chatml_turn_end,
 )
 
@@ -141,9 +142,9 @@ async def sampling_resources(settings: Settings, engine: Engine, stack: AsyncExi
             RewardModelScorer(model, turn_end=chatml_turn_end(engine.tokens), max_len=max_len)
         )
     if settings.verifier_url:
-        verifier = HttpVerifier(settings.verifier_url, timeout_s=settings.scorer_timeout_s)
+        verifier = VerifierClient(settings.verifier_url, timeout_s=settings.scorer_timeout_s)
         stack.push_async_callback(verifier.aclose)
-        scorers.append(verifier)
+        scorers.append(VerifierScorer(verifier))
     names = {s.name for s in scorers}
     default = settings.default_scorer
     if default not in names:

@@ -9,8 +9,9 @@ Three kinds, configured per server and chosen per request by name (body ``scorer
   chat template renders an assistant turn. The model behind it is a
   :class:`SequenceScorer`: an in-process vLLM pooling engine
   (``engines.local.reward``) or a remote vLLM ``/classify`` (:class:`RemoteClassify`).
-* ``verifier`` -- :class:`HttpVerifier`: an external service,
-  ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``.
+* ``verifier`` -- :class:`VerifierScorer`: an external service,
+  ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``, behind a
+  :class:`Verifier` (``engines.remote.scorer_clients.VerifierClient``).
 
 Failures of a scorer's backend are ``BackendError``s (the client sees a 5xx); a scorer
 never invents scores.
@@ -26,6 +27,7 @@ from typing import ClassVar, Final, Protocol, runtime_checkable
 from core.base import ResourceKey
 from core.engine import ModelTokens, Sample
 from core.errors import BackendError
+from strategies.reasoning import split_ids
 
 SCORER_KINDS: Final = ("logprob", "reward", "verifier")
 
@@ -56,6 +58,16 @@ class SequenceScorer(Protocol):
     """A reward model: one raw score (the logit, no activation) per token sequence."""
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]: ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """An outside verifier: one score per response, given the prompt, each response's
+    answer text and its thinking text."""
+
+    async def verify(
+        self, prompt: str, responses: Sequence[str], reasoning: Sequence[str]
+    ) -> list[float]: ...
 
 
 def checked_scores(scores: Sequence[float], expected: int, source: str) -> list[float]:
@@ -118,6 +130,29 @@ class RewardModelScorer:
         sequences = [self.sequence(query, s) for s in query.samples]
         scores = await self.model.score_sequences(sequences)
         return checked_scores(scores, len(sequences), "reward model")
+
+
+class VerifierScorer:
+    """Each sample's answer and thinking, decoded apart (special tokens left out), and
+    the prompt's text, scored by an outside :class:`Verifier`."""
+
+    name: ClassVar[str] = "verifier"
+    needs_logprobs: ClassVar[bool] = False
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    async def score(self, query: ScoreQuery) -> list[float]:
+        tokens = query.tokens
+        splits = [
+            split_ids(s.token_ids, tokens, thinking_open=query.thinking_open) for s in query.samples
+        ]
+        scores = await self.verifier.verify(
+            tokens.decode(query.prompt_token_ids),
+            [tokens.decode(s.content_ids) for s in splits],
+            [tokens.decode(s.reasoning_ids) for s in splits],
+        )
+        return checked_scores(scores, len(query.samples), "verifier")
 
 
 def chatml_turn_end(tokens: ModelTokens) -> tuple[int, ...]:

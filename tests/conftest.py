@@ -317,8 +317,8 @@ def _log_dir() -> Path:
 
 def remote_stack_instance() -> RemoteStack:
     """Two replicas, a PRM replica (``thinkgate replica --prm``: the step searches score
-    through thinkgate's PRM server, vLLM's ``/pooling`` wire) and a remote gateway, started on first use, kept for
-    the session."""
+    through thinkgate's PRM server, vLLM's ``/pooling`` wire) and a remote gateway,
+    started on first use, kept for the session."""
     global _STACK
     if _STACK is None:
         port = _free_port()

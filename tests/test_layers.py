@@ -31,13 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "server": OURS,
 }
 # Imports that break the rule today, each with why; remove an entry when it is fixed.
-KNOWN: set[tuple[str, str]] = {
-    # The HTTP scorers (a vLLM /classify reward model, an outside verifier) implement the
-    # strategies' Scorer contract: they take strategies.scorers.ScoreQuery, check with
-    # checked_scores and split with strategies.reasoning.split_ids. Fix: move that scorer
-    # contract (ScoreQuery, Scorer, SequenceScorer, checked_scores, split_ids) into core/.
-    ("engines/remote/scorer_clients.py", "strategies"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def imports_of(path: Path) -> set[str]:

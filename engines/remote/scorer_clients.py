@@ -1,21 +1,20 @@
 """The scorers' HTTP clients, next to the engines: a reward model behind a vLLM server's
-``/classify`` (``RemoteClassify``, what ``RewardModelScorer`` calls) and an external
-verifier (``HttpVerifier``). Both post through ``engines.http_errors.post_json``,
-the one place an HTTP failure is mapped onto the error tree (the remote engine maps its
-transport failures there too).
+``/classify`` (``RemoteClassify``, what ``strategies.scorers.RewardModelScorer`` calls)
+and an external verifier (``VerifierClient``, what ``strategies.scorers.VerifierScorer``
+calls). Transport only: texts or token ids in, numbers out; what a sample's texts are
+and whether the numbers fit the samples is the scorers' business. Both post through
+``engines.http_errors.post_json``, the one place an HTTP failure is mapped onto the
+error tree (the remote engine maps its transport failures there too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import httpx
 
 from core.errors import BackendError
 from engines.http_errors import post_json
-from strategies.reasoning import split_ids
-from strategies.scorers import ScoreQuery, checked_scores
 
 
 def _timeout(seconds: float) -> httpx.Timeout:
@@ -58,13 +57,10 @@ class RemoteClassify:
         await self._client.aclose()
 
 
-class HttpVerifier:
+class VerifierClient:
     """An external verifier: ``POST {"prompt", "responses", "reasoning"}`` with the
     prompt text, each sample's answer text and its thinking text; it answers
     ``{"scores": [float, ...]}``, one per response."""
-
-    name: ClassVar[str] = "verifier"
-    needs_logprobs: ClassVar[bool] = False
 
     def __init__(
         self, url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
@@ -74,23 +70,17 @@ class HttpVerifier:
             timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
         )
 
-    async def score(self, query: ScoreQuery) -> list[float]:
-        tokens = query.tokens
-        splits = [
-            split_ids(s.token_ids, tokens, thinking_open=query.thinking_open) for s in query.samples
-        ]
-        body = {
-            "prompt": tokens.decode(query.prompt_token_ids),
-            "responses": [tokens.decode(s.content_ids) for s in splits],
-            "reasoning": [tokens.decode(s.reasoning_ids) for s in splits],
-        }
+    async def verify(
+        self, prompt: str, responses: Sequence[str], reasoning: Sequence[str]
+    ) -> list[float]:
+        body = {"prompt": prompt, "responses": list(responses), "reasoning": list(reasoning)}
         data = await post_json(self._client, self.url, body, "verifier")
         scores = data.get("scores") if isinstance(data, dict) else None
         if not isinstance(scores, list) or not all(
             isinstance(s, int | float) and not isinstance(s, bool) for s in scores
         ):
             raise BackendError("verifier answered without a list of numeric 'scores'")
-        return checked_scores(scores, len(query.samples), "verifier")
+        return [float(s) for s in scores]
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -18,13 +18,14 @@ import pytest
 import testbed
 from core.engine import Sample
 from core.errors import BackendError, BackendTimeout, BackendUnavailable
-from engines.remote.scorer_clients import HttpVerifier, RemoteClassify
+from engines.remote.scorer_clients import RemoteClassify, VerifierClient
 from engines.tokens import TokenizerTokens
 from strategies.scorers import (
     MeanLogprob,
     RewardModelScorer,
     ScoreQuery,
     ScorerSet,
+    VerifierScorer,
     chatml_turn_end,
 )
 
@@ -122,9 +123,13 @@ def test_reward_sequence_fits_the_reward_context(tokens: TokenizerTokens) -> Non
     assert seq == q.prompt_token_ids + q.samples[0].token_ids[:5] + end
 
 
+def _verifier(url: str, *, timeout_s: float) -> VerifierScorer:
+    return VerifierScorer(VerifierClient(url, timeout_s=timeout_s))
+
+
 def test_verifier_round_trip(tokens: TokenizerTokens, http_server: Any) -> None:
     url = http_server(lambda body: (200, {"scores": [len(r) for r in body["responses"]]}))
-    verifier = HttpVerifier(url + "/verify", timeout_s=5)
+    verifier = VerifierScorer(VerifierClient(url + "/verify", timeout_s=5))
     scores = asyncio.run(verifier.score(query(tokens, TEXTS)))
     path, body = http_server.bodies[-1]
     assert path == "/verify"
@@ -149,7 +154,7 @@ def test_verifier_failures_are_backend_errors(
 ) -> None:
     url = http_server(lambda body: (status, answer))
     with pytest.raises(error):
-        asyncio.run(HttpVerifier(url, timeout_s=5).score(query(tokens, TEXTS)))
+        asyncio.run(_verifier(url, timeout_s=5).score(query(tokens, TEXTS)))
 
 
 def test_verifier_timeout_and_unreachable(tokens: TokenizerTokens, http_server: Any) -> None:
@@ -159,9 +164,9 @@ def test_verifier_timeout_and_unreachable(tokens: TokenizerTokens, http_server: 
 
     url = http_server(slow)
     with pytest.raises(BackendTimeout):
-        asyncio.run(HttpVerifier(url, timeout_s=0.2).score(query(tokens, TEXTS)))
+        asyncio.run(_verifier(url, timeout_s=0.2).score(query(tokens, TEXTS)))
     with pytest.raises(BackendUnavailable):
-        asyncio.run(HttpVerifier("http://127.0.0.1:9", timeout_s=2).score(query(tokens, TEXTS)))
+        asyncio.run(_verifier("http://127.0.0.1:9", timeout_s=2).score(query(tokens, TEXTS)))
 
 
 def test_remote_classify_reads_raw_logits_in_input_order(
