@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import structlog
 
 from core.engine import (
+    QUIET_STREAM_INTERVAL,
     EngineLoad,
     FinishReason,
     GenerateRequest,
@@ -31,7 +32,7 @@ from engines.local.vllm_logprobs import token_confidences
 from engines.settings import EngineSettings
 from engines.tokens import TokenizerTokens
 from engines.vllm_errors import map_vllm_errors
-from kernels.processors import Runner, spec_for
+from kernels.processors import Runner, model_setup, spec_for
 
 if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -79,25 +80,6 @@ def processor_name(cls: type[Any]) -> str:
     """The short name a processor reports (its ``name`` attribute, else the class name)."""
     name = getattr(cls, "name", None)
     return name if isinstance(name, str) else cls.__name__
-
-
-def _select_guidance_model(args: Any, model_path: str, names: set[str]) -> None:
-    """Budget guidance needs the wrapper architecture (hidden states reach the processor
-    in the same step): select it through ``hf_overrides`` when the model ships a
-    predictor. Without one the processor could only pass logits through, so it is not
-    advertised in ``Engine.processors`` and the strategy answers 503 instead.
-    """
-    from kernels.guidance import args as guidance_args
-    from kernels.guidance import plugin as bg_plugin
-    from kernels.guidance.predictor import has_predictor
-
-    if guidance_args.PROCESSOR_NAME not in names:
-        return
-    if has_predictor(model_path):
-        args.hf_overrides = {**(args.hf_overrides or {}), **bg_plugin.hf_overrides()}
-        return
-    names.discard(guidance_args.PROCESSOR_NAME)
-    log.warning("engine.guidance_unavailable", model=model_path, reason="no bg_predictor/")
 
 
 class LocalEngine:
@@ -159,12 +141,17 @@ class LocalEngine:
         # Short names (``elastic``) become the class of the runner this engine gets:
         # each runner's loader refuses the other interface's classes.
         runner = model_runner(args)
-        processors = load_processor_classes(
-            tuple(spec_for(p, runner) for p in local.logits_processors)
-        )
+        # A wrapped processor (budget guidance) only with a model that ships what its
+        # wrapper reads, selected through hf_overrides; without it, left out (its
+        # strategy answers 503 instead of a processor that passes logits through).
+        setup = model_setup(local.logits_processors, settings.model_path)
+        for name in setup.dropped:
+            log.warning("engine.processor_unavailable", processor=name, model=settings.model_path)
+        if setup.hf_overrides:
+            args.hf_overrides = {**(args.hf_overrides or {}), **setup.hf_overrides}  # type: ignore[dict-item]
+        processors = load_processor_classes(tuple(spec_for(p, runner) for p in setup.names))
         args.logits_processors = cast(Any, processors) or None
         names = {processor_name(c) for c in processors}
-        _select_guidance_model(args, settings.model_path, names)
         engine_wait.export(local.engine_spin_ms)
         log.info("engine.starting", model=settings.model_path, processors=local.logits_processors)
         with process_group.detached_children():
@@ -310,6 +297,8 @@ class LocalEngine:
             output_kind=kind,
             # Text comes from our own split decoding; vLLM detokenizes only for stop strings.
             detokenize=bool(s.stop),
+            # A stream nobody reads token by token comes in fewer, larger deltas.
+            stream_interval=None if request.visible else QUIET_STREAM_INTERVAL,
         )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from core.engine import FinishReason, GenerateRequest, Sample, SampleDelta
+from core.engine import QUIET_STREAM_INTERVAL, FinishReason, GenerateRequest, Sample, SampleDelta
 from core.errors import (
     BackendError,
     GatewayError,
@@ -90,6 +90,10 @@ def body(
             params["extra_args"] = extra
         # Text is decoded in the gateway; the server detokenizes only for stop strings.
         params["detokenize"] = bool(s.stop)
+        if stream and not request.visible:
+            # Fewer frames through every hop (a router included) for a stream nobody
+            # reads token by token (the scale-out route takes vLLM's SamplingParams).
+            params["stream_interval"] = QUIET_STREAM_INTERVAL
         return {
             "request_id": request.request_id,
             "token_ids": list(request.prompt_token_ids),

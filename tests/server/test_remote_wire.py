@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from core import errors as tree
-from core.engine import GenerateRequest, SamplingConfig
+from core.engine import QUIET_STREAM_INTERVAL, GenerateRequest, SamplingConfig
 from engines.remote.balancer import BLOCK, PrefixIndex, block_hashes, choose
-from engines.remote.engine import needed_processors
 from engines.remote.wire import body, deltas, samples, upstream_error
+from kernels.processors import wanted_by
 
 
 def _request(**sampling: object) -> GenerateRequest:
@@ -36,6 +36,19 @@ def test_generate_body_carries_sampling_params_and_extra_args() -> None:
     assert params["n"] == 3 and params["max_tokens"] == 40 and params["seed"] == 9
     assert params["extra_args"] == {"thinkgate_thinking_budget": 8}
     assert params["logprobs"] == 0 and params["stop"] == ["\n"] and params["detokenize"] is True
+
+
+def test_a_stream_nobody_reads_token_by_token_asks_for_fewer_frames() -> None:
+    quiet = GenerateRequest(
+        request_id="r1", prompt_token_ids=(5,), sampling=SamplingConfig(), visible=False
+    )
+    out = body("generate", quiet, max_tokens=4, upstream_model="m", stream=True)
+    assert out["sampling_params"]["stream_interval"] == QUIET_STREAM_INTERVAL
+    # A visible stream goes token by token; a non-streamed call has no frames.
+    seen = body("generate", _request(), max_tokens=4, upstream_model="m", stream=True)
+    whole = body("generate", quiet, max_tokens=4, upstream_model="m", stream=False)
+    assert "stream_interval" not in seen["sampling_params"]
+    assert "stream_interval" not in whole["sampling_params"]
 
 
 def test_completions_body_uses_token_prompt_and_vllm_xargs() -> None:
@@ -148,10 +161,10 @@ def test_upstream_errors_map_by_status() -> None:
 
 
 def test_needed_processors_follow_the_arguments() -> None:
-    assert needed_processors({}) == frozenset()
-    assert needed_processors({"thinkgate_thinking_budget": 3}) == {"elastic"}
-    assert needed_processors({"thinkgate_bg_budget": 3}) == {"guidance"}
-    assert needed_processors({"thinkgate_conf_threshold": 3.5}) == {"confidence"}
+    assert wanted_by({}) == frozenset()
+    assert wanted_by({"thinkgate_thinking_budget": 3}) == {"elastic"}
+    assert wanted_by({"thinkgate_bg_budget": 3}) == {"guidance"}
+    assert wanted_by({"thinkgate_conf_threshold": 3.5}) == {"confidence"}
 
 
 def test_block_hashes_chain_the_prefix() -> None:
