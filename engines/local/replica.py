@@ -50,9 +50,8 @@ from typing import Literal
 
 from core import defaults
 from engines.local import engine_wait
-from kernels.guidance import args as guidance_args
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
-from kernels.processors import Runner, spec_for
+from kernels.processors import Runner, model_setup, spec_for
 
 PrmServer = Literal["thinkgate", "vllm"]
 DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
@@ -118,14 +117,12 @@ def build_command(
     cpu: bool | None = None,
 ) -> list[str]:
     """The vLLM server command line of a replica (nothing is started)."""
-    from kernels.guidance.predictor import has_predictor
-
     path = model if model is not None else defaults.installed().model
     rest = list(passthrough)
     chosen = runner or detect_runner(path, rest)
     on_cpu = _on_cpu() if cpu is None else cpu
-    guidance = guidance_args.PROCESSOR_NAME
-    names = [p for p in processors if p != guidance or has_predictor(path)]
+    setup = model_setup(processors, path)
+    names = setup.names
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     if model is None:
         for flag, value in default_model_flags():
@@ -136,10 +133,8 @@ def build_command(
         cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if names:
         cmd += ["--logits-processors", *(spec_for(p, chosen) for p in names)]
-    if guidance in names and not _has(rest, "--hf-overrides"):
-        from kernels.guidance import plugin as bg_plugin
-
-        cmd += ["--hf-overrides", json.dumps(bg_plugin.hf_overrides())]
+    if setup.hf_overrides and not _has(rest, "--hf-overrides"):
+        cmd += ["--hf-overrides", json.dumps(setup.hf_overrides)]
     if on_cpu:
         if not _has(rest, "--dtype"):
             cmd += ["--dtype", "float32"]

@@ -48,9 +48,7 @@ from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe
 from engines.remote.wire import PATHS, body, deltas, samples, upstream_error
 from engines.settings import EngineSettings, RemoteEngineSettings
 from engines.tokens import TokenizerTokens
-from kernels.confidence import args as conf_args
-from kernels.elastic import args as elastic_args
-from kernels.guidance import args as guidance_args
+from kernels.processors import wanted_by
 
 log = structlog.get_logger("thinkgate.remote")
 
@@ -71,18 +69,6 @@ class UpstreamFailed(Exception):
         super().__init__(error.message)
         self.error = error
         self.eject = eject
-
-
-def needed_processors(extra_args: dict[str, object]) -> frozenset[str]:
-    """The processors a call's arguments are meant for (it must not land elsewhere)."""
-    need: set[str] = set()
-    if elastic_args.THINKING_BUDGET in extra_args:
-        need.add(elastic_args.PROCESSOR_NAME)
-    if guidance_args.BUDGET in extra_args:
-        need.add(guidance_args.PROCESSOR_NAME)
-    if conf_args.THRESHOLD in extra_args:
-        need.add(conf_args.PROCESSOR_NAME)
-    return frozenset(need)
 
 
 class RemoteEngine:
@@ -439,7 +425,7 @@ class RemoteEngine:
     def _exhausted(self, request: GenerateRequest, last: UpstreamFailed | None) -> GatewayError:
         if last is not None:
             return last.error
-        need = needed_processors(dict(request.sampling.extra_args))
+        need = wanted_by(request.sampling.extra_args)
         if need:
             return BackendUnavailable(
                 f"no vLLM server with the {', '.join(sorted(need))} processor is up"
@@ -447,7 +433,7 @@ class RemoteEngine:
         return BackendUnavailable("no vLLM server is up")
 
     def _pick(self, request: GenerateRequest, exclude: set[str]) -> Upstream | None:
-        need = needed_processors(dict(request.sampling.extra_args))
+        need = wanted_by(request.sampling.extra_args)
         ready = [
             u
             for u in self.upstreams

@@ -19,22 +19,10 @@ import httpx
 
 from core.engine import ModelTokens
 from engines.remote.wire import PATHS, Protocol, error_message
-from kernels.confidence import args as conf_args
-from kernels.elastic import args as elastic_args
-from kernels.guidance import args as guidance_args
+from kernels.processors import SPECS
 
 State = Literal["starting", "up", "down", "mismatch"]
 
-# A string where an int is expected: every thinkgate processor refuses it by name.
-PROBE_VALUE: Final = "thinkgate-probe"
-PROBES: Final[dict[str, tuple[str, dict[str, object]]]] = {
-    elastic_args.PROCESSOR_NAME: (
-        elastic_args.THINKING_BUDGET,
-        {elastic_args.THINKING_BUDGET: PROBE_VALUE, elastic_args.THINK_END_ID: 0},
-    ),
-    guidance_args.PROCESSOR_NAME: (guidance_args.BUDGET, {guidance_args.BUDGET: PROBE_VALUE}),
-    conf_args.PROCESSOR_NAME: (conf_args.THRESHOLD, {conf_args.THRESHOLD: PROBE_VALUE}),
-}
 # Answers of a server that does not expose the scale-out routes (403 without
 # --enable-scale-out; 404/405 behind a router that passes only the OpenAI routes).
 NO_ROUTE: Final = (403, 404, 405)
@@ -172,7 +160,8 @@ async def verify(
         else:
             chosen = "generate"
     processors: set[str] = set()
-    for name, (key, extra) in PROBES.items():
+    for spec in SPECS:
+        name, key, extra = spec.name, spec.opt_in, dict(spec.probe)
         answer = await _probe(client, url, chosen, model_id, first, extra, timeout_s)
         text = error_message(_json(answer))
         if answer.status_code == 400 and key in text:
