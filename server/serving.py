@@ -499,11 +499,10 @@ def _prompt_ids(
 def _logit_bias(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
     """``logit_bias`` by token id, every id inside the served tokenizer's vocabulary:
     vLLM 0.32 does not check them, and an id past the logits row fails inside the engine
-    (every request in flight with it). A stand-in tokenizer without ``vocab_size`` leaves
-    the bound unchecked."""
+    (every request in flight with it)."""
     bias = body.logit_bias_ids()
-    vocab = getattr(gw.engine.tokens, "vocab_size", None)
-    if isinstance(vocab, int) and bias and max(bias) >= vocab:
+    vocab = gw.engine.tokens.vocab_size
+    if bias and max(bias) >= vocab:
         raise InvalidRequest(
             f"logit_bias token id {max(bias)} is past the vocabulary ({vocab} tokens)",
             param="logit_bias",

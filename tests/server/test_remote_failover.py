@@ -30,6 +30,7 @@ class Tokens:
     think_start_id: int | None = 3
     think_end_id: int | None = 4
     eos_token_ids: tuple[int, ...] = (2,)
+    vocab_size: int = 8
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return ""

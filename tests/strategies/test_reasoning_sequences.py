@@ -30,6 +30,7 @@ class CharTokens:
     think_end_ids: tuple[int, ...] = field(init=False)
     think_start_id: int | None = None
     think_end_id: int | None = None
+    vocab_size: int = 0x110000  # every code point
 
     def __post_init__(self) -> None:
         self.think_start_ids = tuple(self.encode(self.start))

@@ -47,6 +47,7 @@ class Tokens:
         self.think_start_ids: tuple[int, ...] = (self.think_start_id,)
         self.think_end_ids: tuple[int, ...] = (self.codec.think_end_id,)
         self.eos_token_ids: tuple[int, ...] = (self.codec.eos_id,)
+        self.vocab_size: int = self.codec.vocab_size
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.codec.decode(list(token_ids))
