@@ -33,6 +33,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from core import options
 from core.base import JSON, StrategyContext, StrategyEvent, StrategyRequest
 from core.budget import Budget
 from core.engine import Engine, ExtraArg, FinishReason, GenerateRequest, SamplingConfig
@@ -59,21 +60,11 @@ class GuidancePlan:
 
 
 def _option_factor(request: StrategyRequest) -> float | None:
-    value = request.options.get("hard_cap_factor")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest("hard_cap_factor must be a number >= 1", param="hard_cap_factor")
-    if value < 1:
-        raise InvalidRequest(f"hard_cap_factor must be >= 1, got {value}", param="hard_cap_factor")
-    return float(value)
+    return options.number(request.options, "hard_cap_factor", None, lo=1.0)
 
 
 def _option_mask(request: StrategyRequest) -> bool:
-    value = request.options.get("guidance_mask", True)
-    if not isinstance(value, bool):
-        raise InvalidRequest("guidance_mask must be true or false", param="guidance_mask")
-    return value
+    return options.flag(request.options, "guidance_mask", True)
 
 
 def plan(request: StrategyRequest, engine: Engine) -> GuidancePlan:

@@ -42,6 +42,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from core import options
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest
 from core.engine import Engine, EngineLoad, Sample
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
@@ -97,29 +98,15 @@ def default_warmup(n: int, floor: int = MIN_WARMUP) -> int:
 
 
 def _warmup(request: StrategyRequest, n: int) -> int:
-    value = request.options.get("warmup")
-    if value is None:
-        return default_warmup(n)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= n:
-        raise InvalidRequest(f"warmup must be an integer in [1, samples={n}]", param="warmup")
-    return value
+    return options.integer(request.options, "warmup", default_warmup(n), hi=n)
 
 
 def _round_size(request: StrategyRequest) -> int | None:
-    value = request.options.get("round_size")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequest("round_size must be an integer >= 1", param="round_size")
-    return value
+    return options.integer(request.options, "round_size", None)
 
 
 def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
-    variant = request.options.get("variant", DEFAULT_VARIANT)
-    if not isinstance(variant, str) or variant not in VARIANTS:
-        raise InvalidRequest(
-            f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}", param="variant"
-        )
+    variant = options.choice(request.options, "variant", DEFAULT_VARIANT, VARIANTS)
     votes = vote_options(request, default="confidence")
     if votes.vote == "majority":
         raise InvalidRequest(

@@ -17,6 +17,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
 
+from core import options
 from core.base import StrategyContext, StrategyEvent, StrategyRequest
 from core.engine import Engine, GenerateRequest
 from core.errors import InvalidBudget
@@ -70,7 +71,7 @@ class Elastic:
                 event = trajectories.push(delta)
                 if event is not None:
                     yield event
-        with_ids = request.options.get("return_token_ids") is True  # as ``plain`` offers
+        with_ids = options.flag(request.options, "return_token_ids", False)  # as ``plain``
 
         def finished(traj: Trajectory) -> Ending:
             end = outcome(traj, p)

@@ -12,6 +12,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Final
 
+from core import options
 from core.base import JSON, StrategyRequest, budget_cuts
 from core.budget import Budget
 from core.engine import Engine, FinishReason, GenerateRequest, SampleDelta, SamplingConfig
@@ -29,11 +30,7 @@ MODES: Final = ("auto", "one-pass", "two-pass")
 def requested_mode(request: StrategyRequest, engine: Engine) -> str:
     """Body field ``elastic_mode``: ``auto`` (default: one pass when the engine has the
     processor), ``one-pass`` (400 without it) or ``two-pass`` (always the fallback)."""
-    mode = request.options.get("elastic_mode", "auto")
-    if not isinstance(mode, str) or mode not in MODES:
-        raise InvalidRequest(
-            f"elastic_mode must be one of {', '.join(MODES)}, got {mode!r}", param="elastic_mode"
-        )
+    mode = options.choice(request.options, "elastic_mode", "auto", MODES)
     has_processor = PROCESSOR in engine.processors
     if mode == "one-pass" and not has_processor:
         raise InvalidRequest(

@@ -15,6 +15,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import ClassVar
 
+from core import options
 from core.base import (
     Choice,
     Result,
@@ -47,7 +48,7 @@ class Plain:
             sampling=replace(req.sampling, n=req.n),
         )
         tokens = ctx.engine.tokens
-        with_ids = req.options.get("return_token_ids") is True
+        with_ids = options.flag(req.options, "return_token_ids", False)
         if not req.stream:
             samples = await ctx.engine.generate(gen)
             yield final_from_samples(samples, req, tokens, with_ids=with_ids)

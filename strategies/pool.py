@@ -6,12 +6,12 @@ them (``analyse``), scoring, and the final event from a selection (``final_event
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Final
 
+from core import options
 from core.base import (
     JSON,
     BudgetName,
@@ -80,14 +80,7 @@ def requested_samples(request: StrategyRequest, defaults: SamplingDefaults) -> i
 
 def option_alpha(request: StrategyRequest) -> float | None:
     """The body field ``alpha`` (a fraction of N in [0, 1]); None when absent."""
-    value = request.options.get("alpha")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest("alpha must be a number in [0, 1]", param="alpha")
-    if not 0.0 <= value <= 1.0:
-        raise InvalidRequest(f"alpha must be in [0, 1], got {value}", param="alpha")
-    return float(value)
+    return options.number(request.options, "alpha", None, lo=0.0, hi=1.0)
 
 
 def option_scorer(request: StrategyRequest) -> str | None:

@@ -4,14 +4,13 @@ server defaults (``SearchDefaults``, a resource) and one request's, checked and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from core import options
 from core.base import ResourceKey, StrategyContext, StrategyRequest
 from core.errors import InvalidBudget, InvalidRequest
 from strategies.prm import AGGREGATES
-from strategies.voting import int_option
 
 Aggregate = Literal["last", "min", "prod"]
 Select = Literal["best", "vote"]
@@ -54,54 +53,28 @@ class SearchOptions:
     resampling: str  # particle filtering only: systematic or multinomial
 
 
-def _choice(request: StrategyRequest, name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = request.options.get(name, default)
-    if not isinstance(value, str) or value not in allowed:
-        raise InvalidRequest(
-            f"{name} must be one of {', '.join(allowed)}, got {value!r}", param=name
-        )
-    return value
-
-
-def _temperature(request: StrategyRequest) -> float:
-    value = request.options.get("resample_temperature", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(
-            "resample_temperature must be a number >= 0", param="resample_temperature"
-        )
-    if value < 0:
-        raise InvalidRequest(
-            f"resample_temperature must be >= 0, got {value}", param="resample_temperature"
-        )
-    return float(value)
-
-
-def _delimiter(request: StrategyRequest, default: str) -> str:
-    value = request.options.get("step_delimiter", default)
-    if not isinstance(value, str) or not value:
-        raise InvalidRequest("step_delimiter must be a non-empty string", param="step_delimiter")
-    return value
-
-
 def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
     """The request's options; 400 naming the field for a bad one."""
     # The lowest step reward by default: a PRM that checks each step's own arithmetic
     # scores the steps after an error high again, so only the minimum keeps the error
     # (testbed PRM held out, within a question: min 0.72, last 0.48; models/prm/README.md).
-    aggregate = _choice(request, "aggregate", "min", AGGREGATES)
+    opts = request.options
+    aggregate = options.choice(opts, "aggregate", "min", AGGREGATES)
     # A PRM-weighted vote over the finished paths by default: Hugging Face's
     # search-and-learn found it the best final rule for beam search and DVTS, and it
     # degrades to a majority vote, not to one path's luck, where the PRM is unsure.
-    select = _choice(request, "select", "vote", SELECTS)
+    select = options.choice(opts, "select", "vote", SELECTS)
     return SearchOptions(
-        step_delimiter=_delimiter(request, defaults.step_delimiter),
-        max_steps=int_option(request, "max_steps", defaults.max_steps, MAX_STEPS),
-        max_step_tokens=int_option(request, "max_step_tokens", defaults.max_step_tokens, 1 << 20),
-        expansions=int_option(request, "expansions", defaults.expansions, MAX_EXPANSIONS),
+        step_delimiter=options.text(opts, "step_delimiter", defaults.step_delimiter),
+        max_steps=options.integer(opts, "max_steps", defaults.max_steps, hi=MAX_STEPS),
+        max_step_tokens=options.integer(
+            opts, "max_step_tokens", defaults.max_step_tokens, hi=1 << 20
+        ),
+        expansions=options.integer(opts, "expansions", defaults.expansions, hi=MAX_EXPANSIONS),
         aggregate=aggregate,  # type: ignore[arg-type]  # checked against AGGREGATES
         select=select,  # type: ignore[arg-type]  # checked against SELECTS
-        resample_temperature=_temperature(request),
-        resampling=_choice(request, "resampling", "systematic", RESAMPLINGS),
+        resample_temperature=options.number(opts, "resample_temperature", 1.0, lo=0.0),
+        resampling=options.choice(opts, "resampling", "systematic", RESAMPLINGS),
     )
 
 

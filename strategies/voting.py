@@ -16,11 +16,11 @@ offline). Body options of ``self-consistency``, ``best-of-majority``, ``pets`` a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from core import options
 from core.base import StrategyRequest
 from core.engine import Sample
 from core.errors import BackendError, InvalidRequest
@@ -48,40 +48,21 @@ class VoteOptions:
         return self.vote != "majority"
 
 
-def int_option(request: StrategyRequest, name: str, default: int, hi: int) -> int:
-    """A body option that must be an integer in [1, ``hi``]; ``default`` when absent."""
-    value = request.options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
-        raise InvalidRequest(f"{name} must be an integer in [1, {hi}], got {value!r}", param=name)
-    return value
-
-
 def share_option(request: StrategyRequest, name: str, default: float) -> float:
     """A share in (0, 1] from the body (``vote_filter``, ``consensus``)."""
-    value = request.options.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"{name} must be a number in (0, 1]", param=name)
-    if not 0.0 < value <= 1.0:
-        raise InvalidRequest(f"{name} must be in (0, 1], got {value}", param=name)
-    return float(value)
+    return options.number(request.options, name, default, lo=0.0, hi=1.0, lo_open=True)
 
 
 def vote_options(request: StrategyRequest, *, default: Vote = "majority") -> VoteOptions:
     """The request's vote options; 400 naming the field for a bad one."""
-    vote = request.options.get("vote", default)
-    if not isinstance(vote, str) or vote not in VOTES:
-        raise InvalidRequest(f"vote must be one of {', '.join(VOTES)}, got {vote!r}", param="vote")
+    vote = options.choice(request.options, "vote", default, VOTES)
     if "vote_filter" in request.options and vote != "confidence-top":
         raise InvalidRequest("vote_filter applies to vote confidence-top only", param="vote_filter")
     return VoteOptions(
         vote=vote,  # type: ignore[arg-type]
         share=share_option(request, "vote_filter", DEFAULT_FILTER),
-        window=int_option(request, "confidence_window", DEFAULT_WINDOW, MAX_WINDOW),
-        top_k=int_option(request, "confidence_top_k", DEFAULT_TOP_K, MAX_TOP_K),
+        window=options.integer(request.options, "confidence_window", DEFAULT_WINDOW, hi=MAX_WINDOW),
+        top_k=options.integer(request.options, "confidence_top_k", DEFAULT_TOP_K, hi=MAX_TOP_K),
     )
 
 

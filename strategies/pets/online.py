@@ -26,6 +26,7 @@ from typing import ClassVar, Final
 
 import numpy as np
 
+from core import options
 from core.base import (
     JSON,
     Choice,
@@ -151,12 +152,7 @@ async def _generate(ctx: StrategyContext, n: int, *, round_no: int) -> list[Samp
 
 def option_cap(request: StrategyRequest) -> int | None:
     """The body field ``cap``: the most samples one question may get (None: absent)."""
-    value = request.options.get("cap")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequest(f"cap must be an integer >= 1, got {value!r}", param="cap")
-    return value
+    return options.integer(request.options, "cap", None)
 
 
 def _labels(pool: Analysed) -> Sequence[Label]:
