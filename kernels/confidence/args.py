@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kernels.elastic.args import MAX_TOKEN_ID, int_arg
+from kernels.extra_args import MAX_TOKEN_ID, int_arg
 
 # The one name of this processor: --logits-processors, Engine.processors, replica probes.
 PROCESSOR_NAME: Final = "confidence"

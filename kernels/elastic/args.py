@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from kernels.extra_args import MAX_TOKEN_ID, int_arg
+
 # The one name of this processor: --logits-processors, Engine.processors, replica probes.
 PROCESSOR_NAME: Final = "elastic"
 PREFIX: Final = "thinkgate_"
@@ -59,9 +61,6 @@ KEYS: Final = (
 # Budgets above this are refused: they are almost surely a unit mistake, and every
 # value must fit the int32 state tensors with room for arithmetic.
 MAX_BUDGET: Final = 1_000_000
-# Token ids are bounded by int32 for the same reason; the vocab bound is checked by
-# the processor that knows the vocab size.
-MAX_TOKEN_ID: Final = 2**31 - 1
 # Longest closing sequence: the row state keeps one column per token (harmony's hand-over
 # is 6 tokens; a BPE-split ``</think>`` is 3 to 5).
 MAX_THINK_END_TOKENS: Final = 16
@@ -84,21 +83,6 @@ class ElasticArgs:
             object.__setattr__(self, "think_end_ids", (self.think_end_id,))
         elif self.think_end_ids[0] != self.think_end_id:
             raise ValueError("think_end_ids must start with think_end_id")
-
-
-def int_arg(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | None:
-    """The int at ``key`` in ``[lo, hi]``, None when absent; ValueError naming the key."""
-    if key not in extra or extra[key] is None:
-        return None
-    value = extra[key]
-    # bool is an int subclass; True as a budget is a client bug, not 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(
-            f"extra_args[{key!r}] must be an integer, got {type(value).__name__} {value!r}"
-        )
-    if not lo <= value <= hi:
-        raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
-    return value
 
 
 def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:

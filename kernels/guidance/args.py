@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kernels.elastic.args import int_arg
+from kernels.extra_args import int_arg
 
 BUDGET: Final = "thinkgate_bg_budget"
 THINKING_OPEN: Final = "thinkgate_bg_thinking_open"
