@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from server.budgets import HEADERS, STRATEGY_HEADER
 from server.protocol import ErrorEnvelope
-from strategies.pets.batch_input import MAX_TOTAL_BUDGET
+from strategies.pets.batches.input import MAX_TOTAL_BUDGET
 
 Schema = dict[str, Any]
 
@@ -180,7 +180,7 @@ def generation_responses(object_name: str) -> dict[int | str, Schema]:
     return {200: ok, **{s: error_answer(s, model=True) for s in statuses}}
 
 
-# --- PETS batches (server/routes/batches.py)
+# --- PETS batches (server/pets_batches/routes.py)
 
 _BATCH: Final[Schema] = {
     "type": "object",

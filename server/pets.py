@@ -12,7 +12,7 @@ names another model).
 Batch jobs live in ``pets-batches.sqlite3`` under ``--state-dir`` (default
 ``$XDG_STATE_HOME/thinkgate`` or ``~/.local/state/thinkgate``) and survive restarts:
 start-up claims and resumes the unfinished jobs of the served model; shutdown stops
-the runners and hands their jobs on (``strategies.pets.batch_jobs``). A ``--state-dir``
+the runners and hands their jobs on (``strategies.pets.batches.service``). A ``--state-dir``
 that cannot be opened fails start-up; when the *default* one cannot (a read-only home),
 the demo keeps working with jobs kept in memory only, and the log says so.
 """
@@ -29,10 +29,10 @@ from core import defaults
 from core.base import Attached
 from core.engine import Engine
 from server.settings import Settings
-from strategies.pets.batch_jobs import RESOURCE_KEY as JOBS_KEY
-from strategies.pets.batch_jobs import BatchJobs
+from strategies.pets.batches.service import RESOURCE_KEY as JOBS_KEY
+from strategies.pets.batches.service import BatchJobs
+from strategies.pets.batches.sqlite_store import FILE_NAME, SqliteBatchStore
 from strategies.pets.online import TABLE_KEY
-from strategies.pets.sqlite_store import FILE_NAME, SqliteBatchStore
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 
 log = structlog.get_logger("thinkgate.pets")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.routes import batches, chat, completions, health, messages, metrics, models, responses
+from server.pets_batches import routes as batches
+from server.routes import chat, completions, health, messages, metrics, models, responses
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,

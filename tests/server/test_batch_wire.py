@@ -1,15 +1,15 @@
-"""server/batch_wire.py renders a PETS job as OpenAI's batch object and list (no engine)."""
+"""server/pets_batches/wire.py renders a PETS job as OpenAI's batch object and list (no engine)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from core.base import JSON
-from server.batch_wire import batch_list, batch_object, output_lines
-from strategies.pets.batch import BatchView
-from strategies.pets.batch_input import BatchOptions
-from strategies.pets.batch_result import AnswerVotes, QuestionOutcome
-from strategies.pets.store import JobRecord
+from server.pets_batches.wire import batch_list, batch_object, output_lines
+from strategies.pets.batches.input import BatchOptions
+from strategies.pets.batches.job import BatchView
+from strategies.pets.batches.result import AnswerVotes, QuestionOutcome
+from strategies.pets.batches.store import JobRecord
 
 RECORD = JobRecord(
     id="batch_1",

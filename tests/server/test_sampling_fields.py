@@ -11,7 +11,7 @@ from core.budget import Budget
 from core.engine import SamplingConfig
 from core.errors import InvalidRequest
 from server.protocol import ChatCompletionRequest, parse_body
-from strategies.pets.store import sampling_from_json, sampling_json
+from strategies.pets.batches.store import sampling_from_json, sampling_json
 from strategies.search_options import check_budgets
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]'

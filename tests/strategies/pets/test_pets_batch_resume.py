@@ -25,11 +25,11 @@ from core.engine import (
     SamplingConfig,
 )
 from core.errors import BackendUnavailable
-from strategies.pets.batch import BatchJob, BatchView
-from strategies.pets.batch_input import BatchOptions, BatchQuestion
-from strategies.pets.batch_jobs import BatchJobs
-from strategies.pets.batch_result import QuestionOutcome
-from strategies.pets.sqlite_store import SqliteBatchStore
+from strategies.pets.batches.input import BatchOptions, BatchQuestion
+from strategies.pets.batches.job import BatchJob, BatchView
+from strategies.pets.batches.result import QuestionOutcome
+from strategies.pets.batches.service import BatchJobs
+from strategies.pets.batches.sqlite_store import SqliteBatchStore
 from testbed.tokenizer import CharCodec, chat_prompt
 
 LEASE_S = 30.0  # real-time renewals never fire within a test; the clock decides

@@ -12,9 +12,9 @@ import pytest_asyncio
 
 from core.base import JSON
 from core.engine import Sample, SamplingConfig
-from strategies.pets.batch_input import BatchOptions, BatchQuestion
-from strategies.pets.sqlite_store import SqliteBatchStore
-from strategies.pets.store import JobRecord, StoredSample
+from strategies.pets.batches.input import BatchOptions, BatchQuestion
+from strategies.pets.batches.sqlite_store import SqliteBatchStore
+from strategies.pets.batches.store import JobRecord, StoredSample
 
 LEASE_S = 10.0
 

@@ -1,4 +1,5 @@
-"""PETS batch jobs in one SQLite file: the default :class:`~strategies.pets.store.BatchStore`.
+"""PETS batch jobs in one SQLite file: the default
+:class:`~strategies.pets.batches.store.BatchStore`.
 
 Stdlib ``sqlite3`` in WAL mode with ``synchronous=NORMAL``: a commit appends to the
 write-ahead log without waiting for the disk, so what a killed gateway had committed
@@ -29,8 +30,8 @@ import numpy as np
 
 from core.base import JSON
 from core.engine import FinishReason, Sample
-from strategies.pets.batch_input import BatchQuestion
-from strategies.pets.store import (
+from strategies.pets.batches.input import BatchQuestion
+from strategies.pets.batches.store import (
     JobRecord,
     Status,
     StoredSample,

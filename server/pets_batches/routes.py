@@ -5,7 +5,7 @@
 lines; ``GET /v1/pets/batches`` lists jobs (newest first; ``limit``, ``after``), ``GET
 /{id}`` polls, ``GET /{id}/events`` streams snapshots (SSE), ``GET /{id}/output`` returns
 JSONL once completed, ``POST /{id}/cancel`` stops it. Jobs are in the gateway's batch
-store (``strategies.pets.batch_jobs``), so they outlive the process.
+store (``strategies.pets.batches.service``), so they outlive the process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from core.engine import SamplingConfig
 from core.errors import BackendUnavailable, InvalidRequest
 from server import openapi, sse
 from server.auth import authorize
-from server.batch_wire import (
+from server.pets_batches.wire import (
     batch_list,
     batch_object,
     options_from,
@@ -30,7 +30,7 @@ from server.batch_wire import (
 )
 from server.serving import read_body
 from server.state import gateway
-from strategies.pets.batch_jobs import RESOURCE_KEY, BatchJobs
+from strategies.pets.batches.service import RESOURCE_KEY, BatchJobs
 
 router = APIRouter(prefix="/v1/pets/batches")
 

@@ -1,7 +1,7 @@
 """What a finished PETS batch job keeps per question: a domain value, stored as JSON.
 
 The job computes these once, at completion, from its tallies; the store keeps them in
-order; ``server/batch_wire.py`` renders each as an OpenAI batch output line when a client
+order; ``server/pets_batches/wire.py`` renders each as an OpenAI batch output line when a client
 asks. Keeping the wire format out of the stored value means a change of wire (a new
 field, another API's batch format) needs no store migration.
 """

@@ -7,7 +7,7 @@ question, ``n = warm_up``), then rounds in which the ``round_size`` questions of
 most ``max_in_flight``), so vLLM batches them. Each answer updates its question's
 posterior; the final answer is the majority of the question's samples.
 
-The job lives in a :class:`~strategies.pets.store.BatchStore`; a :class:`BatchJob` is
+The job lives in a :class:`~strategies.pets.batches.store.BatchStore`; a :class:`BatchJob` is
 its runner in one gateway. Every engine request's samples are stored (one transaction)
 before they are counted, so a gateway killed mid-batch loses only the draws in flight,
 which were never counted. **Resume is replay**: a new runner re-observes the stored
@@ -17,7 +17,7 @@ until the budget is spent. Per-question outcomes are computed once, at completio
 stored with the ``completed`` status in the same transaction. A runner holds the job's lease
 and renews it every ``lease_s / 3``; when a renewal or a write finds the lease gone
 (cancelled, or taken over after it expired), it stops without writing anything more.
-Outcomes are domain values (:mod:`strategies.pets.batch_result`); the server renders
+Outcomes are domain values (:mod:`strategies.pets.batches.result`); the server renders
 them in OpenAI's batch output format.
 """
 
@@ -33,11 +33,11 @@ from core.base import JSON
 from core.engine import Engine, GenerateRequest, ModelTokens, Sample
 from core.errors import BackendError, BackendUnavailable, first_error
 from strategies.answers import equivalent, extract_answer, normalize
-from strategies.pets.batch_input import BatchQuestion
-from strategies.pets.batch_result import AnswerVotes, QuestionOutcome
+from strategies.pets.batches.input import BatchQuestion
+from strategies.pets.batches.result import AnswerVotes, QuestionOutcome
+from strategies.pets.batches.store import BatchStore, JobRecord, Status, StoredSample
 from strategies.pets.labels import Label
 from strategies.pets.okg import OkgAllocator
-from strategies.pets.store import BatchStore, JobRecord, Status, StoredSample
 from strategies.reasoning import split_ids
 
 # How a run ended in this process: ``done`` (the store has the outcome), ``lost`` (the
@@ -50,7 +50,7 @@ Outcome = Literal["done", "lost", "paused"]
 class BatchView:
     """A job as a client sees it: the record without who holds its lease (which changes
     with every renewal and is nobody's business), and the samples in flight. Equal
-    views look the same on the wire (``server/batch_wire.py`` renders them)."""
+    views look the same on the wire (``server/pets_batches/wire.py`` renders them)."""
 
     record: JobRecord
     in_flight: int = 0

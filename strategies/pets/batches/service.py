@@ -1,8 +1,8 @@
 """The PETS batch jobs of one gateway: submit, look up, list, cancel, and claim.
 
-Jobs live in a :class:`~strategies.pets.store.BatchStore` (by default one SQLite file
+Jobs live in a :class:`~strategies.pets.batches.store.BatchStore` (by default one SQLite file
 under the gateway's ``--state-dir``); this object runs some of them. Each gateway
-process has an owner id; a job runs where its lease is (``strategies.pets.batch``).
+process has an owner id; a job runs where its lease is (``strategies.pets.batches.job``).
 
 * **Start-up and every ``lease_s / 3``**, the gateway claims the in-progress jobs of the
   model it serves that nobody holds (released at a graceful shutdown, or lease
@@ -34,9 +34,9 @@ import structlog
 from core.base import JSON, ResourceKey
 from core.engine import Engine
 from core.errors import GatewayError, InvalidRequest, NotFound
-from strategies.pets.batch import BatchJob, BatchView
-from strategies.pets.batch_input import BatchOptions, BatchQuestion
-from strategies.pets.store import TERMINAL, BatchStore, JobRecord
+from strategies.pets.batches.input import BatchOptions, BatchQuestion
+from strategies.pets.batches.job import BatchJob, BatchView
+from strategies.pets.batches.store import TERMINAL, BatchStore, JobRecord
 
 log = structlog.get_logger("thinkgate.pets")
 
@@ -125,7 +125,7 @@ class BatchJobs:
     async def output(self, job_id: str) -> tuple[BatchView, list[dict[str, JSON]]]:
         """The finished job and what it stored per question, in order: each a
         ``QuestionOutcome`` as JSON (or, for jobs finished by versions that stored wire
-        lines, an OpenAI batch output line; ``server/batch_wire.py`` tells them apart)."""
+        lines, an OpenAI batch output line; ``server/pets_batches/wire.py`` tells them apart)."""
         record = await self._record(job_id)
         if record.status != "completed":
             raise InvalidRequest(f"batch {job_id} is {record.status}; output exists once completed")

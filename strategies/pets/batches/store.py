@@ -5,7 +5,7 @@ A store keeps, per job, what was submitted (questions, options), every sample dr
 (``owner`` + ``lease_until``, wall-clock seconds) that its runner renews. A job runs
 where its lease is; a runner whose lease is gone must stop without writing, and every
 write below is conditional on the writer still holding the job, so two gateways never
-both add to one job. ``strategies.pets.sqlite_store`` is the implementation (one
+both add to one job. ``strategies.pets.batches.sqlite_store`` is the implementation (one
 SQLite file); a database shared by several gateways implements the same protocol.
 
 The JSON forms of questions and options are here so every implementation stores the
@@ -21,7 +21,7 @@ from typing import Final, Literal, Protocol
 
 from core.base import JSON
 from core.engine import Sample, SamplingConfig
-from strategies.pets.batch_input import BatchOptions, BatchQuestion
+from strategies.pets.batches.input import BatchOptions, BatchQuestion
 
 Status = Literal["in_progress", "completed", "failed", "cancelled"]
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})

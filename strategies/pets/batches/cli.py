@@ -1,6 +1,6 @@
 """Run a JSONL file of questions as one PETS batch on a thinkgate server.
 
-    python -m strategies.pets.batch_cli --in q.jsonl --out a.jsonl \\
+    python -m strategies.pets.batches.cli --in q.jsonl --out a.jsonl \\
         --server http://127.0.0.1:8000 --average-budget 8 [--cap 32] [--round-size 16]
 
 Input lines: ``{"custom_id": ..., "body": {"messages": [...]}}`` (OpenAI batch input;
@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m strategies.pets.batch_cli")
+    p = argparse.ArgumentParser(prog="python -m strategies.pets.batches.cli")
     p.add_argument("--in", dest="input", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--server", default="http://127.0.0.1:8000")
