@@ -8,8 +8,12 @@ naming its key (vLLM answers the request with a 400 at admission).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, TypeVar
+
+logger = logging.getLogger(__name__)
+P = TypeVar("P")
 
 # Token ids are bounded by int32 (they live in int32 state tensors); the vocab bound is
 # checked by the processor that knows the vocab size.
@@ -29,3 +33,35 @@ def int_arg(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | No
     if not lo <= value <= hi:
         raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
     return value
+
+
+def usable_args(
+    parse: Callable[[Mapping[str, object] | None], P | None],
+    extra: Mapping[str, object] | None,
+    *,
+    processor: str,
+    vocab_size: int | None = None,
+    token_ids: Callable[[P], Iterable[int]] = lambda _: (),
+) -> P | None:
+    """A row's parsed arguments inside the engine, or None (the row is left alone).
+
+    Every adapter (V1 and V2) admits a row through this: vLLM has already refused a bad
+    request at admission (``validate_params``), so a ValueError here means a request
+    that bypassed it; it is logged and ignored, never raised (raising inside the engine
+    kills every request in it). Token ids the processor would force (``token_ids``) must
+    lie inside the model's vocabulary (the gateway cannot know it for a remote server)."""
+    try:
+        parsed = parse(extra)
+    except ValueError as exc:
+        logger.warning("thinkgate %s: ignoring bad extra_args: %s", processor, exc)
+        return None
+    if (
+        parsed is not None
+        and vocab_size is not None
+        and max(token_ids(parsed), default=-1) >= vocab_size
+    ):
+        logger.warning(
+            "thinkgate %s: token id outside the vocab (%d); not applied", processor, vocab_size
+        )
+        return None
+    return parsed

@@ -24,6 +24,7 @@ from kernels.batch_moves import apply_batch_update
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import confidence_step
 from kernels.confidence.state import ConfCol, new_state, row_values
+from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -86,15 +87,13 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         return out, parsed.top_k
 
     def _parse(self, params: SamplingParams) -> conf_args.ConfidenceArgs | None:
-        try:
-            parsed = conf_args.parse(params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate confidence: ignoring bad extra_args: %s", exc)
-            return None
-        if parsed is not None and parsed.eos_id >= self._vocab_size:
-            logger.warning("thinkgate confidence: EOS id outside the vocab; not applied")
-            return None
-        return parsed
+        return usable_args(
+            conf_args.parse,
+            params.extra_args,
+            processor="confidence",
+            vocab_size=self._vocab_size,
+            token_ids=lambda a: (a.eos_id,),
+        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
 from kernels.confidence import args as conf_args
+from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,14 +59,13 @@ class ConfidenceLogitsProcessorV2(LogitsProcessor):
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if it opts in."""
-        try:
-            parsed = conf_args.parse(sampling_params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate confidence: ignoring bad extra_args: %s", exc)
-            parsed = None
-        if parsed is not None and parsed.eos_id >= self._req_states.vocab_size:
-            logger.warning("thinkgate confidence: EOS id outside the vocab; not applied")
-            parsed = None
+        parsed = usable_args(
+            conf_args.parse,
+            sampling_params.extra_args,
+            processor="confidence",
+            vocab_size=self._req_states.vocab_size,
+            token_ids=lambda a: (a.eos_id,),
+        )
         if parsed is None:
             self._state.table.clear(req_idx)
             return False

@@ -35,6 +35,7 @@ from kernels.batch_moves import apply_batch_update
 from kernels.elastic import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
+from kernels.extra_args import usable_args
 from kernels.sequence import SequenceMatcher
 
 if TYPE_CHECKING:
@@ -139,18 +140,13 @@ class ElasticLogitsProcessor(LogitsProcessor):
 
     def _parse(self, params: SamplingParams) -> elastic_args.ElasticArgs | None:
         """The row's args, or None (row left free) when absent or unusable here."""
-        try:
-            parsed = elastic_args.parse(params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
-            return None
-        if parsed is not None and max(*parsed.think_end_ids, parsed.eos_id) >= self._vocab_size:
-            logger.warning(
-                "thinkgate elastic: token id outside the vocab (%d); budget not applied",
-                self._vocab_size,
-            )
-            return None
-        return parsed
+        return usable_args(
+            elastic_args.parse,
+            params.extra_args,
+            processor="elastic",
+            vocab_size=self._vocab_size,
+            token_ids=lambda a: (*a.think_end_ids, a.eos_id),
+        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step, on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
 from kernels.elastic import args as elastic_args
+from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,15 +72,13 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if budgeted."""
-        try:
-            parsed = elastic_args.parse(sampling_params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate elastic: ignoring bad extra_args: %s", exc)
-            parsed = None
-        vocab = self._req_states.vocab_size
-        if parsed is not None and max(*parsed.think_end_ids, parsed.eos_id) >= vocab:
-            logger.warning("thinkgate elastic: token id outside the vocab (%d)", vocab)
-            parsed = None
+        parsed = usable_args(
+            elastic_args.parse,
+            sampling_params.extra_args,
+            processor="elastic",
+            vocab_size=self._req_states.vocab_size,
+            token_ids=lambda a: (*a.think_end_ids, a.eos_id),
+        )
         if parsed is None:
             self._state.clear(req_idx)
             return False

@@ -44,6 +44,7 @@ from vllm.v1.sample.logits_processor import (
 )
 
 from kernels.batch_moves import apply_batch_update
+from kernels.extra_args import usable_args
 from kernels.guidance import args as guidance_args
 from kernels.guidance.gamma import apply_gamma_reweight
 from kernels.guidance.stash import STASH, GuidanceModel
@@ -167,11 +168,11 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
         apply_batch_update(batch_update, self._state, self._tracks, self._admit)
 
     def _admit(self, row: int, params: SamplingParams, out: list[int]) -> _Track | None:
-        try:
-            parsed = guidance_args.parse(params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate budget guidance: ignoring bad extra_args: %s", exc)
-            return None
+        parsed = usable_args(
+            guidance_args.parse,
+            params.extra_args,
+            processor="budget guidance",
+        )
         if parsed is None:
             return None
         self._state.write(row, row_values(parsed))

@@ -39,6 +39,7 @@ from vllm.v1.worker.gpu.sample.logits_processor import (
     LogitsProcRequestState,
 )
 
+from kernels.extra_args import usable_args
 from kernels.guidance import args as guidance_args
 from kernels.guidance.gamma import apply_gamma_reweight
 from kernels.guidance.stash import STASH
@@ -73,11 +74,11 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if guided."""
-        try:
-            parsed = guidance_args.parse(sampling_params.extra_args)
-        except ValueError as exc:  # validate_params should have refused it already
-            logger.warning("thinkgate budget guidance: ignoring bad extra_args: %s", exc)
-            parsed = None
+        parsed = usable_args(
+            guidance_args.parse,
+            sampling_params.extra_args,
+            processor="budget guidance",
+        )
         if parsed is None:
             self._state.clear(req_idx)
             return False
