@@ -28,6 +28,27 @@ class RowTable(Protocol):
     def swap(self, a: int, b: int) -> None: ...
 
 
+class ShippedTable(RowTable, Protocol):
+    """A row table with a host copy shipped to the device once per step."""
+
+    active_count: int
+
+    def flush(self) -> None: ...
+
+
+def drop_every_row(table: ShippedTable, rows: dict[int, T]) -> None:
+    """After a failure inside the engine: every row of ours cleared (its request goes on
+    without the processor: unguarded output beats a dead engine), the table shipped; a
+    table that cannot even ship is marked empty, so ``apply`` passes logits through."""
+    for row in list(rows):
+        table.clear(row)
+    rows.clear()
+    try:
+        table.flush()
+    except Exception:
+        table.active_count = 0
+
+
 def apply_batch_update(
     update: BatchUpdate,
     table: RowTable,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from kernels.batch_moves import apply_batch_update
+from kernels.batch_moves import apply_batch_update, drop_every_row
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import confidence_step
 from kernels.confidence.state import ConfCol, new_state, row_values
@@ -114,10 +114,4 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         if not self._failed:
             logger.exception("thinkgate confidence: %s failed; early stop disabled", where)
             self._failed = True
-        for row in list(self._rows):
-            self._state.table.clear(row)
-        self._rows.clear()
-        try:
-            self._state.table.flush()
-        except Exception:
-            self._state.table.active_count = 0
+        drop_every_row(self._state.table, self._rows)

@@ -31,7 +31,7 @@ from vllm.v1.sample.logits_processor import (
     LogitsProcessor,
 )
 
-from kernels.batch_moves import apply_batch_update
+from kernels.batch_moves import apply_batch_update, drop_every_row
 from kernels.elastic import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
@@ -163,11 +163,5 @@ class ElasticLogitsProcessor(LogitsProcessor):
         if not self._failed:
             logger.exception("thinkgate elastic: %s failed; budgets disabled", where)
             self._failed = True
-        for row in list(self._tracks):
-            self._state.clear(row)
-        self._tracks.clear()
         self._sequences = False
-        try:
-            self._state.flush()
-        except Exception:
-            self._state.active_count = 0
+        drop_every_row(self._state, self._tracks)

@@ -43,7 +43,7 @@ from vllm.v1.sample.logits_processor import (
     LogitsProcessor,
 )
 
-from kernels.batch_moves import apply_batch_update
+from kernels.batch_moves import apply_batch_update, drop_every_row
 from kernels.extra_args import usable_args
 from kernels.guidance import args as guidance_args
 from kernels.guidance.gamma import apply_gamma_reweight
@@ -210,6 +210,4 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
             logger.exception("thinkgate budget guidance: %s failed; guidance disabled", where)
             self._failed = True
         self._num_guided = 0
-        for row in list(self._tracks):
-            self._state.clear(row)
-        self._tracks.clear()
+        drop_every_row(self._state, self._tracks)

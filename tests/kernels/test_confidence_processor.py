@@ -242,6 +242,14 @@ def test_apply_never_raises() -> None:
     proc.update_state(BatchUpdate(1, [], [(0, _params(8.0), None, out)], []))
     broken = torch.zeros(1, 2)  # fewer columns than the EOS id: the op fails inside
     assert proc.apply(broken) is broken
+    # After a failure every row is dropped (its trace goes on unguarded): the next step
+    # leaves even an unsure row's logits alone, and the table says no row is active.
+    assert proc._rows == {} and proc._state.table.active_count == 0
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(6):
+        out.append(7)
+        before, after = _step(proc, [_flat(gen)], None)
+        assert torch.equal(after, before)
 
 
 def _v2(slots: int) -> tuple[ConfidenceLogitsProcessorV2, Any]:
