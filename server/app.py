@@ -22,6 +22,7 @@ from engines.factory import open_engine
 from engines.local import stopping
 from server import errors
 from server.admission import Admission
+from server.gateway import Gateway
 from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe
@@ -31,7 +32,6 @@ from server.resources import build_resources
 from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
-from server.state import Gateway
 
 log = structlog.get_logger("thinkgate.app")
 

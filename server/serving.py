@@ -48,11 +48,11 @@ from server import budgets, chat_translation, effort
 from server.admission import Slot
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
+from server.gateway import Gateway, gateway
 from server.metrics import record_end, route_label
 from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 from server.render import Body, Envelope, Kind, response_body
 from server.request_engine import RequestEngine, Tally, with_tally
-from server.state import Gateway, gateway
 from server.streaming import (
     ABORTED,
     FIRST_EVENT_WAIT_S,

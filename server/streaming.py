@@ -43,9 +43,9 @@ from starlette.types import Receive, Scope, Send
 from core.base import ChoiceDelta, Progress, Result, StrategyEvent
 from core.errors import BackendError, BackendUnavailable, GatewayError
 from server import render, sse
+from server.gateway import Gateway
 from server.metrics import record_end
 from server.render import Body, Envelope
-from server.state import Gateway
 
 log = structlog.get_logger("thinkgate.http")
 

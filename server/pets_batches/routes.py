@@ -21,6 +21,7 @@ from core.engine import SamplingConfig
 from core.errors import BackendUnavailable, InvalidRequest
 from server import openapi, sse
 from server.auth import authorize
+from server.gateway import gateway
 from server.pets_batches.wire import (
     batch_list,
     batch_object,
@@ -29,7 +30,6 @@ from server.pets_batches.wire import (
     parse_lines,
 )
 from server.serving import read_body
-from server.state import gateway
 from strategies.pets.batches.service import RESOURCE_KEY, BatchJobs
 
 router = APIRouter(prefix="/v1/pets/batches")

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from core.errors import GatewayError
 from server.errors import response_headers
-from server.state import gateway
+from server.gateway import gateway
 
 router = APIRouter()
 

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server.gateway import gateway
 from server.metrics import CONTENT_TYPE
-from server.state import gateway
 
 router = APIRouter()
 

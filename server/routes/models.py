@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from server.auth import authorize
 from server.errors import response_headers
-from server.state import gateway
+from server.gateway import gateway
 
 router = APIRouter()
 

@@ -181,10 +181,10 @@ def _gateway(**settings: Any) -> Any:
     from core.base import Resources
     from core.registry import Registry
     from server.admission import Admission
+    from server.gateway import Gateway
     from server.lifecycle import Lifecycle
     from server.metrics import Metrics
     from server.settings import Settings
-    from server.state import Gateway
 
     metrics = Metrics()
     return Gateway(
