@@ -632,6 +632,7 @@ class ScriptedApp:
     client: httpx.AsyncClient
     engine: Any  # engines.scripted.ScriptedEngine (imported lazily)
     model: str
+    asgi: Any = None  # the app itself, for clients of other HTTP stacks (anthropic's httpx2)
 
 
 @pytest.fixture(scope="session")
@@ -668,7 +669,7 @@ def scripted_app(
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://scripted") as c:
-                yield ScriptedApp(client=c, engine=engine, model=engine.model_name)
+                yield ScriptedApp(client=c, engine=engine, model=engine.model_name, asgi=app)
 
     return open_app
 

@@ -103,26 +103,6 @@ def test_min_tokens_and_repetition_penalty_reach_the_engine(
     assert _text(penalised) != _text(base)
 
 
-def test_a_misspelt_or_foreign_option_is_a_400_naming_it(
-    openai_client: Any, served_model: str
-) -> None:
-    model = served_model
-    with pytest.raises(openai.BadRequestError) as unknown:
-        openai_client.chat.completions.create(
-            model=model, messages=MESSAGES, max_tokens=4, extra_body={"colour": "red"}
-        )
-    assert _error(unknown.value)["param"] == "colour"
-    with pytest.raises(openai.BadRequestError) as foreign:
-        openai_client.chat.completions.create(
-            model=model,
-            messages=MESSAGES,
-            max_tokens=4,
-            extra_body={"strategy": "self-consistency", "alpha": 0.1},
-        )
-    assert _error(foreign.value)["param"] == "alpha"
-    assert "option of best-of-majority" in _error(foreign.value)["message"]
-
-
 def test_vllm_benchmark_client_payload_streams(base_url: str, served_model: str) -> None:
     """What ``vllm bench serve`` (openai backend) posts to /v1/completions, verbatim."""
     payload = {

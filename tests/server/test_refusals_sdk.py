@@ -1,0 +1,106 @@
+"""What the gateway refuses before any engine call, as the real SDKs see it, in the fast
+tier: the OpenAI SDK (chat options, the Responses API) and the Anthropic SDK (Messages)
+against the app of ``thinkgate serve`` over ASGI, with a scripted engine that fails the
+test if it is called. (Behaviour that needs an engine stays in the live suites.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import openai
+import pytest
+
+from core.engine import GenerateRequest
+from testbed.task import make_questions
+
+EASY = make_questions("test", 1, seed=3, min_ops=1, max_ops=2)[0].prompt
+MESSAGES = [{"role": "user", "content": EASY}]
+
+
+def _never(request: GenerateRequest) -> Any:
+    raise AssertionError(f"a refused request reached the engine: {request.request_id}")
+
+
+def _http(app: Any) -> httpx.AsyncClient:
+    return app.client  # type: ignore[no-any-return]  # ASGI transport to the app
+
+
+def _openai(app: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=str(_http(app).base_url).rstrip("/") + "/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=_http(app),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"background": True}, "background"),
+        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
+        ({"extra_body": {"max_output_tokens": "many"}}, "max_output_tokens"),
+    ],
+)
+async def test_responses_refusals_are_400s_naming_the_field(
+    scripted_app: Callable[..., Any], extra: dict[str, Any], param: str
+) -> None:
+    async with scripted_app(_never) as app:
+        with pytest.raises(openai.BadRequestError) as info:
+            await _openai(app).responses.create(model=app.model, input=EASY, **extra)
+        assert app.engine.calls == []
+    assert info.value.body["param"] == param  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
+        ({"tools": [{"name": "t", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
+        ({"extra_body": {"temperature": 3.0}}, "temperature"),
+    ],
+)
+async def test_messages_refusals_are_400s_in_anthropics_envelope(
+    scripted_app: Callable[..., Any], extra: dict[str, Any], words: str
+) -> None:
+    async with scripted_app(_never) as app:
+        # The Anthropic SDK speaks through httpx2 (its own fork of httpx).
+        transport = httpx2.ASGITransport(app=app.asgi)
+        claude = anthropic.AsyncAnthropic(
+            base_url="http://scripted",
+            api_key="unused",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
+        )
+        with pytest.raises(anthropic.BadRequestError) as info:
+            await claude.messages.create(model=app.model, max_tokens=64, messages=MESSAGES, **extra)
+        assert app.engine.calls == []
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert words in body["error"]["message"]
+
+
+async def test_an_option_of_another_strategy_is_a_400_naming_it(
+    scripted_app: Callable[..., Any],
+) -> None:
+    async with scripted_app(_never) as app:
+        client = _openai(app)
+        with pytest.raises(openai.BadRequestError) as foreign:
+            await client.chat.completions.create(
+                model=app.model,
+                messages=MESSAGES,
+                max_tokens=4,
+                extra_body={"strategy": "self-consistency", "alpha": 0.1},
+            )
+        assert app.engine.calls == []
+    error: Any = foreign.value.body
+    assert error["param"] == "alpha" and "option of best-of-majority" in error["message"]
