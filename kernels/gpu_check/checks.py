@@ -95,13 +95,20 @@ def check_elastic_mask(
     return Result("elastic mask", True, f"bit-exact on {len(done)} cases ({', '.join(done[::2])})")
 
 
-def check_elastic_track(device: torch.device, cases: int, seed: int = 0) -> Result:
+def check_elastic_track(
+    device: torch.device,
+    cases: int,
+    seed: int = 0,
+    *,
+    max_rows: int = 64,
+    lengths: tuple[int, ...] = (17, 300, 4096),
+) -> Result:
     from kernels.elastic.track import elastic_track_ref
     from kernels.elastic.track_triton import apply_elastic_track_triton
 
     rng = random.Random(seed)
     for i in range(cases):
-        capacity, max_len, end = rng.randint(1, 64), rng.choice([17, 300, 4096]), 5
+        capacity, max_len, end = rng.randint(1, max_rows), rng.choice(lengths), 5
         table = elastic_table(rng, capacity, 8, torch.device("cpu"))
         table[ElasticCol.THINK_END_ID] = end
         table[ElasticCol.THINK_END_POS] = torch.tensor(
@@ -125,7 +132,9 @@ def check_elastic_track(device: torch.device, cases: int, seed: int = 0) -> Resu
         if not torch.equal(a.cpu(), b.cpu()):
             return Result("elastic track", False, f"case {i}: capacity={capacity} len={max_len}")
     return Result(
-        "elastic track", True, f"exact on {cases} random batches (up to 64 rows, 4096 tokens)"
+        "elastic track",
+        True,
+        f"exact on {cases} random batches (up to {max_rows} rows, {max(lengths)} tokens)",
     )
 
 
