@@ -77,3 +77,8 @@ def parse(extra_args: Mapping[str, object] | None) -> ConfidenceArgs | None:
 def extra_args(args: ConfidenceArgs) -> dict[str, int | float]:
     """The ``extra_args`` entries that ask for ``args`` (what the strategy sends)."""
     return {THRESHOLD: args.threshold, WINDOW: args.window, TOP_K: args.top_k, EOS_ID: args.eos_id}
+
+
+def forced_ids(args: ConfidenceArgs) -> tuple[int, ...]:
+    """The token ids the processor may force for ``args`` (EOS, to end a trace)."""
+    return (args.eos_id,)

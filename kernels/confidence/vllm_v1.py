@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
+from kernels.adapters import RowArgs
 from kernels.batch_moves import apply_batch_update, drop_every_row
 from kernels.confidence import args as conf_args
 from kernels.confidence.ops import confidence_step
 from kernels.confidence.state import ConfCol, new_state, row_values
-from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -33,15 +33,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ConfidenceLogitsProcessor(LogitsProcessor):
+class ConfidenceLogitsProcessor(RowArgs[conf_args.ConfidenceArgs], LogitsProcessor):
     """Ends a trace whose sliding-window confidence falls below its request's threshold."""
 
     name: ClassVar[str] = conf_args.PROCESSOR_NAME  # as reported in Engine.processors
-
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (frontend process): a ValueError becomes an HTTP 400."""
-        conf_args.parse(sampling_params.extra_args)
+    label: ClassVar[str] = "confidence"
+    parse_args = staticmethod(conf_args.parse)
+    forced_ids = staticmethod(conf_args.forced_ids)
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._vocab_size = vllm_config.model_config.get_vocab_size()
@@ -51,7 +49,6 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         # row -> (vLLM's live output-token list, the request's k)
         self._rows: dict[int, tuple[list[int], int]] = {}
         self._max_k = 1  # the largest top-k among the rows (the op's topk width)
-        self._failed = False
 
     def is_argmax_invariant(self) -> bool:
         """Forcing EOS changes the argmax, so greedy rows must see it."""
@@ -77,7 +74,7 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
     def _admit(
         self, row: int, params: SamplingParams, out: list[int]
     ) -> tuple[list[int], int] | None:
-        parsed = self._parse(params)
+        parsed = self.row_args(params, self._vocab_size)
         if parsed is None:
             return None
         values = row_values(parsed)
@@ -85,15 +82,6 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
         self._state.table.write(row, values)
         self._state.reset_slot(row)
         return out, parsed.top_k
-
-    def _parse(self, params: SamplingParams) -> conf_args.ConfidenceArgs | None:
-        return usable_args(
-            conf_args.parse,
-            params.extra_args,
-            processor="confidence",
-            vocab_size=self._vocab_size,
-            token_ids=lambda a: (a.eos_id,),
-        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
@@ -111,7 +99,5 @@ class ConfidenceLogitsProcessor(LogitsProcessor):
 
     def _fail(self, where: str) -> None:
         """Log once and deactivate every row: unguarded traces beat a dead engine."""
-        if not self._failed:
-            logger.exception("thinkgate confidence: %s failed; early stop disabled", where)
-            self._failed = True
+        self.report_failure(where, "early stop disabled")
         drop_every_row(self._state.table, self._rows)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
+from kernels.adapters import RowArgs
 from kernels.confidence import args as conf_args
-from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,14 +32,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ConfidenceLogitsProcessorV2(LogitsProcessor):
+class ConfidenceLogitsProcessorV2(RowArgs[conf_args.ConfidenceArgs], LogitsProcessor):
     """Ends a trace whose sliding-window confidence falls below its request's threshold."""
 
     name: ClassVar[str] = conf_args.PROCESSOR_NAME  # as reported in Engine.processors
 
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        conf_args.parse(sampling_params.extra_args)
+    label: ClassVar[str] = "confidence"
+    parse_args = staticmethod(conf_args.parse)
+    forced_ids = staticmethod(conf_args.forced_ids)
 
     def __init__(self, vllm_config: VllmConfig, req_states: LogitsProcRequestState) -> None:
         # Imported here, in the worker: vLLM also loads this class in the frontend.
@@ -55,17 +55,10 @@ class ConfidenceLogitsProcessorV2(LogitsProcessor):
         self._state = new_state(req_states.max_num_reqs, device, pin_memory=device.type == "cuda")
         self._active_np: np.ndarray = self._state.table.host_np[ConfCol.ACTIVE]
         self._top_k_np: np.ndarray = self._state.table.host_np[ConfCol.TOP_K]
-        self._failed = False
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if it opts in."""
-        parsed = usable_args(
-            conf_args.parse,
-            sampling_params.extra_args,
-            processor="confidence",
-            vocab_size=self._req_states.vocab_size,
-            token_ids=lambda a: (a.eos_id,),
-        )
+        parsed = self.row_args(sampling_params, self._req_states.vocab_size)
         if parsed is None:
             self._state.table.clear(req_idx)
             return False
@@ -88,7 +81,5 @@ class ConfidenceLogitsProcessorV2(LogitsProcessor):
             max_k = min(int(self._top_k_np[slots_np].max()), logits.shape[1])
             self._step(logits, self._state, slots, gen, max_k)
         except Exception:
-            if not self._failed:
-                logger.exception("thinkgate confidence: apply failed; logits passed through")
-                self._failed = True
+            self.report_failure("apply", "logits passed through")
         return logits

@@ -152,3 +152,8 @@ def ids_arg(extra: Mapping[str, object], key: str) -> tuple[int, ...] | None:
     if max(ids) > MAX_TOKEN_ID:
         raise ValueError(f"extra_args[{key!r}]: token id {max(ids)} out of range")
     return ids
+
+
+def forced_ids(args: ElasticArgs) -> tuple[int, ...]:
+    """The token ids the processor may force for ``args`` (the closing sequence, EOS)."""
+    return (*args.think_end_ids, args.eos_id)

@@ -31,11 +31,11 @@ from vllm.v1.sample.logits_processor import (
     LogitsProcessor,
 )
 
+from kernels.adapters import RowArgs
 from kernels.batch_moves import apply_batch_update, drop_every_row
 from kernels.elastic import args as elastic_args
 from kernels.elastic.mask import apply_elastic_mask
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol, new_state, row_values
-from kernels.extra_args import usable_args
 from kernels.sequence import SequenceMatcher
 
 if TYPE_CHECKING:
@@ -80,16 +80,14 @@ class _Track:
         return (THINKING if self.thinking else ANSWER), n - self.phase_start, self.matched
 
 
-class ElasticLogitsProcessor(LogitsProcessor):
+class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
 
     # The name the gateway reports in Engine.processors (strategies.elastic_plan.PROCESSOR).
-    name: ClassVar[str] = elastic_args.PROCESSOR_NAME  # as reported in Engine.processors
-
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (frontend process): a ValueError becomes an HTTP 400."""
-        elastic_args.parse(sampling_params.extra_args)
+    name: ClassVar[str] = elastic_args.PROCESSOR_NAME
+    label: ClassVar[str] = "elastic"
+    parse_args = staticmethod(elastic_args.parse)
+    forced_ids = staticmethod(elastic_args.forced_ids)
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._vocab_size = vllm_config.model_config.get_vocab_size()
@@ -97,7 +95,6 @@ class ElasticLogitsProcessor(LogitsProcessor):
             vllm_config.scheduler_config.max_num_seqs, device, pin_memory=is_pin_memory
         )
         self._tracks: dict[int, _Track] = {}
-        self._failed = False
         # Some active row closes thinking with several tokens (MATCHED column in use; the
         # mask must take the torch op, which forces token MATCHED of the sequence).
         self._sequences = False
@@ -132,21 +129,11 @@ class ElasticLogitsProcessor(LogitsProcessor):
         apply_batch_update(batch_update, self._state, self._tracks, self._admit)
 
     def _admit(self, row: int, params: SamplingParams, out: list[int]) -> _Track | None:
-        parsed = self._parse(params)
+        parsed = self.row_args(params, self._vocab_size)
         if parsed is None:
             return None
         self._state.write(row, row_values(parsed))
         return _Track(out, SequenceMatcher(parsed.think_end_ids), parsed.thinking_open)
-
-    def _parse(self, params: SamplingParams) -> elastic_args.ElasticArgs | None:
-        """The row's args, or None (row left free) when absent or unusable here."""
-        return usable_args(
-            elastic_args.parse,
-            params.extra_args,
-            processor="elastic",
-            vocab_size=self._vocab_size,
-            token_ids=lambda a: (*a.think_end_ids, a.eos_id),
-        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step, on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
@@ -160,8 +147,6 @@ class ElasticLogitsProcessor(LogitsProcessor):
 
     def _fail(self, where: str) -> None:
         """Log once and deactivate every row: unbudgeted output beats a dead engine."""
-        if not self._failed:
-            logger.exception("thinkgate elastic: %s failed; budgets disabled", where)
-            self._failed = True
+        self.report_failure(where, "budgets disabled")
         self._sequences = False
         drop_every_row(self._state, self._tracks)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
+from kernels.adapters import RowArgs
 from kernels.elastic import args as elastic_args
-from kernels.extra_args import usable_args
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,15 +38,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ElasticLogitsProcessorV2(LogitsProcessor):
+class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcessor):
     """Thinking budget t and solution budget s per request, in one engine pass."""
 
     name: ClassVar[str] = elastic_args.PROCESSOR_NAME  # as reported in Engine.processors
 
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (frontend process): a ValueError becomes an HTTP 400."""
-        elastic_args.parse(sampling_params.extra_args)
+    label: ClassVar[str] = "elastic"
+    parse_args = staticmethod(elastic_args.parse)
+    forced_ids = staticmethod(elastic_args.forced_ids)
 
     def __init__(self, vllm_config: VllmConfig, req_states: LogitsProcRequestState) -> None:
         # Imported here, in the worker: vLLM also loads this class in the frontend (for
@@ -68,17 +67,10 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
         # Host view of END_LEN: a batch with a multi-token closing takes the torch ops
         # (the Triton kernels force and find one token only); known without a sync.
         self._end_len_np: np.ndarray = self._state.host_np[ElasticCol.END_LEN]
-        self._failed = False
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if budgeted."""
-        parsed = usable_args(
-            elastic_args.parse,
-            sampling_params.extra_args,
-            processor="elastic",
-            vocab_size=self._req_states.vocab_size,
-            token_ids=lambda a: (*a.think_end_ids, a.eos_id),
-        )
+        parsed = self.row_args(sampling_params, self._req_states.vocab_size)
         if parsed is None:
             self._state.clear(req_idx)
             return False
@@ -108,7 +100,5 @@ class ElasticLogitsProcessorV2(LogitsProcessor):
             self._mask(logits, table, ctx.expanded_idx_mapping, sequences=end_len > 1)
         except Exception:
             # Raising here kills the engine for every request: pass the logits through.
-            if not self._failed:
-                logger.exception("thinkgate elastic: apply failed; logits passed through")
-                self._failed = True
+            self.report_failure("apply", "logits passed through")
         return logits

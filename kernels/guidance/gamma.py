@@ -19,9 +19,10 @@ Tokens whose logit is ``-inf`` (p = 0) stay ``-inf``. Rows with ``budget[g] <= 0
 left untouched bit for bit (the Model Runner V2 adapter passes every row and marks the
 unguided ones that way).
 
-:func:`apply_gamma_reweight` dispatches to the Triton kernel for CUDA tensors and to
-:func:`gamma_reweight_ref` (torch, ``torch.special.gammainc``) otherwise. Both run in
-place with no host sync and no per-row Python loop.
+This module is the spec and the torch reference (:func:`gamma_reweight_ref`,
+``torch.special.gammainc``); :mod:`kernels.guidance.gamma_triton` is the CUDA kernel;
+:mod:`kernels.guidance.reweight` picks one per tensor. Both run in place with no host
+sync and no per-row Python loop.
 """
 
 from __future__ import annotations
@@ -108,19 +109,3 @@ def gamma_reweight_ref(
     new = torch.where(guided.unsqueeze(1), sub + torch.log(factor), sub)
     logits.index_copy_(0, idx, new)
     return logits
-
-
-def apply_gamma_reweight(
-    logits: torch.Tensor,
-    rows: torch.Tensor | None,
-    a_raw: torch.Tensor,
-    l_raw: torch.Tensor,
-    budget: torch.Tensor,
-    mask: torch.Tensor,
-) -> torch.Tensor:
-    """In place: the Triton kernel for CUDA tensors, :func:`gamma_reweight_ref` otherwise."""
-    if logits.is_cuda:
-        from kernels.guidance.gamma_triton import gamma_reweight_triton
-
-        return gamma_reweight_triton(logits, rows, a_raw, l_raw, budget, mask)
-    return gamma_reweight_ref(logits, rows, a_raw, l_raw, budget, mask)

@@ -16,7 +16,7 @@ newline). Per step:
   the row-state table and copied to the device once.
 * :meth:`apply`: takes the step's hidden states from the stash, returns at once when no
   row is guided, else runs the predictor on the guided rows only and one batched
-  reweighting op (:func:`kernels.guidance.gamma.apply_gamma_reweight`). No per-row loop, no
+  reweighting op (:func:`kernels.guidance.reweight.apply_gamma_reweight`). No per-row loop, no
   ``.item()``/``.tolist()``, and it never raises: a failure is logged once and the
   logits pass through.
 
@@ -43,10 +43,10 @@ from vllm.v1.sample.logits_processor import (
     LogitsProcessor,
 )
 
+from kernels.adapters import RowArgs
 from kernels.batch_moves import apply_batch_update, drop_every_row
-from kernels.extra_args import usable_args
 from kernels.guidance import args as guidance_args
-from kernels.guidance.gamma import apply_gamma_reweight
+from kernels.guidance.reweight import apply_gamma_reweight
 from kernels.guidance.stash import STASH, GuidanceModel
 from kernels.guidance.state import GuidanceCol, new_state, row_values
 
@@ -86,16 +86,13 @@ class _Track:
         self.scanned = n
 
 
-class BudgetGuidanceLogitsProcessor(LogitsProcessor):
+class BudgetGuidanceLogitsProcessor(RowArgs[guidance_args.GuidanceArgs], LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
 
     # The name the gateway reports in Engine.processors (strategies.budget_guidance).
     name: ClassVar[str] = guidance_args.PROCESSOR_NAME
-
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (frontend process): a ValueError becomes an HTTP 400."""
-        guidance_args.parse(sampling_params.extra_args)
+    label: ClassVar[str] = "budget guidance"
+    parse_args = staticmethod(guidance_args.parse)
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._device = torch.device(device)
@@ -108,7 +105,6 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
         self._rows = torch.zeros(0, dtype=torch.int64, device=self._device)
         self._budget = torch.zeros(0, dtype=torch.int32, device=self._device)
         self._mask = torch.zeros(0, dtype=torch.int32, device=self._device)
-        self._failed = False
         self._warned_unavailable = False
 
     def is_argmax_invariant(self) -> bool:
@@ -168,11 +164,7 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
         apply_batch_update(batch_update, self._state, self._tracks, self._admit)
 
     def _admit(self, row: int, params: SamplingParams, out: list[int]) -> _Track | None:
-        parsed = usable_args(
-            guidance_args.parse,
-            params.extra_args,
-            processor="budget guidance",
-        )
+        parsed = self.row_args(params, None)  # it forces no token
         if parsed is None:
             return None
         self._state.write(row, row_values(parsed))
@@ -206,8 +198,6 @@ class BudgetGuidanceLogitsProcessor(LogitsProcessor):
 
     def _fail(self, where: str) -> None:
         """Log once and stop guiding every row: unguided output beats a dead engine."""
-        if not self._failed:
-            logger.exception("thinkgate budget guidance: %s failed; guidance disabled", where)
-            self._failed = True
+        self.report_failure(where, "guidance disabled")
         self._num_guided = 0
         drop_every_row(self._state, self._tracks)

@@ -39,9 +39,9 @@ from vllm.v1.worker.gpu.sample.logits_processor import (
     LogitsProcRequestState,
 )
 
-from kernels.extra_args import usable_args
+from kernels.adapters import RowArgs
 from kernels.guidance import args as guidance_args
-from kernels.guidance.gamma import apply_gamma_reweight
+from kernels.guidance.reweight import apply_gamma_reweight
 from kernels.guidance.stash import STASH
 from kernels.guidance.state import GuidanceCol, new_state, row_values
 
@@ -52,16 +52,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
+class BudgetGuidanceLogitsProcessorV2(RowArgs[guidance_args.GuidanceArgs], LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
 
     # The name the gateway reports in Engine.processors (strategies.budget_guidance).
     name: ClassVar[str] = guidance_args.PROCESSOR_NAME
 
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """At admission (frontend process): a ValueError becomes an HTTP 400."""
-        guidance_args.parse(sampling_params.extra_args)
+    label: ClassVar[str] = "budget guidance"
+    parse_args = staticmethod(guidance_args.parse)
 
     def __init__(self, vllm_config: VllmConfig, req_states: LogitsProcRequestState) -> None:
         self._req_states = req_states
@@ -69,16 +67,11 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
         self._state = new_state(req_states.max_num_reqs, device, pin_memory=device.type == "cuda")
         # Host view of ACTIVE: the early exit must not touch the device.
         self._active_np: np.ndarray = self._state.host_np[GuidanceCol.ACTIVE]
-        self._failed = False
         self._warned_unavailable = False
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if guided."""
-        parsed = usable_args(
-            guidance_args.parse,
-            sampling_params.extra_args,
-            processor="budget guidance",
-        )
+        parsed = self.row_args(sampling_params, None)  # it forces no token
         if parsed is None:
             self._state.clear(req_idx)
             return False
@@ -104,9 +97,7 @@ class BudgetGuidanceLogitsProcessorV2(LogitsProcessor):
             apply_gamma_reweight(logits, None, a_raw, l_raw, budget, mask)
         except Exception:
             # Raising here kills the engine for every request: pass the logits through.
-            if not self._failed:
-                logger.exception("thinkgate budget guidance: apply failed; logits passed through")
-                self._failed = True
+            self.report_failure("apply", "logits passed through")
         return logits
 
     def _step(
