@@ -1,13 +1,16 @@
 """thinkgate behind vLLM's router against its own balancer (``thinkgate bench remote --router``).
 
-Two ``thinkgate replica`` servers (one core each, ``taskset``), vLLM's router
-(``vllm-router --policy consistent_hash``, health checked every second) over them, and
-three gateways (``--reward-model none``, both cores):
+Two ``thinkgate replica`` servers (one core each, ``taskset``), three vLLM routers over
+them (``thinkgate replica --router``'s flags, health checked every second, one policy
+each), and five gateways (``--reward-model none``, both cores):
 
   balancer   --vllm-urls R1,R2        the gateway places calls itself
   router     --vllm-urls ROUTER       vLLM's router places them (consistent_hash on
                                       the gateway's X-Session-ID)
   router-p2  --vllm-urls ROUTER2      the same, --policy power_of_two (by load)
+  router-sll --vllm-urls ROUTER3      the same, --policy sticky_least_loaded (a new
+                                      session key to the least loaded worker, its
+                                      follow-up calls after it)
   one        --vllm-urls R1           one replica alone
 
 Load: ``--requests`` self-consistency requests (``--samples`` each, ``--max-tokens``,
@@ -50,7 +53,7 @@ from engines.local.replica import build_router_command, router_env
 
 RESULTS = ROOT / "benchmarks" / "results"
 LOGS = RESULTS / "logs"
-CONFIGS = ("balancer", "router", "router-p2", "one")
+CONFIGS = ("balancer", "router", "router-p2", "router-sll", "one")
 
 
 @dataclass
@@ -263,9 +266,9 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
     lines = [
         "# thinkgate behind vLLM's router vs its own balancer (thinkgate bench remote --router)",
         "",
-        f"Two `thinkgate replica` servers (one core each), two `vllm-router` 0.1.17 over "
-        f"them (`thinkgate replica --router`'s flags, `--policy consistent_hash` and "
-        f"`power_of_two`), four gateways. Load: "
+        f"Two `thinkgate replica` servers (one core each), three `vllm-router` 0.1.17 over "
+        f"them (`thinkgate replica --router`'s flags, `--policy consistent_hash`, "
+        f"`power_of_two` and `sticky_least_loaded`), five gateways. Load: "
         f"{args.requests} self-consistency@{args.samples} requests of {args.max_tokens} "
         f"tokens per sample, {args.concurrency} in flight, {args.rounds} interleaved rounds.",
         "",
@@ -354,7 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers = [r.url for r in replicas]
         routed = stack.enter_context(router(workers, "consistent_hash", pids))
         routed_p2 = stack.enter_context(router(workers, "power_of_two", pids))
-        router_pid = {"router": pids["consistent_hash"], "router-p2": pids["power_of_two"]}
+        routed_sll = stack.enter_context(router(workers, "sticky_least_loaded", pids))
+        router_pid = {
+            "router": pids["consistent_hash"],
+            "router-p2": pids["power_of_two"],
+            "router-sll": pids["sticky_least_loaded"],
+        }
         flags = ("--engine", "remote", "--health-interval-s", "1")
         urls = {
             "balancer": stack.enter_context(
@@ -363,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "router": stack.enter_context(gateway(None, "router", *flags, "--vllm-urls", routed)),
             "router-p2": stack.enter_context(
                 gateway(None, "router-p2", *flags, "--vllm-urls", routed_p2)
+            ),
+            "router-sll": stack.enter_context(
+                gateway(None, "router-sll", *flags, "--vllm-urls", routed_sll)
             ),
             "one": stack.enter_context(
                 gateway(None, "one", *flags, "--vllm-urls", replicas[0].url)
@@ -402,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (signal.SIGKILL, "balancer"),
                 (signal.SIGKILL, "router"),
                 (signal.SIGKILL, "router-p2"),
+                (signal.SIGKILL, "router-sll"),
                 (signal.SIGTERM, "balancer"),
                 (signal.SIGTERM, "router"),
             ]:

@@ -85,15 +85,9 @@ def option_alpha(request: StrategyRequest) -> float | None:
 
 def option_scorer(request: StrategyRequest) -> str | None:
     """The body field ``scorer``: one of ``SCORER_KINDS``; None when absent."""
-    value = request.options.get("scorer")
-    if value is None:
+    if request.options.get("scorer") is None:
         return None
-    if not isinstance(value, str) or value not in SCORER_KINDS:
-        raise InvalidRequest(
-            f"unknown scorer {value!r}; expected one of {', '.join(SCORER_KINDS)}",
-            param="scorer",
-        )
-    return value
+    return options.choice(request.options, "scorer", "", SCORER_KINDS)
 
 
 def validate_common(

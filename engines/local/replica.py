@@ -56,12 +56,14 @@ from kernels.processors import Runner, model_setup, spec_for
 PrmServer = Literal["thinkgate", "vllm"]
 DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it runs
 
-# vLLM's router in front of replicas, as docs/deployment.md explains: placement by the
-# session key a gateway sends (X-Session-ID: one request's calls on one replica), dead
-# workers found within a second, and a circuit breaker that retries a worker after 5 s
-# (its 60 s default kept a restarted replica from any traffic for a minute).
+# vLLM's router in front of replicas, as docs/deployment.md explains: a new session key
+# (X-Session-ID: one per client request) to the least loaded replica, its later calls to
+# the same one (its prefix cache); dead workers found within a second; a circuit
+# breaker that retries a worker after 5 s (its 60 s default kept a restarted replica
+# from any traffic for a minute). Measured (benchmarks/results/router.md): within 5% of
+# the gateway's own balancer, where consistent_hash (load-blind) lost 11%.
 ROUTER_FLAGS: tuple[tuple[str, str], ...] = (
-    ("--policy", "consistent_hash"),
+    ("--policy", "sticky_least_loaded"),
     ("--health-check-interval-secs", "1"),
     ("--health-failure-threshold", "1"),
     ("--health-success-threshold", "1"),

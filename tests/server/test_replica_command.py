@@ -113,5 +113,5 @@ def test_the_router_command_carries_the_flags_a_gateway_needs(
             assert _after(cmd, flag) == [value]
     assert main(["--router", ",".join(urls), "--port", "8100", "--dry-run"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("RUST_LOG=warn ") and "--policy consistent_hash" in line
+    assert line.startswith("RUST_LOG=warn ") and "--policy sticky_least_loaded" in line
     assert line.endswith("--port 8100")
