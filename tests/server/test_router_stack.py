@@ -134,11 +134,16 @@ def test_a_replica_killed_behind_the_router_loses_nothing(
 
     async def load() -> tuple[list[str], list[str]]:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=300) as client:
+            generated = victim.metrics().get("vllm:generation_tokens_total", 0.0)
             tasks = [
                 asyncio.create_task(_one(client, body(i), stream=i % 2 == 1)) for i in range(40)
             ]
             deadline = time.monotonic() + 60
-            while victim.metrics().get("vllm:num_requests_running", 0.0) < 1:
+            # Killed once its samples are decoding (their first tokens reached the
+            # gateway: sample pools get 64-token deltas after the first), so some are
+            # redrawn; killed during the prefill, every call would just be placed again
+            # before any token arrived, and nothing would be redrawn.
+            while victim.metrics().get("vllm:generation_tokens_total", 0.0) - generated < 200:
                 assert time.monotonic() < deadline, "load never reached the victim"
                 await asyncio.sleep(0.05)
             await asyncio.to_thread(victim.kill)
