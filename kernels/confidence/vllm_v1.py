@@ -14,7 +14,6 @@ per-row loop and no host sync. Assumes synchronous scheduling, as on CPU.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -29,8 +28,6 @@ from kernels.confidence.state import ConfCol, new_state, row_values
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
-
-logger = logging.getLogger(__name__)
 
 
 class ConfidenceLogitsProcessor(RowArgs[conf_args.ConfidenceArgs], LogitsProcessor):

@@ -21,7 +21,6 @@ time. On GPU use :mod:`kernels.elastic.vllm_v2` (Model Runner V2, the GPU defaul
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -41,8 +40,6 @@ from kernels.sequence import SequenceMatcher
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,6 @@ hand-built contexts, never inside an engine.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
-
-
-logger = logging.getLogger(__name__)
 
 
 class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcessor):
