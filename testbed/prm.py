@@ -30,10 +30,11 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from testbed.engine import Completion, to_completion
 from testbed.metrics import auroc
-from testbed.prm_labels import step_labels
+from testbed.prm_labels import question_ops, step_labels
 from testbed.reward import BestWeights, RewardSettings, sample_hf, sample_vllm
-from testbed.task import Question, make_questions
+from testbed.task import Question, apply_op, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt, save_tokenizer
+from testbed.traces import classify_line
 
 ARCHITECTURE: Final = "Qwen2ForProcessRewardModel"
 STEP_TAG: Final = "\n"  # the character tokenizer's newline closes every thinking line
@@ -64,6 +65,12 @@ class PrmSettings:
     # a PRM trained on its samples alone learns where `base` errs instead of checking the
     # arithmetic (the first PRM scored `3+8=2` 0.99, like `3+8=1`).
     corrupt_share: float = 0.5
+    # Of those copies, the share whose changed line keeps true arithmetic but takes the
+    # wrong operation: the operand of a later operation of the question (a skipped one)
+    # or another digit, the result recomputed. Most of `base`'s first errors on long
+    # questions are such lines (113 of 212 at 12-13 operations, T=1: a skipped `-0`);
+    # a PRM that only checks a line's arithmetic scores them right.
+    operand_share: float = 0.5
     # Layers added on top of `base`'s (which stay frozen, embeddings included): the base
     # layers compute the running value, as they do when `base` writes it; the added ones
     # (initialised as the identity: zero output projections) learn to compare it with
@@ -75,6 +82,10 @@ class PrmSettings:
     # own log-probability of that digit (dense, every line, where the labels mark 1 line
     # in 40). The probe is not exported; the reward is the score head's.
     aux_weight: float = 1.0
+    # The same dense target for a computing line's last operation: `base`'s
+    # log-probability of its operator and operand where it wrote them (teaches the added
+    # layers to compare a line's operand with the question's next one).
+    operand_aux_weight: float = 1.0
     # Each training row cut after a random step (after its first wrong step 0 or 1 lines
     # on, 7 times in 10, when it has one): the steps after an error teach nothing new and
     # short rows make a step about twice as cheap.
@@ -166,7 +177,48 @@ def corrupt(codec: CharCodec, completion: Completion, rng: random.Random) -> Com
     k = rng.choice(candidates)
     digit = int(closed[k][-1])
     lines[k] = closed[k][:-1] + str((digit + rng.randint(1, 9)) % 10)
-    rest = completion.text[len(thinking) :]
+    return _rewritten(codec, completion, lines)
+
+
+def corrupt_operand(
+    codec: CharCodec, completion: Completion, rng: random.Random
+) -> Completion | None:
+    """``completion`` with one right computing line's last operation replaced, its
+    arithmetic kept true: half the time by the question's operation after the right one
+    (a skipped operation, `base`'s commonest error), else by another operand digit; None
+    when no right computing line has one to take."""
+    thinking = completion.thinking
+    lines = thinking.split(STEP_TAG)
+    closed = lines[:-1]
+    labels = step_labels(completion.question, closed).lines
+    ops = question_ops(completion.question)
+    consumed = 0
+    candidates: list[tuple[int, int]] = []  # (line, index of its last operation)
+    for i, (line, right) in enumerate(zip(closed, labels, strict=True)):
+        if not right:
+            break
+        if classify_line(line) in ("step", "merged"):
+            consumed += sum(1 for ch in line.partition("=")[0] if ch in "+-")
+            candidates.append((i, consumed - 1))
+    if not candidates:
+        return None
+    k, at = rng.choice(candidates)
+    left, _, _ = closed[k].partition("=")
+    op, operand = left[-2], int(left[-1])
+    if rng.random() < 0.5 and at + 1 < len(ops) and ops[at + 1] != (op, operand):
+        op, new = ops[at + 1]
+    else:
+        new = (operand + rng.randint(1, 9)) % 10
+    body = left[:-2] + op + str(new)
+    value = int(body[0])
+    for i in range(1, len(body), 2):
+        value = apply_op(value, body[i], int(body[i + 1]))
+    lines[k] = f"{body}={value}"
+    return _rewritten(codec, completion, lines)
+
+
+def _rewritten(codec: CharCodec, completion: Completion, lines: list[str]) -> Completion:
+    rest = completion.text[len(completion.thinking) :]
     ids = codec.encode(STEP_TAG.join(lines) + rest)
     return to_completion(codec, completion.question, ids)
 
@@ -231,10 +283,9 @@ def _cut(row: Example, rng: random.Random) -> Example:
 
 
 def _digit_logprobs(
-    base: Qwen2ForCausalLM,
+    base_logp: torch.Tensor,
     digits: torch.Tensor,
     ids: torch.Tensor,
-    mask: torch.Tensor,
     rows: Sequence[Example],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(which labeled positions close a line ending in a digit, `base`'s log-probability
@@ -243,10 +294,38 @@ def _digit_logprobs(
     t = torch.tensor([p for r in rows for p in r.positions], dtype=torch.long)
     stated = ids[b, t - 1]
     is_digit = torch.isin(stated, digits)
-    with torch.no_grad():
-        logp = torch.log_softmax(base(input_ids=ids, attention_mask=mask).logits, dim=-1)
-    target = logp[b, (t - 2).clamp(min=0), stated].clamp(min=-10.0)
+    target = base_logp[b, (t - 2).clamp(min=0), stated].clamp(min=-10.0)
     return is_digit, target[is_digit]
+
+
+def _base_logprobs(base: Qwen2ForCausalLM, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out: torch.Tensor = torch.log_softmax(
+            base(input_ids=ids, attention_mask=mask).logits, dim=-1
+        )
+    return out
+
+
+def _operand_logprobs(
+    base_logp: torch.Tensor, codec: CharCodec, ids: torch.Tensor, rows: Sequence[Example]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(which labeled positions close a line `...<op><digit>=<digit>`, `base`'s
+    log-probability of that operator and operand where it wrote them, clipped at -10)."""
+    b = torch.tensor([i for i, r in enumerate(rows) for _ in r.positions], dtype=torch.long)
+    t = torch.tensor([p for r in rows for p in r.positions], dtype=torch.long)
+    digits = torch.tensor(codec.encode("0123456789"), dtype=torch.long)
+    signs = torch.tensor(codec.encode("+-"), dtype=torch.long)
+    eq = codec.encode("=")[0]
+    t4 = (t - 4).clamp(min=0)
+    shaped = (
+        (t >= 6)
+        & (ids[b, (t - 2).clamp(min=0)] == eq)
+        & torch.isin(ids[b, (t - 3).clamp(min=0)], digits)
+        & torch.isin(ids[b, t4], signs)
+    )
+    op_lp = base_logp[b, (t - 5).clamp(min=0), ids[b, t4]]
+    operand_lp = base_logp[b, t4, ids[b, (t - 3).clamp(min=0)]]
+    return shaped, (op_lp + operand_lp).clamp(min=-10.0)[shaped]
 
 
 def _batch(rows: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -373,19 +452,30 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     teacher.train(False)
     digits = torch.tensor(codec.encode("0123456789"), dtype=torch.long)
     probe = torch.nn.Linear(net.config.hidden_size, 1)
-    trainable = [p for p in net.parameters() if p.requires_grad] + list(probe.parameters())
+    operand_probe = torch.nn.Linear(net.config.hidden_size, 1)
+    trainable = [
+        *(p for p in net.parameters() if p.requires_grad),
+        *probe.parameters(),
+        *operand_probe.parameters(),
+    ]
     optim = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=0.01)
     loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([settings.wrong_weight, 1.0]))
     rng = random.Random(settings.seed)
     with_error = [i for i, r in enumerate(train_rows) if not all(r.labels)]
-    copies = [c for c in (corrupt(codec, x, rng) for x in sampled[:n_train]) if c is not None]
+
+    def _corrupted(c: Completion) -> Completion | None:
+        if rng.random() < settings.operand_share:
+            return corrupt_operand(codec, c, rng) or corrupt(codec, c, rng)
+        return corrupt(codec, c, rng)
+
+    copies = [c for c in (_corrupted(x) for x in sampled[:n_train]) if c is not None]
     corrupted = [e for e in (example(codec, c) for c in copies) if e.positions]
     n_error = round(settings.batch_size * settings.error_share) if with_error else 0
     n_copy = round(settings.batch_size * settings.corrupt_share) if corrupted else 0
     order: list[int] = []
     error_order: list[int] = []
     copy_order: list[int] = []
-    val_copies = [c for c in (corrupt(codec, x, rng) for x in sampled[n_train:]) if c]
+    val_copies = [c for c in (_corrupted(x) for x in sampled[n_train:]) if c]
     val_hard = val_rows + [e for e in (example(codec, c) for c in val_copies) if e.positions]
 
     def evaluate() -> float:
@@ -424,11 +514,18 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         # The head only where there are labels (the rest of the positions carry none).
         hidden = _gather(net.hidden(ids, mask), rows)
         loss = loss_fn(net.score(hidden), target)
-        if settings.aux_weight > 0:
-            at_digit, logp = _digit_logprobs(teacher, digits, ids, mask, rows)
-            if bool(at_digit.any()):
+        if settings.aux_weight > 0 or settings.operand_aux_weight > 0:
+            base_logp = _base_logprobs(teacher, ids, mask)
+            at_digit, logp = _digit_logprobs(base_logp, digits, ids, rows)
+            if settings.aux_weight > 0 and bool(at_digit.any()):
                 fit = probe(hidden[at_digit]).squeeze(-1)
                 loss = loss + settings.aux_weight * torch.nn.functional.mse_loss(fit, logp)
+            shaped, op_logp = _operand_logprobs(base_logp, codec, ids, rows)
+            if settings.operand_aux_weight > 0 and bool(shaped.any()):
+                fit = operand_probe(hidden[shaped]).squeeze(-1)
+                loss = loss + settings.operand_aux_weight * torch.nn.functional.mse_loss(
+                    fit, op_logp
+                )
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)

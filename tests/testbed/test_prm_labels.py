@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 
 from testbed.engine import to_completion
-from testbed.prm import STEP_TAG, corrupt, example
+from testbed.prm import STEP_TAG, corrupt, corrupt_operand, example
 from testbed.prm_labels import step_labels
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
-from testbed.traces import FULL, THOROUGH, make_trace
+from testbed.traces import FULL, THOROUGH, line_is_correct, make_trace
 
 Q = Question.from_expr("3+8-5+7")  # running values 1, 6, 3
 
@@ -107,3 +107,28 @@ def test_a_corrupted_copy_changes_one_result_digit_and_is_labeled_by_arithmetic(
         labels = example(codec, copy).labels
         assert labels == (True,) * k + (False,) * (4 - k)  # three lines and the end tag
     assert corrupt(codec, to_completion(codec, Q, codec.encode("hmm")), rng) is None
+
+
+def test_an_operand_copy_takes_a_wrong_operation_with_true_arithmetic() -> None:
+    codec = CharCodec()
+    text = "3+8=1\ncheck 1-8=3\n1-5+7=3\n</think>\n\\boxed{3}<|im_end|>"
+    done = to_completion(codec, Q, codec.encode(text))
+    rng = random.Random(0)
+    skipped = 0
+    for _ in range(40):
+        copy = corrupt_operand(codec, done, rng)
+        assert copy is not None and copy.question == Q
+        before, after = done.thinking.split("\n"), copy.thinking.split("\n")
+        changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(changed) == 1 and changed[0] in (0, 2)  # computing lines only
+        k = changed[0]
+        # The line's arithmetic stays true; only its last operation differs.
+        assert line_is_correct(after[k]) and before[k][:-4] == after[k][:-4]
+        assert before[k][-4:-2] != after[k][-4:-2]
+        skipped += after[k][-4:-2] == {0: "-5", 2: None}.get(k)
+        labels = example(codec, copy).labels
+        assert labels == (True,) * k + (False,) * (4 - k)
+    assert skipped > 0  # `3+8=1` sometimes skips to the question's next operation
+    # Nothing right to change: no copy.
+    wrong = to_completion(codec, Q, codec.encode("3+8=2\n</think>\n"))
+    assert corrupt_operand(codec, wrong, rng) is None
