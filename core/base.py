@@ -46,6 +46,17 @@ class StrategyRequest:
     options: Mapping[str, JSON] = field(default_factory=dict)  # strategy-specific body fields
 
 
+@dataclass(frozen=True, slots=True)
+class LogprobEntry:
+    """One token's log-probability as a client reads it: the token's text and logprob,
+    then the position's most likely tokens (text, logprob), best first. ``logprob`` is
+    None only for a prompt's first token, which has nothing before it."""
+
+    token: str
+    logprob: float | None
+    top: tuple[tuple[str, float], ...] = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Choice:
     """One returned choice (a trajectory, or the chosen answer of many)."""
@@ -60,6 +71,12 @@ class Choice:
     budget_cut: tuple[BudgetName, ...] | None = None
     # The client's stop string that ended it, when one did (Anthropic's stop_sequence).
     stop_sequence: str | None = None
+    # Per generated token (thinking included) when the client asked for logprobs.
+    logprobs: tuple[LogprobEntry, ...] | None = None
+    # Completions' ``echo``: the prompt's text, and its tokens' logprobs when logprobs
+    # were asked for too.
+    echo: str | None = None
+    prompt_logprobs: tuple[LogprobEntry, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +106,8 @@ class ChoiceDelta:
     # Tokens this choice has generated so far, EOS included (as its usage will count
     # them), when the strategy counts them live; streams with continuous usage read it.
     completion_tokens: int | None = None
+    # The logprobs of this delta's tokens when the client asked for them.
+    logprobs: tuple[LogprobEntry, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,22 @@ loop, a router, the gateway) CPU: 96-token samples through vLLM's router cost it
 10 ms of CPU per question as one frame per token."""
 
 
+MAX_CLIENT_LOGPROBS: Final = 20
+"""The most alternatives per token a client may ask for (OpenAI's ``top_logprobs`` cap;
+vLLM's default ``max_logprobs`` too)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One position's log-probabilities as the client asked for them: the token there
+    and its logprob, then the position's ``k`` most likely tokens, best first (empty
+    when ``k`` is 0)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingConfig:
     """Sampling settings of one engine request (maps 1:1 onto vLLM ``SamplingParams``)."""
@@ -48,6 +64,12 @@ class SamplingConfig:
     # k > 0: the engine reports each generated token's confidence over its top-k
     # candidates (DeepConf); at most core.token_confidence.MAX_TOP_K.
     top_logprobs: int = 0
+    # The client's logprobs (OpenAI ``logprobs``/``top_logprobs``): None, none; k >= 0,
+    # each generated token's logprob and its k most likely alternatives
+    # (``Sample.logprobs``); at most MAX_CLIENT_LOGPROBS.
+    token_logprobs: int | None = None
+    # The same for every prompt token (completions' ``echo``; ``Sample.prompt_logprobs``).
+    prompt_logprobs: int | None = None
     # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
     ignore_eos: bool = False
     # Arguments for our logits processors (kernels/elastic/args.py names the keys).
@@ -85,6 +107,11 @@ class Sample:
     # Per generated token (as long as ``token_ids``) when ``SamplingConfig.top_logprobs``
     # was set: ``core.token_confidence.token_confidence`` of its top-k logprobs.
     confidences: tuple[float, ...] | None = None
+    # One per generated token when ``SamplingConfig.token_logprobs`` was set.
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    # One per prompt token when ``SamplingConfig.prompt_logprobs`` was set (None first:
+    # the first token has nothing before it).
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +125,8 @@ class SampleDelta:
     stop_reason: int | str | None = None
     # The confidences of this delta's ``token_ids`` (one each), as in ``Sample``.
     confidences: tuple[float, ...] | None = None
+    # The client's logprobs of this delta's ``token_ids`` (one each), as in ``Sample``.
+    logprobs: tuple[TokenLogprob, ...] | None = None
     # Only on streams that are not ``visible``: the server drawing this sample failed
     # before it finished, and the engine draws it again from its start. The consumer
     # forgets the index's tokens so far; ``lost_tokens`` of them were generated (the
@@ -146,6 +175,11 @@ class ModelTokens(Protocol):
 
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text (no special tokens added)."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text, a special token's included (``</think>``): what a client's
+        logprobs name it by."""
         ...
 
     def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:

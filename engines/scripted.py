@@ -9,7 +9,7 @@ and sees every ``GenerateRequest`` the strategy made (``ScriptedEngine.calls``).
 ``stream`` replays the handler's samples as deltas, one token per delta, the samples
 interleaved round-robin as a batch would interleave them; each index ends with its
 ``finish_reason`` (the engine contract); a sample's ``confidences``, if it has any,
-go one per token with its deltas; ``step_s`` paces the steps (tokens then reach the
+and ``logprobs`` go one per token with its deltas; ``step_s`` paces the steps (tokens then reach the
 client one network write at a time, as from a real engine). Use it with ``create_app(settings,
 engine=ScriptedEngine(...))`` and an ``httpx.AsyncClient`` over ``httpx.ASGITransport``.
 """
@@ -77,11 +77,11 @@ class ScriptedEngine:
         samples = await got if inspect.isawaitable(got) else got
         for s in samples:
             # A handler's slip, caught here rather than as a misaligned score later.
-            if s.confidences is not None and len(s.confidences) != len(s.token_ids):
-                raise ValueError(
-                    f"sample {s.index}: {len(s.confidences)} confidences "
-                    f"for {len(s.token_ids)} tokens"
-                )
+            for name, per_token in (("confidences", s.confidences), ("logprobs", s.logprobs)):
+                if per_token is not None and len(per_token) != len(s.token_ids):
+                    raise ValueError(
+                        f"sample {s.index}: {len(per_token)} {name} for {len(s.token_ids)} tokens"
+                    )
         return sorted(samples, key=lambda s: s.index)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
@@ -100,7 +100,7 @@ class ScriptedEngine:
                 if step >= steps:
                     continue
                 last = step == steps - 1
-                conf = s.confidences
+                conf, lps = s.confidences, s.logprobs
                 yield SampleDelta(
                     index=s.index,
                     token_ids=s.token_ids[step : step + 1],
@@ -108,6 +108,7 @@ class ScriptedEngine:
                     cumulative_logprob=s.cumulative_logprob if last else None,
                     stop_reason=s.stop_reason if last else None,
                     confidences=None if conf is None else conf[step : step + 1],
+                    logprobs=None if lps is None else lps[step : step + 1],
                 )
 
     def load(self) -> EngineLoad | None:

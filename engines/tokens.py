@@ -112,6 +112,9 @@ class TokenizerTokens:
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False))
 
+    def token_text(self, token_id: int) -> str:
+        return self._tok.decode([token_id], skip_special_tokens=False)
+
     def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
         # Render to text, then encode: the template writes the special tokens itself.
         text = self._tok.apply_chat_template(

@@ -6,9 +6,11 @@ is harmless to ignore (``store``, ``metadata`` ...); an OpenAI feature we do
 not implement (``UNSUPPORTED``: a 400 naming it unless neutral); one of vLLM's sampling
 extras its clients send (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``:
 passed to the engine, like OpenAI's ``presence_penalty``, ``frequency_penalty`` and
-``logit_bias``); or an option of the chosen strategy (``Strategy.body_options``,
-checked by ``Registry.check_options`` once the strategy is known). Anything else is a
-400 naming the field. Responses are built as plain dicts in ``server/render.py``.
+``logit_bias``); the client's ``logprobs`` (and completions' ``echo``), which the
+serving layer checks against the strategy; or an option of the chosen strategy
+(``Strategy.body_options``, checked by ``Registry.check_options`` once the strategy is
+known). Anything else is a 400 naming the field. Responses are built as plain dicts in
+``server/render.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.engine import MAX_CLIENT_LOGPROBS
 from core.errors import InvalidRequest
 from server.settings import Effort
 
@@ -63,6 +66,8 @@ BUDGET_SCHEMA: dict[str, JsonValue] = {
 _IGNORED_DOC = "Accepted and ignored (OpenAI platform field)."
 
 # Set to anything but their neutral value, these are refused (we cannot honour them).
+# A request model that declares one of these fields honours it instead (completions'
+# ``logprobs`` and ``echo``, chat's ``logprobs`` and ``top_logprobs``).
 UNSUPPORTED: dict[str, object] = {
     "tools": None,
     "tool_choice": None,
@@ -215,9 +220,22 @@ class ErrorEnvelope(BaseModel):
     error: ErrorDetail
 
 
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_CLIENT_LOGPROBS)]
+
+
 class ChatCompletionRequest(_Common):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
+    # Per generated token (thinking included, as vLLM's server): its logprob, and with
+    # top_logprobs its most likely alternatives.
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
+
+    def client_logprobs(self) -> int | None:
+        """Alternatives per token the client asked for (None: no logprobs)."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(_Common):
@@ -229,6 +247,15 @@ class CompletionRequest(_Common):
         | Annotated[list[str], Field(min_length=1)]
         | Annotated[list[Annotated[list[int], Field(min_length=1)]], Field(min_length=1)]
     )
+    # OpenAI's legacy completions: each token's logprob and its ``logprobs`` most likely
+    # alternatives (0 still gives the token's own); ``echo`` puts the prompt before the
+    # answer (with logprobs: the prompt's tokens' logprobs too, what
+    # lm-evaluation-harness reads for log-likelihood tasks).
+    logprobs: TopLogprobs | None = None
+    echo: bool = False
+
+    def client_logprobs(self) -> int | None:
+        return self.logprobs
 
     @property
     def prompts(self) -> list[str | list[int]]:

@@ -9,12 +9,13 @@ it on its last chunk that has a ``finish_reason``.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from core.base import JSON, Choice, Result, Usage
+from core.base import JSON, Choice, LogprobEntry, Result, Usage
 from core.budget import Budget
 
 Kind = Literal["chat", "completion"]
@@ -80,6 +81,69 @@ def response_body(env: Envelope, final: Result) -> Body:
     }
 
 
+LOGPROB_FLOOR = -9999.0  # -inf is no JSON number (vLLM's server floors it the same way)
+
+
+def _logprob(value: float | None) -> float:
+    if value is None:  # only a prompt's first token has none, and chat has no prompt's
+        raise ValueError("a generated token without a logprob")
+    return LOGPROB_FLOOR if math.isnan(value) else max(value, LOGPROB_FLOOR)
+
+
+def chat_logprobs(entries: Sequence[LogprobEntry]) -> Body:
+    """Chat's ``logprobs`` object: ``content``, one entry per token (text, logprob, UTF-8
+    bytes, the most likely alternatives)."""
+
+    def one(token: str, logprob: float | None) -> Body:
+        return {"token": token, "logprob": _logprob(logprob), "bytes": list(token.encode())}
+
+    return {
+        "content": [
+            {**one(e.token, e.logprob), "top_logprobs": [one(t, v) for t, v in e.top]}
+            for e in entries
+        ],
+        "refusal": None,
+    }
+
+
+def completion_logprobs(entries: Sequence[LogprobEntry], *, offset: int = 0) -> tuple[Body, int]:
+    """Legacy completions' ``logprobs`` object (parallel lists: ``tokens``,
+    ``token_logprobs``, ``top_logprobs`` as token -> logprob, ``text_offset`` counted from
+    ``offset``) and the offset after the last token. An echoed prompt's first token has
+    null logprobs, as in OpenAI's and vLLM's answers."""
+    tokens: list[str] = []
+    values: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    for e in entries:
+        offsets.append(offset)
+        tokens.append(e.token)
+        offset += len(e.token)
+        if e.logprob is None:
+            values.append(None)
+            tops.append(None)
+            continue
+        values.append(_logprob(e.logprob))
+        tops.append({t: _logprob(v) for t, v in e.top} or None)
+    body: Body = {
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+    return body, offset
+
+
+def _choice_logprobs(kind: Kind, c: Choice) -> Body | None:
+    if c.logprobs is None:
+        return None
+    if kind == "chat":
+        return chat_logprobs(c.logprobs)
+    prompt: Sequence[LogprobEntry] = c.prompt_logprobs or ()
+    body, _ = completion_logprobs([*prompt, *c.logprobs])
+    return body
+
+
 def _choice(kind: Kind, c: Choice) -> Body:
     reasoning = c.reasoning or None
     body: Body
@@ -93,16 +157,16 @@ def _choice(kind: Kind, c: Choice) -> Body:
                 "reasoning": reasoning,
             },
             "finish_reason": c.finish_reason,
-            "logprobs": None,
+            "logprobs": _choice_logprobs(kind, c),
         }
     else:
         body = {
             "index": c.index,
-            "text": c.content,
+            "text": (c.echo or "") + c.content,
             "reasoning_content": reasoning,
             "reasoning": reasoning,
             "finish_reason": c.finish_reason,
-            "logprobs": None,
+            "logprobs": _choice_logprobs(kind, c),
         }
     if c.info or c.budget_cut is not None:
         info = dict(c.info)
@@ -143,8 +207,10 @@ def delta_choice(
     content: str = "",
     finish_reason: str | None = None,
     info: Mapping[str, JSON] | None = None,
+    logprobs: Body | None = None,
 ) -> Body:
-    """A choice of a stream chunk: reasoning, content, or the finish (never mixed up)."""
+    """A choice of a stream chunk: reasoning, content, or the finish (never mixed up);
+    ``logprobs`` (already rendered) those of the tokens it carries."""
     body: Body
     if kind == "chat":
         delta: Body = {}
@@ -156,9 +222,19 @@ def delta_choice(
             delta["reasoning"] = reasoning
         if content:
             delta["content"] = content
-        body = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        body = {
+            "index": index,
+            "delta": delta,
+            "finish_reason": finish_reason,
+            "logprobs": logprobs,
+        }
     else:
-        body = {"index": index, "text": content, "finish_reason": finish_reason, "logprobs": None}
+        body = {
+            "index": index,
+            "text": content,
+            "finish_reason": finish_reason,
+            "logprobs": logprobs,
+        }
         if reasoning:
             body["reasoning_content"] = reasoning
             body["reasoning"] = reasoning

@@ -106,6 +106,7 @@ class Admitted:
     name: str  # the strategy's name
     contexts: tuple[StrategyContext, ...]  # one per prompt
     slot: Slot
+    echoes: tuple[str, ...]  # completions' echo: each prompt's text (empty: no echo)
     env: Envelope
     headers: dict[str, str]
     route: str
@@ -118,10 +119,11 @@ class Admitted:
         """The strategy's run per prompt, each over the engine as its request sees it
         (``server.request_engine``: affinity key, redraws billed)."""
         out: list[AsyncGenerator[StrategyEvent, None]] = []
-        for ctx in self.contexts:
+        for i, ctx in enumerate(self.contexts):
             tally = Tally()
             engine = RequestEngine(ctx.engine, tally, affinity=ctx.request.request_id)
-            out.append(with_tally(self.strategy.run(replace(ctx, engine=engine)), tally))
+            run = with_tally(self.strategy.run(replace(ctx, engine=engine)), tally)
+            out.append(_with_echo(run, self.echoes[i]) if self.echoes else run)
         return out
 
     def encoder(self) -> Encoder:
@@ -226,7 +228,15 @@ async def admit(
             f"{settings.max_inflight_samples} samples in flight; send fewer prompts at once",
             param="prompt",
         )
-    samplings = [_sampling(gw, body, len(prompt_ids)) for prompt_ids in prompts]
+    client_k, echo = _logprobs_asked(body, strategy, name)
+    samplings = [
+        replace(
+            _sampling(gw, body, len(prompt_ids)),
+            token_logprobs=client_k,
+            prompt_logprobs=client_k if echo else None,
+        )
+        for prompt_ids in prompts
+    ]
     # The thinking budget leaves the answer room under the output limit (server.effort).
     budget = effort.fit_output(
         budget,
@@ -262,6 +272,7 @@ async def admit(
             StrategyContext(engine=gw.engine, request=r, resources=gw.resources) for r in sreqs
         ),
         slot=slot,
+        echoes=_echoes(gw, body, prompts) if echo else (),
         env=Envelope.new(kind, rid, gw.engine.model_name, name, budget),
         headers=response_headers(request),
         route=route_label(request),
@@ -494,6 +505,53 @@ def _prompt_ids(
             f"the prompt has {len(ids)} tokens; the model's context is {limit}", param=param
         )
     return tuple(ids)
+
+
+def _logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[int | None, bool]:
+    """(alternatives per token the client asked for or None, echo), refused with a 400
+    naming the field where this strategy or this request cannot honour them."""
+    client_k = body.client_logprobs()
+    echo = isinstance(body, CompletionRequest) and body.echo
+    param = (
+        "top_logprobs"
+        if isinstance(body, ChatCompletionRequest) and not body.logprobs
+        else "logprobs"
+    )
+    if client_k is not None and not getattr(strategy, "returns_logprobs", False):
+        raise InvalidRequest(
+            f"logprobs are not returned by the {name} strategy: its answer is not one sampled "
+            "trajectory; use plain or a sampling strategy (self-consistency, best-of-n, "
+            "best-of-majority)",
+            param=param,
+        )
+    if echo and body.stream:
+        raise InvalidRequest("echo is not streamed; send it with stream: false", param="echo")
+    if echo and client_k is not None and not getattr(strategy, "returns_prompt_logprobs", False):
+        raise InvalidRequest(
+            f"echo with logprobs (the prompt's logprobs) is answered by plain, not by {name}",
+            param="echo",
+        )
+    return client_k, echo
+
+
+def _echoes(gw: Gateway, body: OpenAIBody, prompts: list[tuple[int, ...]]) -> tuple[str, ...]:
+    """Each prompt's text as completions' ``echo`` returns it: as sent, or decoded ids."""
+    sent = body.prompts if isinstance(body, CompletionRequest) else []
+    return tuple(
+        p if isinstance(p, str) else gw.engine.tokens.decode(ids)
+        for p, ids in zip(sent, prompts, strict=True)
+    )
+
+
+async def _with_echo(
+    events: AsyncGenerator[StrategyEvent, None], echo: str
+) -> AsyncGenerator[StrategyEvent, None]:
+    """``events`` with the prompt's text on each choice of the result (``echo``)."""
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, Result):
+                event = replace(event, choices=tuple(replace(c, echo=echo) for c in event.choices))
+            yield event
 
 
 def _logit_bias(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:

@@ -40,7 +40,7 @@ import structlog
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from core.base import ChoiceDelta, Progress, Result, StrategyEvent
+from core.base import ChoiceDelta, LogprobEntry, Progress, Result, StrategyEvent
 from core.errors import BackendError, BackendUnavailable, GatewayError
 from server import render, sse
 from server.gateway import Gateway
@@ -229,6 +229,7 @@ class StreamEncoder:
         self._prompt_tokens = prompt_tokens
         self._started: set[int] = set()
         self._generated: dict[int, int] = {}  # choice -> tokens so far (continuous usage)
+        self._offsets: dict[int, int] = {}  # choice -> text offset (completions' logprobs)
 
     def error(self, err: GatewayError) -> bytes:
         return sse.data(err.envelope())
@@ -269,7 +270,21 @@ class StreamEncoder:
             out.append(render.delta_choice(kind, d.index, reasoning=d.reasoning))
         if d.content:
             out.append(render.delta_choice(kind, d.index, content=d.content))
+        if d.logprobs is not None:
+            # One delta's tokens may end the thinking and start the answer: their
+            # logprobs ride on its last chunk (an empty one when it has no text).
+            if not (d.reasoning or d.content):
+                out.append(render.delta_choice(kind, d.index))
+            out[-1]["logprobs"] = self._logprobs(d.index, d.logprobs)
         return out
+
+    def _logprobs(self, index: int, entries: tuple[LogprobEntry, ...]) -> Body:
+        if self._env.kind == "chat":
+            return render.chat_logprobs(entries)
+        body, self._offsets[index] = render.completion_logprobs(
+            entries, offset=self._offsets.get(index, 0)
+        )
+        return body
 
     def _final(self, final: Result) -> list[bytes]:
         frames: list[bytes] = []
@@ -278,7 +293,9 @@ class StreamEncoder:
         every = usage if self._continuous else None  # the result's usage on every chunk
         for c in choices:
             if c.index not in self._started:  # not streamed live: replay it whole
-                replay = ChoiceDelta(index=c.index, reasoning=c.reasoning, content=c.content)
+                replay = ChoiceDelta(
+                    index=c.index, reasoning=c.reasoning, content=c.content, logprobs=c.logprobs
+                )
                 frames += [self._chunk(body, every) for body in self._delta(replay)]
         for i, c in enumerate(choices):
             body = render.delta_choice(

@@ -26,6 +26,7 @@ from core.base import (
 )
 from core.engine import Engine, GenerateRequest, ModelTokens, Sample
 from core.errors import InvalidRequest
+from strategies.logprobs import Texts
 from strategies.reasoning import split_ids
 from strategies.trajectories import TrajectorySet
 
@@ -35,6 +36,8 @@ class Plain:
     budget_fields: ClassVar[frozenset[str]] = frozenset()
     body_options: ClassVar[frozenset[str]] = frozenset({"return_token_ids"})
     streams_live: ClassVar[bool] = True
+    returns_logprobs: ClassVar[bool] = True
+    returns_prompt_logprobs: ClassVar[bool] = True  # completions' echo with logprobs
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.n < 1:
@@ -76,6 +79,7 @@ def final_from_samples(
     """Each sample becomes the choice of its index; usage is exact, from token ids."""
     choices = []
     reasoning_tokens = 0
+    texts = Texts(tokens)
     for s in samples:
         split = split_ids(s.token_ids, tokens, thinking_open=request.thinking_open)
         reasoning_tokens += split.reasoning_tokens
@@ -87,6 +91,12 @@ def final_from_samples(
                 finish_reason=s.finish_reason,
                 info={"token_ids": list(s.token_ids)} if with_ids else {},
                 stop_sequence=s.stop_reason if isinstance(s.stop_reason, str) else None,
+                logprobs=None if s.logprobs is None else texts.entries(s.logprobs),
+                prompt_logprobs=(
+                    None
+                    if s.prompt_logprobs is None
+                    else texts.prompt(s.prompt_logprobs, request.prompt_token_ids)
+                ),
             )
         )
     usage = Usage(

@@ -33,11 +33,13 @@ from core.engine import (
     Sample,
     SampleDelta,
     SamplingConfig,
+    TokenLogprob,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidBudget, InvalidRequest
 from strategies import elastic_plan
 from strategies.answers import extract_answer
 from strategies.elastic_plan import ElasticPlan
+from strategies.logprobs import Texts
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import SCORER_KINDS, ScoreQuery, Scorer
 from strategies.selection import AnswerClass, Selection
@@ -198,6 +200,12 @@ def start_draw(
             param="strategy",
             code="resource_unavailable",
         )
+    if request.sampling.token_logprobs is not None:
+        raise InvalidRequest(
+            "logprobs under token budgets need one-pass budgets (an engine with the "
+            "elastic logits processor): two passes sample the answer apart from its thinking",
+            param="logprobs",
+        )
     if logprobs:
         # Two passes give two partial logprob sums per sample; no honest mean exists.
         raise InvalidRequest(
@@ -231,6 +239,8 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
     # none: the rest would no longer line up with its token ids.
     confs: dict[int, list[float]] = {}
     bare: set[int] = set()
+    # The client's logprobs, per index (one per token, as the engine sends them).
+    lps: dict[int, list[TokenLogprob]] = {}
     done: dict[int, Sample] = {}
     # aclosing: a client that goes away closes this generator, and with it the engine
     # stream at once, which aborts all N samples in the engine.
@@ -240,8 +250,11 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
             if delta.redrawn:  # its server failed: the engine draws it again from scratch
                 ids[i].clear()
                 confs.pop(i, None)
+                lps.pop(i, None)
                 bare.discard(i)
                 continue
+            if delta.logprobs is not None:
+                lps.setdefault(i, []).extend(delta.logprobs)
             ids[i].extend(delta.token_ids)
             if delta.confidences is not None and len(delta.confidences) == len(delta.token_ids):
                 confs.setdefault(i, []).extend(delta.confidences)
@@ -255,6 +268,7 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
                     cumulative_logprob=delta.cumulative_logprob,
                     stop_reason=delta.stop_reason,
                     confidences=None if i in bare or i not in confs else tuple(confs[i]),
+                    logprobs=tuple(lps.get(i, ())) if delta.logprobs is not None else None,
                 )
                 yield Progress(data={"samples_done": len(done), "samples": n})
     if len(done) != n:
@@ -369,6 +383,7 @@ def final_event(
         picks = [(best, None)]
         rule, fallback = "no-answer", "no sample contained an extractable answer"
     choices = []
+    texts = Texts(tokens)
     for rank, (i, cls) in enumerate(picks):
         split, sample = pool.splits[i], pool.samples[i]
         choice_info: dict[str, JSON] = {"sample_index": i, "answer": pool.answers[i]}
@@ -388,6 +403,7 @@ def final_event(
                 finish_reason=finish,
                 info=choice_info,
                 budget_cut=cuts,
+                logprobs=None if sample.logprobs is None else texts.entries(sample.logprobs),
             )
         )
     chosen = {c.first_seen for c in selection.chosen}

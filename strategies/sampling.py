@@ -80,6 +80,8 @@ class SamplingStrategy:
     name: ClassVar[str] = ""
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
     streams_live: ClassVar[bool] = False
+    # The chosen samples' logprobs, when the client asks for them.
+    returns_logprobs: ClassVar[bool] = True
     uses_scorer: ClassVar[bool] = True
     uses_alpha: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = False  # takes the ``vote`` options (strategies.voting)

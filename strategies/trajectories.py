@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from core.base import JSON, BudgetName, Choice, ChoiceDelta, Result, Usage
+from core.base import JSON, BudgetName, Choice, ChoiceDelta, LogprobEntry, Result, Usage
 from core.engine import FinishReason, ModelTokens, SampleDelta
+from strategies.logprobs import Texts
 from strategies.reasoning import StreamSplitter
 
 
@@ -27,6 +28,7 @@ class Trajectory:
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
     cumulative_logprob: float | None = None
+    logprobs: list[LogprobEntry] | None = None  # when the client asked for them
 
     @property
     def reasoning_tokens(self) -> int:
@@ -56,6 +58,7 @@ class Trajectory:
             info=info or {},
             budget_cut=budget_cut,
             stop_sequence=self.stop_reason if isinstance(self.stop_reason, str) else None,
+            logprobs=None if self.logprobs is None else tuple(self.logprobs),
         )
 
 
@@ -80,6 +83,7 @@ class TrajectorySet:
 
     def __init__(self, tokens: ModelTokens, *, thinking_open: bool) -> None:
         self._tokens = tokens
+        self._texts = Texts(tokens)
         self._thinking_open = thinking_open
         self.by_index: dict[int, Trajectory] = {}
 
@@ -102,6 +106,9 @@ class TrajectorySet:
             return None
         traj = self.get(key)
         traj.token_ids.extend(delta.token_ids)
+        entries = None if delta.logprobs is None else self._texts.entries(delta.logprobs)
+        if entries is not None:
+            traj.logprobs = [*(traj.logprobs or ()), *entries]
         text = traj.splitter.push(delta.token_ids)
         reasoning, content = text.reasoning, text.content
         if delta.finish_reason is not None:
@@ -120,6 +127,7 @@ class TrajectorySet:
             reasoning=reasoning,
             content=content,
             completion_tokens=traj.splitter.completion_tokens,
+            logprobs=entries,
         )
 
     def usage(self, prompt_tokens: int) -> Usage:

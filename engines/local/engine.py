@@ -25,10 +25,15 @@ from core.engine import (
     Sample,
     SampleDelta,
     SamplingConfig,
+    TokenLogprob,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
 from engines.local import engine_wait, process_group, stopping
-from engines.local.vllm_logprobs import token_confidences
+from engines.local.vllm_logprobs import (
+    client_logprobs,
+    client_prompt_logprobs,
+    token_confidences,
+)
 from engines.settings import EngineSettings
 from engines.tokens import TokenizerTokens
 from engines.vllm_errors import map_vllm_errors
@@ -170,9 +175,17 @@ class LocalEngine:
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         from vllm.sampling_params import RequestOutputKind
 
-        k = request.sampling.top_logprobs
+        s = request.sampling
+        k = s.top_logprobs
         done: dict[int, Sample] = {}
         async for out in self._run(request, RequestOutputKind.FINAL_ONLY):
+            prompt = (
+                None
+                if s.prompt_logprobs is None
+                else client_prompt_logprobs(
+                    out.prompt_logprobs, s.prompt_logprobs, request.prompt_token_ids
+                )
+            )
             for c in out.outputs:
                 done[c.index] = Sample(
                     index=c.index,
@@ -181,6 +194,8 @@ class LocalEngine:
                     cumulative_logprob=c.cumulative_logprob,
                     stop_reason=c.stop_reason,
                     confidences=_confidences(c, k),
+                    logprobs=_client_logprobs(c, s.token_logprobs),
+                    prompt_logprobs=prompt,
                 )
         if len(done) != request.sampling.n:
             raise BackendError(f"engine returned {len(done)} of {request.sampling.n} samples")
@@ -190,6 +205,7 @@ class LocalEngine:
         from vllm.sampling_params import RequestOutputKind
 
         k = request.sampling.top_logprobs
+        client_k = request.sampling.token_logprobs
         async for out in self._run(request, RequestOutputKind.DELTA):
             for c in out.outputs:
                 if not c.token_ids and c.finish_reason is None:
@@ -202,6 +218,7 @@ class LocalEngine:
                     stop_reason=c.stop_reason,
                     # DELTA: vLLM hands the logprobs of the new tokens only (1:1).
                     confidences=_confidences(c, k),
+                    logprobs=_client_logprobs(c, client_k),
                 )
 
     @property
@@ -287,9 +304,10 @@ class LocalEngine:
             seed=s.seed,
             stop=list(s.stop) or None,
             stop_token_ids=list(s.stop_token_ids) or None,
-            # top-k candidates for confidences, else the sampled token's logprob only;
-            # either way vLLM sums cumulative_logprob.
-            logprobs=s.top_logprobs if s.top_logprobs > 0 else (0 if s.logprobs else None),
+            # top-k candidates for confidences and the client's alternatives, else the
+            # sampled token's logprob only; either way vLLM sums cumulative_logprob.
+            logprobs=_vllm_logprobs(s),
+            prompt_logprobs=s.prompt_logprobs,
             # Flat lists instead of a Logprob object per candidate per token.
             flat_logprobs=s.top_logprobs > 0,
             ignore_eos=s.ignore_eos,
@@ -307,6 +325,20 @@ def _confidences(output: Any, k: int) -> tuple[float, ...] | None:
     if k <= 0:
         return None
     return token_confidences(output.logprobs, k, len(output.token_ids))
+
+
+def _vllm_logprobs(s: SamplingConfig) -> int | None:
+    wanted = [k for k in (s.top_logprobs or None, s.token_logprobs) if k is not None]
+    if wanted:
+        return max(wanted)
+    return 0 if s.logprobs else None
+
+
+def _client_logprobs(output: Any, k: int | None) -> tuple[TokenLogprob, ...] | None:
+    """The client's logprobs of a ``CompletionOutput`` when it asked for them."""
+    if k is None:
+        return None
+    return client_logprobs(output.logprobs, k, output.token_ids)
 
 
 def _finish(reason: str | None) -> FinishReason:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from core.engine import TokenLogprob
 from core.errors import BackendError
 from core.token_confidence import token_confidence
 
@@ -50,3 +51,69 @@ def _positions(logprobs: object) -> Sequence[Iterable[float]]:
 def _values(position: Mapping[int, Any] | None) -> list[float]:
     # A position without candidates (None) carries no information: confidence 0.
     return [float(lp.logprob) for lp in position.values()] if position else []
+
+
+def client_logprobs(logprobs: object, k: int, token_ids: Sequence[int]) -> tuple[TokenLogprob, ...]:
+    """The client's logprobs of ``token_ids`` (one ``TokenLogprob`` each: the token's
+    own logprob and the position's ``k`` best candidates) from vLLM's sample logprobs,
+    asked for with at least ``k`` candidates."""
+    if logprobs is None:
+        raise BackendError("engine returned no logprobs although the client asked for them")
+    positions = _entries(logprobs)
+    if len(positions) != len(token_ids):
+        raise BackendError(
+            f"engine returned logprobs for {len(positions)} of {len(token_ids)} tokens"
+        )
+    return tuple(_token(t, entries, k) for t, entries in zip(token_ids, positions, strict=True))
+
+
+def client_prompt_logprobs(
+    logprobs: object, k: int, prompt_ids: Sequence[int]
+) -> tuple[TokenLogprob | None, ...]:
+    """The same for a prompt (``RequestOutput.prompt_logprobs``): None at the first token,
+    which has nothing before it."""
+    if logprobs is None:
+        raise BackendError("engine returned no prompt logprobs although echo asked for them")
+    positions = _entries(logprobs)
+    if len(positions) != len(prompt_ids):
+        raise BackendError(
+            f"engine returned prompt logprobs for {len(positions)} of {len(prompt_ids)} tokens"
+        )
+    return tuple(
+        _token(t, entries, k) if entries else None
+        for t, entries in zip(prompt_ids, positions, strict=True)
+    )
+
+
+_Entry = tuple[int, float, int | None]  # token id, logprob, rank (1 = most likely)
+
+
+def _entries(logprobs: object) -> list[list[_Entry]]:
+    if isinstance(logprobs, list):
+        return [
+            [(int(t), float(lp.logprob), lp.rank) for t, lp in position.items()] if position else []
+            for position in logprobs
+        ]
+    from vllm.logprobs import FlatLogprobs
+
+    if isinstance(logprobs, FlatLogprobs):
+        ids, values, ranks = logprobs.token_ids, logprobs.logprobs, logprobs.ranks
+        return [
+            [(ids[j], values[j], ranks[j]) for j in range(start, end)]
+            for start, end in zip(logprobs.start_indices, logprobs.end_indices, strict=True)
+        ]
+    raise BackendError(f"engine returned logprobs of an unknown type {type(logprobs).__name__}")
+
+
+def _token(token_id: int, entries: Sequence[_Entry], k: int) -> TokenLogprob:
+    """The position's entry for ``token_id`` and its ``k`` best candidates (vLLM lists
+    the sampled token first, then the top candidates; it may be among them twice)."""
+    own = next((lp for t, lp, _ in entries if t == token_id), None)
+    if own is None:
+        raise BackendError(f"engine returned no logprob for the token {token_id} it produced")
+    seen: dict[int, tuple[float, int]] = {}
+    for t, lp, rank in entries:
+        if t not in seen:
+            seen[t] = (lp, rank if rank is not None else 1 << 30)
+    best = sorted(seen.items(), key=lambda item: (item[1][1], -item[1][0]))[:k] if k else []
+    return TokenLogprob(token_id=token_id, logprob=own, top=tuple((t, lp) for t, (lp, _) in best))

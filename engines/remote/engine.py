@@ -497,8 +497,16 @@ class RemoteEngine:
         except (*BROKEN, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
         _raise_for_status(up, answer.status_code, data)
+        s = request.sampling
         return samples(
-            up.facts.protocol, data, request.sampling.n, top_k=request.sampling.top_logprobs
+            up.facts.protocol,
+            data,
+            s.n,
+            top_k=s.top_logprobs,
+            client_k=s.token_logprobs,
+            prompt=(
+                None if s.prompt_logprobs is None else (s.prompt_logprobs, request.prompt_token_ids)
+            ),
         )
 
     async def _stream_on(
@@ -530,7 +538,12 @@ class RemoteEngine:
                         if isinstance(failure, InvalidRequest):
                             raise failure  # the request's fault: no server would take it
                         raise UpstreamFailed(failure, eject=False)
-                    for delta in deltas(protocol, frame, top_k=request.sampling.top_logprobs):
+                    for delta in deltas(
+                        protocol,
+                        frame,
+                        top_k=request.sampling.top_logprobs,
+                        client_k=request.sampling.token_logprobs,
+                    ):
                         if delta.finish_reason is not None:
                             finished.add(delta.index)
                         yield delta

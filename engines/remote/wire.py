@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from core.engine import QUIET_STREAM_INTERVAL, FinishReason, GenerateRequest, Sample, SampleDelta
+from core.engine import (
+    QUIET_STREAM_INTERVAL,
+    FinishReason,
+    GenerateRequest,
+    Sample,
+    SampleDelta,
+    TokenLogprob,
+)
 from core.errors import (
     BackendError,
     GatewayError,
@@ -74,16 +81,19 @@ def body(
         params["stop"] = list(s.stop)
     if s.stop_token_ids:
         params["stop_token_ids"] = list(s.stop_token_ids)
-    if s.top_logprobs > 0:
-        # The top-k candidates per token (confidences); the sampled token's logprob and
-        # so cumulative_logprob come with them. ``generate`` lists only the first
-        # ``logprobs`` entries of vLLM's per-token dict, the sampled token first: one
-        # more than k keeps the true top k listed when the sampled token is not among
-        # them (exact up to vLLM's cap of MAX_TOP_K).
-        extra_one = protocol == "generate" and s.top_logprobs < MAX_TOP_K
-        params["logprobs"] = s.top_logprobs + 1 if extra_one else s.top_logprobs
-    elif s.logprobs:
+    wanted = max(s.top_logprobs, s.token_logprobs or 0)
+    if wanted > 0:
+        # The top-k candidates per token (confidences, the client's alternatives); the
+        # sampled token's logprob and so cumulative_logprob come with them.
+        # ``generate`` lists only the first ``logprobs`` entries of vLLM's per-token dict,
+        # the sampled token first: one more than k keeps the true top k listed when the
+        # sampled token is not among them (exact up to vLLM's cap of MAX_TOP_K).
+        extra_one = protocol == "generate" and wanted < MAX_TOP_K
+        params["logprobs"] = wanted + 1 if extra_one else wanted
+    elif s.logprobs or s.token_logprobs is not None:
         params["logprobs"] = 0  # the sampled token's logprob only
+    if s.prompt_logprobs is not None:
+        params["prompt_logprobs"] = s.prompt_logprobs
     extra = dict(s.extra_args)
     if protocol == "generate":
         if extra:
@@ -109,7 +119,7 @@ def body(
     }
     if extra:
         out["vllm_xargs"] = extra
-    if s.top_logprobs > 0:
+    if wanted > 0 or s.token_logprobs is not None or s.prompt_logprobs is not None:
         # Key top_logprobs by "token_id:N", not by decoded text: distinct tokens that
         # decode alike (byte-fallback pieces) would collapse into one candidate.
         out["return_tokens_as_token_ids"] = True
@@ -174,6 +184,89 @@ def _aligned(
     return confidences
 
 
+def _token_id(token: object) -> int:
+    """A token of the completions route's logprobs (``return_tokens_as_token_ids``)."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        return int(token.removeprefix("token_id:"))
+    raise BackendError(f"vLLM server named a logprob token {token!r}, not by its id")
+
+
+def _best(entries: list[tuple[int, float, int | None]], k: int) -> tuple[tuple[int, float], ...]:
+    """The ``k`` best of a position's (token id, logprob, rank) entries: by rank where
+    the server gives one, else by logprob; each token once."""
+    seen: dict[int, tuple[float, float]] = {}
+    for t, lp, rank in entries:
+        seen.setdefault(t, (lp, float(rank) if rank is not None else -lp))
+    best = sorted(seen.items(), key=lambda item: item[1][1])[:k] if k else []
+    return tuple((t, lp) for t, (lp, _) in best)
+
+
+def _client_logprobs(
+    protocol: Protocol, choice: Mapping[str, Any], k: int | None, ids: tuple[int, ...]
+) -> tuple[TokenLogprob, ...] | None:
+    """The client's logprobs of a choice's tokens (one each) when it asked for them."""
+    if k is None:
+        return None
+    logprobs = choice.get("logprobs")
+    if not ids:
+        return ()
+    if not isinstance(logprobs, Mapping):
+        raise BackendError(f"vLLM server answered no logprobs for {len(ids)} tokens")
+    out: list[TokenLogprob] = []
+    if protocol == "generate":
+        content = logprobs.get("content") or []
+        for c in content:
+            entries = [
+                (int(t["token_id"]), float(t["logprob"]), t.get("rank"))
+                for t in c.get("top_logprobs") or ()
+            ]
+            tid = int(c["token_id"])
+            out.append(TokenLogprob(tid, float(c["logprob"]), _best(entries, k)))
+    else:
+        tokens = logprobs.get("tokens") or []
+        values = logprobs.get("token_logprobs") or []
+        tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+        for token, value, top in zip(tokens, values, tops, strict=True):
+            entries = [(_token_id(t), float(v), None) for t, v in (top or {}).items()]
+            out.append(TokenLogprob(_token_id(token), float(value), _best(entries, k)))
+    if len(out) != len(ids):
+        raise BackendError(f"vLLM server answered logprobs for {len(out)} of {len(ids)} tokens")
+    if [t.token_id for t in out] != list(ids):
+        raise BackendError("vLLM server answered logprobs of other tokens than it sampled")
+    return tuple(out)
+
+
+def prompt_logprobs(
+    answer: Mapping[str, Any], k: int, prompt_ids: tuple[int, ...]
+) -> tuple[TokenLogprob | None, ...]:
+    """The prompt's logprobs of a non-streamed answer (vLLM's ``prompt_logprobs``: per
+    prompt token null or ``{token id: {"logprob", "rank"}}``), one per prompt token: at
+    the top of a ``generate`` answer, on each choice of a ``completions`` one."""
+    positions = answer.get("prompt_logprobs")
+    if positions is None:
+        choices = answer.get("choices") or [{}]
+        positions = choices[0].get("prompt_logprobs")
+    if not isinstance(positions, list) or len(positions) != len(prompt_ids):
+        got = len(positions) if isinstance(positions, list) else "no"
+        raise BackendError(
+            f"vLLM server answered {got} prompt logprobs for {len(prompt_ids)} prompt tokens"
+        )
+    out: list[TokenLogprob | None] = []
+    for token, position in zip(prompt_ids, positions, strict=True):
+        if not position:
+            out.append(None)
+            continue
+        entries = [
+            (int(str(t).removeprefix("token_id:")), float(v["logprob"]), v.get("rank"))
+            for t, v in position.items()
+        ]
+        own = next((lp for t, lp, _ in entries if t == token), None)
+        if own is None:
+            raise BackendError(f"vLLM server answered no logprob for prompt token {token}")
+        out.append(TokenLogprob(token, own, _best(entries, k)))
+    return tuple(out)
+
+
 def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
     ids = choice.get("token_ids")
     if ids is None:
@@ -184,20 +277,35 @@ def _token_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def samples(
-    protocol: Protocol, answer: Mapping[str, Any], n: int, *, top_k: int = 0
+    protocol: Protocol,
+    answer: Mapping[str, Any],
+    n: int,
+    *,
+    top_k: int = 0,
+    client_k: int | None = None,
+    prompt: tuple[int, tuple[int, ...]] | None = None,
 ) -> list[Sample]:
     """The finished samples of a non-streamed answer, ordered by index (with token
-    confidences when the request asked for ``top_logprobs = top_k > 0``)."""
+    confidences when the request asked for ``top_logprobs = top_k > 0``, the client's
+    logprobs for ``client_k``, the prompt's for ``prompt`` = (k, prompt ids))."""
     try:
-        return _samples(protocol, answer, n, top_k)
+        return _samples(protocol, answer, n, top_k, client_k, prompt)
     except (KeyError, TypeError, ValueError) as exc:
         raise BackendError(f"unreadable answer from the vLLM server: {exc!r}") from exc
 
 
-def _samples(protocol: Protocol, answer: Mapping[str, Any], n: int, k: int) -> list[Sample]:
+def _samples(
+    protocol: Protocol,
+    answer: Mapping[str, Any],
+    n: int,
+    k: int,
+    client_k: int | None,
+    prompt: tuple[int, tuple[int, ...]] | None,
+) -> list[Sample]:
     error = answer.get("error")
     if error is not None:
         raise upstream_error(500, answer)
+    prompt_lps = None if prompt is None else prompt_logprobs(answer, *prompt)
     done: dict[int, Sample] = {}
     for choice in answer.get("choices") or []:
         index = int(choice["index"])
@@ -209,22 +317,33 @@ def _samples(protocol: Protocol, answer: Mapping[str, Any], n: int, k: int) -> l
             cumulative_logprob=_logprob_sum(protocol, choice),
             stop_reason=choice.get("stop_reason"),
             confidences=_aligned(_confidences(protocol, choice, k), ids, k),
+            logprobs=_client_logprobs(protocol, choice, client_k, ids),
+            prompt_logprobs=prompt_lps,
         )
     if sorted(done) != list(range(n)):
         raise BackendError(f"vLLM server returned samples {sorted(done)} of {n}")
     return [done[i] for i in range(n)]
 
 
-def deltas(protocol: Protocol, frame: Mapping[str, Any], *, top_k: int = 0) -> list[SampleDelta]:
+def deltas(
+    protocol: Protocol,
+    frame: Mapping[str, Any],
+    *,
+    top_k: int = 0,
+    client_k: int | None = None,
+) -> list[SampleDelta]:
     """The deltas in one streamed frame (a usage-only frame has none), with token
-    confidences when the request asked for ``top_logprobs = top_k > 0``."""
+    confidences when the request asked for ``top_logprobs = top_k > 0`` and the
+    client's logprobs for ``client_k``."""
     try:
-        return _deltas(protocol, frame, top_k)
+        return _deltas(protocol, frame, top_k, client_k)
     except (KeyError, TypeError, ValueError) as exc:
         raise BackendError(f"unreadable frame from the vLLM server: {exc!r}") from exc
 
 
-def _deltas(protocol: Protocol, frame: Mapping[str, Any], k: int) -> list[SampleDelta]:
+def _deltas(
+    protocol: Protocol, frame: Mapping[str, Any], k: int, client_k: int | None
+) -> list[SampleDelta]:
     if frame.get("error") is not None:
         raise upstream_error(500, frame)
     out: list[SampleDelta] = []
@@ -241,6 +360,7 @@ def _deltas(protocol: Protocol, frame: Mapping[str, Any], k: int) -> list[Sample
                 cumulative_logprob=_logprob_sum(protocol, choice),
                 stop_reason=choice.get("stop_reason"),
                 confidences=_aligned(_confidences(protocol, choice, k), ids, k),
+                logprobs=_client_logprobs(protocol, choice, client_k, ids),
             )
         )
     return out

@@ -203,6 +203,28 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "stop",
     ),
+    (
+        "top_logprobs without logprobs",
+        {"model": M, "messages": MSG, "top_logprobs": 2},
+        {},
+        400,
+        "top_logprobs",
+    ),
+    (
+        "top_logprobs past 20",
+        {"model": M, "messages": MSG, "logprobs": True, "top_logprobs": 21},
+        {},
+        400,
+        "top_logprobs",
+    ),
+    ("logprobs not a bool", {"model": M, "messages": MSG, "logprobs": 1}, {}, 400, "logprobs"),
+    (
+        "logprobs under a strategy that does not return them",
+        {"model": M, "messages": MSG, "logprobs": True},
+        {"X-Strategy": "deepconf"},
+        400,
+        "logprobs",
+    ),
 ]
 
 
@@ -213,7 +235,16 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str | None]] = [
     ({"model": M, "prompt": []}, "prompt"),
     ({"model": M, "prompt": [1, "a"]}, "prompt"),
     ({"model": M, "prompt": "x" * 600}, "prompt"),
-    ({"model": M, "prompt": "hi", "echo": True}, "echo"),
+    ({"model": M, "prompt": "hi", "echo": True, "stream": True}, "echo"),
+    ({"model": M, "prompt": "hi", "echo": 1}, "echo"),
+    ({"model": M, "prompt": "hi", "logprobs": 21}, "logprobs"),
+    ({"model": M, "prompt": "hi", "logprobs": True}, "logprobs"),
+    ({"model": M, "prompt": "hi", "top_logprobs": 2}, "top_logprobs"),
+    ({"model": M, "prompt": "hi", "logprobs": 1, "strategy": "elastic"}, "logprobs"),
+    (
+        {"model": M, "prompt": "hi", "logprobs": 1, "echo": True, "strategy": "self-consistency"},
+        "echo",
+    ),
     ({"model": M, "prompt": [2**70]}, "prompt"),  # was a 500 on the remote engine (fuzz)
     ({"model": M, "prompt": "\u00e9"}, "prompt"),  # text the tokenizer drops: no tokens
 ]

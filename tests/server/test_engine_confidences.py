@@ -14,7 +14,7 @@ from core.engine import GenerateRequest, Sample, SampleDelta, SamplingConfig
 from core.errors import BackendError
 from core.token_confidence import token_confidence
 from engines.local.engine import LocalEngine
-from engines.local.vllm_logprobs import token_confidences
+from engines.local.vllm_logprobs import client_logprobs, token_confidences
 from engines.scripted import ScriptedEngine
 
 K = 3
@@ -107,6 +107,22 @@ def test_final_only_logprobs_cover_every_token(flat: bool) -> None:
     assert token_confidences(out.logprobs, K, len(out.token_ids)) == pytest.approx(EXPECTED)
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["dicts", "flat"])
+def test_the_clients_logprobs_are_each_tokens_own_and_its_best_alternatives(flat: bool) -> None:
+    (out,) = _outputs("FINAL_ONLY", flat)
+    got = client_logprobs(out.logprobs, 2, out.token_ids)
+    flat_got = [(t.token_id, t.logprob, *(x for pair in t.top for x in pair)) for t in got]
+    assert [x for row in flat_got for x in row] == pytest.approx(
+        [10, -0.1, 10, -0.1, 12, -2.0]
+        + [11, -0.5, 14, -0.4, 11, -0.5]
+        + [20, -9.0, 21, -0.2, 22, -1.0],  # sampled outside the top 2
+        abs=1e-6,
+    )
+    assert all(t.top == () for t in client_logprobs(out.logprobs, 0, out.token_ids))
+    with pytest.raises(BackendError, match="for 3 of 2 tokens"):
+        client_logprobs(out.logprobs, 2, out.token_ids[:2])
+
+
 def test_missing_or_misaligned_logprobs_are_engine_faults() -> None:
     with pytest.raises(BackendError, match="no logprobs"):
         token_confidences(None, K, 2)
@@ -124,6 +140,9 @@ def test_missing_or_misaligned_logprobs_are_engine_faults() -> None:
         ({"logprobs": True}, 0, False),
         ({"top_logprobs": 20}, 20, True),
         ({"top_logprobs": 5, "logprobs": True}, 5, True),
+        ({"token_logprobs": 0}, 0, False),
+        ({"token_logprobs": 7, "top_logprobs": 5}, 7, True),
+        ({"token_logprobs": 2, "top_logprobs": 5}, 5, True),
     ],
 )
 def test_params_ask_vllm_for_the_top_k(sampling: dict[str, Any], logprobs: Any, flat: bool) -> None:

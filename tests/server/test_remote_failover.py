@@ -38,6 +38,9 @@ class Tokens:
     def encode(self, text: str) -> list[int]:
         return [5]
 
+    def token_text(self, token_id: int) -> str:
+        return self.decode([token_id])
+
     def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
         return [5]
 

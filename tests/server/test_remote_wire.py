@@ -314,3 +314,88 @@ def test_generate_with_one_extra_candidate_reads_the_true_top_k() -> None:
     }
     (got,) = samples("generate", answer, 1, top_k=2)
     assert got.confidences == pytest.approx((0.3,))  # -(-0.1 - 0.5) / 2
+
+
+def test_the_clients_logprobs_and_echo_ask_both_protocols_for_them() -> None:
+    gen = body(
+        "generate",
+        _request(token_logprobs=2, prompt_logprobs=2),
+        max_tokens=4,
+        upstream_model="m",
+        stream=False,
+    )["sampling_params"]
+    assert gen["logprobs"] == 3 and gen["prompt_logprobs"] == 2  # one extra: the true top 2
+    comp = body(
+        "completions", _request(token_logprobs=0), max_tokens=4, upstream_model="m", stream=True
+    )
+    assert comp["logprobs"] == 0 and comp["return_tokens_as_token_ids"] is True
+    both = body(
+        "generate",
+        _request(token_logprobs=1, top_logprobs=4),
+        max_tokens=4,
+        upstream_model="m",
+        stream=False,
+    )
+    assert both["sampling_params"]["logprobs"] == 5  # the larger of confidences' and client's
+
+
+def test_samples_carry_the_clients_logprobs_from_both_protocols() -> None:
+    gen = {"choices": [_choice([4, 2], {"content": GEN_CONTENT})]}
+    (got,) = samples("generate", gen, 1, client_k=1)
+    assert got.logprobs is not None
+    assert [(t.token_id, t.logprob, t.top) for t in got.logprobs] == [
+        (4, -0.5, ((4, -0.5),)),
+        (2, -6.0, ((3, -0.25),)),  # 2 is listed first but is not the best
+    ]
+    comp_logprobs = {
+        "tokens": ["token_id:4", "token_id:2"],
+        "token_logprobs": [-0.5, -6.0],
+        "top_logprobs": COMP_TOPS,
+    }
+    (got,) = samples("completions", {"choices": [_choice([4, 2], comp_logprobs)]}, 1, client_k=2)
+    assert got.logprobs is not None
+    assert [t.top for t in got.logprobs] == [
+        ((4, -0.5), (9, -1.5)),
+        ((3, -0.25), (8, -2.0)),
+    ]
+    frame = {"choices": [{"index": 0, "token_ids": [4], "logprobs": {"content": GEN_CONTENT[:1]}}]}
+    (delta,) = deltas("generate", frame, client_k=0)
+    assert delta.logprobs is not None and delta.logprobs[0].top == ()
+
+
+def test_logprobs_that_name_other_tokens_are_an_upstream_fault() -> None:
+    gen = {"choices": [_choice([4, 7], {"content": GEN_CONTENT})]}
+    with pytest.raises(tree.BackendError, match="other tokens than it sampled"):
+        samples("generate", gen, 1, client_k=1)
+    with pytest.raises(tree.BackendError, match="no logprobs for 2 tokens"):
+        samples("generate", {"choices": [_choice([4, 2], None)]}, 1, client_k=1)  # type: ignore[arg-type]
+
+
+def test_prompt_logprobs_from_both_protocols() -> None:
+    positions = [
+        None,
+        {"6": {"logprob": -1.0, "rank": 2}, "9": {"logprob": -0.5, "rank": 1}},
+        {"7": {"logprob": -0.1, "rank": 1}},
+    ]
+    top_level = {
+        "prompt_logprobs": positions,
+        "choices": [_choice([4], {"content": GEN_CONTENT[:1]})],
+    }
+    (got,) = samples("generate", top_level, 1, prompt=(1, (5, 6, 7)))
+    assert got.prompt_logprobs is not None
+    assert got.prompt_logprobs[0] is None
+    assert [(t.token_id, t.logprob, t.top) for t in got.prompt_logprobs[1:]] == [  # type: ignore[union-attr]
+        (6, -1.0, ((9, -0.5),)),
+        (7, -0.1, ((7, -0.1),)),
+    ]
+    on_choice = {
+        "choices": [{**_choice([4], {"content": GEN_CONTENT[:1]}), "prompt_logprobs": positions}]
+    }
+    assert (
+        samples("completions", on_choice, 1, prompt=(1, (5, 6, 7)))[0].prompt_logprobs
+        == got.prompt_logprobs
+    )
+    with pytest.raises(tree.BackendError, match="2 prompt logprobs for 3 prompt tokens"):
+        samples(
+            "generate", {**top_level, "prompt_logprobs": positions[:2]}, 1, prompt=(1, (5, 6, 7))
+        )

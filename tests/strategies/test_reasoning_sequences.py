@@ -42,6 +42,9 @@ class CharTokens:
     def encode(self, text: str) -> list[int]:
         return [ord(c) for c in text]
 
+    def token_text(self, token_id: int) -> str:
+        return self.decode([token_id])
+
     def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
         return self.encode(f"{messages[-1]['content']}\n<think>")
 

@@ -55,6 +55,9 @@ class Tokens:
     def encode(self, text: str) -> list[int]:
         return list(self.codec.encode(text))
 
+    def token_text(self, token_id: int) -> str:
+        return self.decode([token_id])
+
     def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
         return list(self.codec.encode(chat_prompt(str(messages[-1]["content"]))))
 
