@@ -21,6 +21,7 @@ from typing import Any
 from core.engine import TokenLogprob
 from core.errors import BackendError
 from core.token_confidence import token_confidence
+from engines.logprobs import Entry, best
 
 
 def token_confidences(logprobs: object, k: int, n_tokens: int) -> tuple[float, ...]:
@@ -57,13 +58,7 @@ def client_logprobs(logprobs: object, k: int, token_ids: Sequence[int]) -> tuple
     """The client's logprobs of ``token_ids`` (one ``TokenLogprob`` each: the token's
     own logprob and the position's ``k`` best candidates) from vLLM's sample logprobs,
     asked for with at least ``k`` candidates."""
-    if logprobs is None:
-        raise BackendError("engine returned no logprobs although the client asked for them")
-    positions = _entries(logprobs)
-    if len(positions) != len(token_ids):
-        raise BackendError(
-            f"engine returned logprobs for {len(positions)} of {len(token_ids)} tokens"
-        )
+    positions = _aligned(logprobs, token_ids, "logprobs")
     return tuple(_token(t, entries, k) for t, entries in zip(token_ids, positions, strict=True))
 
 
@@ -72,23 +67,24 @@ def client_prompt_logprobs(
 ) -> tuple[TokenLogprob | None, ...]:
     """The same for a prompt (``RequestOutput.prompt_logprobs``): None at the first token,
     which has nothing before it."""
-    if logprobs is None:
-        raise BackendError("engine returned no prompt logprobs although echo asked for them")
-    positions = _entries(logprobs)
-    if len(positions) != len(prompt_ids):
-        raise BackendError(
-            f"engine returned prompt logprobs for {len(positions)} of {len(prompt_ids)} tokens"
-        )
+    positions = _aligned(logprobs, prompt_ids, "prompt logprobs")
     return tuple(
         _token(t, entries, k) if entries else None
         for t, entries in zip(prompt_ids, positions, strict=True)
     )
 
 
-_Entry = tuple[int, float, int | None]  # token id, logprob, rank (1 = most likely)
+def _aligned(logprobs: object, ids: Sequence[int], what: str) -> list[list[Entry]]:
+    """Each position's entries, one position per id (else an engine fault)."""
+    if logprobs is None:
+        raise BackendError(f"engine returned no {what} although the client asked for them")
+    positions = _entries(logprobs)
+    if len(positions) != len(ids):
+        raise BackendError(f"engine returned {what} for {len(positions)} of {len(ids)} tokens")
+    return positions
 
 
-def _entries(logprobs: object) -> list[list[_Entry]]:
+def _entries(logprobs: object) -> list[list[Entry]]:
     if isinstance(logprobs, list):
         return [
             [(int(t), float(lp.logprob), lp.rank) for t, lp in position.items()] if position else []
@@ -105,15 +101,9 @@ def _entries(logprobs: object) -> list[list[_Entry]]:
     raise BackendError(f"engine returned logprobs of an unknown type {type(logprobs).__name__}")
 
 
-def _token(token_id: int, entries: Sequence[_Entry], k: int) -> TokenLogprob:
-    """The position's entry for ``token_id`` and its ``k`` best candidates (vLLM lists
-    the sampled token first, then the top candidates; it may be among them twice)."""
+def _token(token_id: int, entries: Sequence[Entry], k: int) -> TokenLogprob:
+    """The position's entry for ``token_id`` and its ``k`` best candidates."""
     own = next((lp for t, lp, _ in entries if t == token_id), None)
     if own is None:
         raise BackendError(f"engine returned no logprob for the token {token_id} it produced")
-    seen: dict[int, tuple[float, int]] = {}
-    for t, lp, rank in entries:
-        if t not in seen:
-            seen[t] = (lp, rank if rank is not None else 1 << 30)
-    best = sorted(seen.items(), key=lambda item: (item[1][1], -item[1][0]))[:k] if k else []
-    return TokenLogprob(token_id=token_id, logprob=own, top=tuple((t, lp) for t, (lp, _) in best))
+    return TokenLogprob(token_id=token_id, logprob=own, top=best(entries, k))

@@ -33,6 +33,7 @@ from core.errors import (
     UpstreamError,
 )
 from core.token_confidence import MAX_TOP_K, token_confidence
+from engines.logprobs import Entry, best
 from engines.vllm_errors import param_for
 
 Protocol = Literal["generate", "completions"]
@@ -191,16 +192,6 @@ def _token_id(token: object) -> int:
     raise BackendError(f"vLLM server named a logprob token {token!r}, not by its id")
 
 
-def _best(entries: list[tuple[int, float, int | None]], k: int) -> tuple[tuple[int, float], ...]:
-    """The ``k`` best of a position's (token id, logprob, rank) entries: by rank where
-    the server gives one, else by logprob; each token once."""
-    seen: dict[int, tuple[float, float]] = {}
-    for t, lp, rank in entries:
-        seen.setdefault(t, (lp, float(rank) if rank is not None else -lp))
-    best = sorted(seen.items(), key=lambda item: item[1][1])[:k] if k else []
-    return tuple((t, lp) for t, (lp, _) in best)
-
-
 def _client_logprobs(
     protocol: Protocol, choice: Mapping[str, Any], k: int | None, ids: tuple[int, ...]
 ) -> tuple[TokenLogprob, ...] | None:
@@ -216,19 +207,19 @@ def _client_logprobs(
     if protocol == "generate":
         content = logprobs.get("content") or []
         for c in content:
-            entries = [
+            entries: list[Entry] = [
                 (int(t["token_id"]), float(t["logprob"]), t.get("rank"))
                 for t in c.get("top_logprobs") or ()
             ]
             tid = int(c["token_id"])
-            out.append(TokenLogprob(tid, float(c["logprob"]), _best(entries, k)))
+            out.append(TokenLogprob(tid, float(c["logprob"]), best(entries, k)))
     else:
         tokens = logprobs.get("tokens") or []
         values = logprobs.get("token_logprobs") or []
         tops = logprobs.get("top_logprobs") or [None] * len(tokens)
         for token, value, top in zip(tokens, values, tops, strict=True):
             entries = [(_token_id(t), float(v), None) for t, v in (top or {}).items()]
-            out.append(TokenLogprob(_token_id(token), float(value), _best(entries, k)))
+            out.append(TokenLogprob(_token_id(token), float(value), best(entries, k)))
     if len(out) != len(ids):
         raise BackendError(f"vLLM server answered logprobs for {len(out)} of {len(ids)} tokens")
     if [t.token_id for t in out] != list(ids):
@@ -263,7 +254,7 @@ def prompt_logprobs(
         own = next((lp for t, lp, _ in entries if t == token), None)
         if own is None:
             raise BackendError(f"vLLM server answered no logprob for prompt token {token}")
-        out.append(TokenLogprob(token, own, _best(entries, k)))
+        out.append(TokenLogprob(token, own, best(entries, k)))
     return tuple(out)
 
 
