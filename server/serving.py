@@ -512,17 +512,12 @@ def _logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[in
     naming the field where this strategy or this request cannot honour them."""
     client_k = body.client_logprobs()
     echo = isinstance(body, CompletionRequest) and body.echo
-    param = (
-        "top_logprobs"
-        if isinstance(body, ChatCompletionRequest) and not body.logprobs
-        else "logprobs"
-    )
     if client_k is not None and not getattr(strategy, "returns_logprobs", False):
         raise InvalidRequest(
             f"logprobs are not returned by the {name} strategy: its answer is not one sampled "
             "trajectory; use plain or a sampling strategy (self-consistency, best-of-n, "
             "best-of-majority)",
-            param=param,
+            param="logprobs",
         )
     if echo and body.stream:
         raise InvalidRequest("echo is not streamed; send it with stream: false", param="echo")

@@ -108,7 +108,9 @@ class TrajectorySet:
         traj.token_ids.extend(delta.token_ids)
         entries = None if delta.logprobs is None else self._texts.entries(delta.logprobs)
         if entries is not None:
-            traj.logprobs = [*(traj.logprobs or ()), *entries]
+            if traj.logprobs is None:
+                traj.logprobs = []
+            traj.logprobs.extend(entries)  # in place: a long stream stays linear
         text = traj.splitter.push(delta.token_ids)
         reasoning, content = text.reasoning, text.content
         if delta.finish_reason is not None:
