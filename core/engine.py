@@ -40,6 +40,16 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StructuredOutput:
+    """A constraint on the answer (OpenAI's ``response_format``), applied by the engine's
+    grammar once thinking has ended: any JSON object, or JSON valid against a schema."""
+
+    kind: Literal["json_object", "json_schema"]
+    # The JSON Schema as canonical JSON text (hashable, sent as is); None for json_object.
+    schema: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingConfig:
     """Sampling settings of one engine request (maps 1:1 onto vLLM ``SamplingParams``)."""
 
@@ -72,6 +82,8 @@ class SamplingConfig:
     prompt_logprobs: int | None = None
     # Keep sampling past EOS up to max_tokens (fixed-length load tests, abort tests).
     ignore_eos: bool = False
+    # The answer's grammar (None: free text); the thinking before it stays free.
+    structured: StructuredOutput | None = None
     # Arguments for our logits processors (kernels/elastic/args.py names the keys).
     extra_args: Mapping[str, ExtraArg] = field(default_factory=dict)
 

@@ -21,6 +21,9 @@ class ReasoningFormat:
     think_start: str
     think_end: str
     summary: str  # one line for the docs and --help
+    # vLLM's reasoning parser for these delimiters: it tells the engine's grammar
+    # (``response_format``) where thinking ends and the answer starts.
+    vllm_reasoning_parser: str
 
 
 REASONING_FORMATS: Final[dict[str, ReasoningFormat]] = {
@@ -29,6 +32,7 @@ REASONING_FORMATS: Final[dict[str, ReasoningFormat]] = {
         think_start="<think>",
         think_end="</think>",
         summary="<think> ... </think> (R1 distills, Qwen3, the testbed)",
+        vllm_reasoning_parser="deepseek_r1",
     ),
     # gpt-oss (harmony): thinking is the analysis channel, opened by
     # ``<|channel|>analysis<|message|>`` and ended by ``<|end|>``; the answer is the final
@@ -40,6 +44,7 @@ REASONING_FORMATS: Final[dict[str, ReasoningFormat]] = {
         think_start="<|channel|>analysis<|message|>",
         think_end="<|end|><|start|>assistant<|channel|>final<|message|>",
         summary="gpt-oss: the analysis channel, up to the opening of the final channel",
+        vllm_reasoning_parser="openai_gptoss",
     ),
 }
 

@@ -24,6 +24,8 @@ class LocalEngineSettings:
     seed: int
     logits_processors: tuple[str, ...]
     vllm_reasoning_config: bool
+    # vLLM's reasoning parser for the engine's grammar ("" none: it applies from the start).
+    reasoning_parser: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,6 +33,8 @@ PARAMS: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
         # before the engine, so that one is a strategy's own follow-up prompt.
         (r"^The decoder prompt cannot be empty", "prompt"),
         (r"^Token id -?\d+ is out of vocabulary", "prompt"),
+        # A JSON Schema the grammar backend cannot compile (xgrammar's message).
+        (r"^Failed to transform json schema", "response_format"),
         (
             r"^(temperature|top_p|top_k|min_p|max_tokens|min_tokens|seed|presence_penalty|"
             r"frequency_penalty|repetition_penalty|logprobs|stop_token_ids|bad_words) ",

@@ -6,15 +6,16 @@ is harmless to ignore (``store``, ``metadata`` ...); an OpenAI feature we do
 not implement (``UNSUPPORTED``: a 400 naming it unless neutral); one of vLLM's sampling
 extras its clients send (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``:
 passed to the engine, like OpenAI's ``presence_penalty``, ``frequency_penalty`` and
-``logit_bias``); the client's ``logprobs`` (and completions' ``echo``), which the
-serving layer checks against the strategy; or an option of the chosen strategy
-(``Strategy.body_options``, checked by ``Registry.check_options`` once the strategy is
-known). Anything else is a 400 naming the field. Responses are built as plain dicts in
-``server/render.py``.
+``logit_bias``); the client's ``logprobs`` (and completions' ``echo``) and chat's
+``response_format``, which the serving layer checks against the strategy; or an option
+of the chosen strategy (``Strategy.body_options``, checked by ``Registry.check_options``
+once the strategy is known). Anything else is a 400 naming the field. Responses are
+built as plain dicts in ``server/render.py``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal, TypeVar, cast
 
 from pydantic import (
@@ -27,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from core.engine import MAX_CLIENT_LOGPROBS
+from core.engine import MAX_CLIENT_LOGPROBS, StructuredOutput
 from core.errors import InvalidRequest
 from server.settings import Effort
 
@@ -223,6 +224,49 @@ class ErrorEnvelope(BaseModel):
 TopLogprobs = Annotated[int, Field(ge=0, le=MAX_CLIENT_LOGPROBS)]
 
 
+class JsonSchemaSpec(BaseModel):
+    """``response_format.json_schema``: OpenAI's named schema."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    description: str | None = None
+    # ``schema`` would shadow BaseModel.schema, hence the alias.
+    json_schema: Annotated[dict[str, JsonValue] | None, Field(alias="schema")] = None
+    # Accepted: the grammar always holds the answer to the schema (what strict asks).
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[
+    TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")
+]
+
+
+def structured_output(fmt: ResponseFormat | None) -> StructuredOutput | None:
+    """The engine's constraint for a ``response_format`` (None: free text)."""
+    if fmt is None or isinstance(fmt, TextFormat):
+        return None
+    if isinstance(fmt, JsonObjectFormat) or fmt.json_schema.json_schema is None:
+        return StructuredOutput(kind="json_object")
+    schema = json.dumps(fmt.json_schema.json_schema, sort_keys=True, separators=(",", ":"))
+    return StructuredOutput(kind="json_schema", schema=schema)
+
+
 class ChatCompletionRequest(_Common):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
@@ -230,6 +274,8 @@ class ChatCompletionRequest(_Common):
     # top_logprobs its most likely alternatives.
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
+    # JSON answers (the thinking before them stays free): the engine's grammar.
+    response_format: ResponseFormat | None = None
 
     def client_logprobs(self) -> int | None:
         """Alternatives per token the client asked for (None: no logprobs)."""
@@ -309,6 +355,9 @@ def invalid(exc: ValidationError) -> InvalidRequest:
         return InvalidRequest("the request body must be a JSON object")
     # Drop union-branch tags pydantic inserts ("str", "list[...]") from the path.
     loc = [str(p) for p in err["loc"] if not _is_tag(p)]
+    # A discriminated union repeats its tag as a path part (``response_format`` of type
+    # json_schema puts ``json_schema`` before its own ``json_schema`` field).
+    loc = [p for i, p in enumerate(loc) if i == 0 or p != loc[i - 1]]
     param = ".".join(loc) or None
     msg = err["msg"]
     if err["type"] == "missing":

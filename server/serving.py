@@ -33,7 +33,7 @@ from core.base import (
     StrategyEvent,
     StrategyRequest,
 )
-from core.engine import SamplingConfig
+from core.engine import SamplingConfig, StructuredOutput
 from core.errors import (
     BackendError,
     BackendTimeout,
@@ -50,7 +50,12 @@ from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
 from server.gateway import Gateway, gateway
 from server.metrics import record_end, route_label
-from server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+from server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse_body,
+    structured_output,
+)
 from server.render import Body, Envelope, Kind, response_body
 from server.request_engine import RequestEngine, Tally, with_tally
 from server.streaming import (
@@ -229,11 +234,13 @@ async def admit(
             param="prompt",
         )
     client_k, echo = _logprobs_asked(body, strategy, name)
+    structured = _format_asked(gw, body, strategy, name)
     samplings = [
         replace(
             _sampling(gw, body, len(prompt_ids)),
             token_logprobs=client_k,
             prompt_logprobs=client_k if echo else None,
+            structured=structured,
         )
         for prompt_ids in prompts
     ]
@@ -527,6 +534,32 @@ def _logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[in
             param="echo",
         )
     return client_k, echo
+
+
+def _format_asked(
+    gw: Gateway, body: OpenAIBody, strategy: Strategy, name: str
+) -> StructuredOutput | None:
+    """The answer's grammar (chat's ``response_format``), refused with a 400 naming it
+    where this strategy or this server cannot hold its answer to it."""
+    if not isinstance(body, ChatCompletionRequest):
+        return None
+    structured = structured_output(body.response_format)
+    if structured is None:
+        return None
+    if not getattr(strategy, "honours_response_format", False):
+        raise InvalidRequest(
+            f"response_format is not applied by the {name} strategy; use plain, elastic or "
+            "a sampling strategy (self-consistency, best-of-n, best-of-majority)",
+            param="response_format",
+        )
+    if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
+        raise InvalidRequest(
+            "response_format needs a vLLM reasoning parser for this model's think strings "
+            "(start the server with --reasoning-parser NAME): without one the grammar "
+            "would hold the thinking to the format too",
+            param="response_format",
+        )
+    return structured
 
 
 def _echoes(gw: Gateway, body: OpenAIBody, prompts: list[tuple[int, ...]]) -> tuple[str, ...]:

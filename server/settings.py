@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     to; default: the ``--reasoning-format`` preset's."""
     think_end: str = "</think>"
     """The string that closes thinking (one token or a sequence); default: the preset's."""
+    reasoning_parser: str | None = None
+    """vLLM reasoning parser that tells the engine's grammar (``response_format``) where the
+    answer starts; default: the ``--reasoning-format`` preset's when the think strings are
+    the preset's. Remote servers need the same (``thinkgate replica`` passes it)."""
 
     # --- local engine (vLLM in process)
     dtype: str = "float32"
@@ -337,7 +341,20 @@ class Settings(BaseSettings):
             seed=self.seed,
             logits_processors=self.logits_processors,
             vllm_reasoning_config=self.vllm_reasoning_config,
+            reasoning_parser=self.grammar_reasoning_parser,
         )
+
+    @property
+    def grammar_reasoning_parser(self) -> str:
+        """The vLLM reasoning parser JSON answers wait for ("" when none applies: a model
+        that does not think, or think strings no preset names)."""
+        if not self.reasoning:
+            return ""
+        if self.reasoning_parser is not None:
+            return self.reasoning_parser
+        preset = REASONING_FORMATS[self.reasoning_format]
+        same = (self.think_start, self.think_end) == (preset.think_start, preset.think_end)
+        return preset.vllm_reasoning_parser if same else ""
 
     @property
     def remote(self) -> RemoteEngineSettings:

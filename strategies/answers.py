@@ -151,20 +151,20 @@ class AnswerGroup:
         return len(self.members)
 
 
-def group_answers(answers: Sequence[str | None]) -> tuple[AnswerGroup, ...]:
+def group_answers(answers: Sequence[str | None], *, exact: bool = False) -> tuple[AnswerGroup, ...]:
     """Greedy clustering of ``answers`` into classes, in order of first appearance.
 
     ``None`` (no answer extracted) joins no group. O(N*G) equivalence checks, most of
-    them string compares.
+    them string compares. ``exact``: equal strings only (canonical JSON answers).
     """
     reps: list[str] = []
     members: list[list[int]] = []
     for pos, answer in enumerate(answers):
         if answer is None:
             continue
-        norm = normalize(answer)
+        norm = answer if exact else normalize(answer)
         for g, rep in enumerate(reps):
-            if equivalent(rep, norm):
+            if rep == norm if exact else equivalent(rep, norm):
                 members[g].append(pos)
                 break
         else:

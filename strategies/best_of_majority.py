@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from core.base import JSON, StrategyContext
+from strategies.json_answers import ANSWER_FIELD
 from strategies.pool import defaults_of, option_alpha
 from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_best_of_majority
@@ -23,7 +24,7 @@ class BestOfMajority(SamplingStrategy):
     uses_alpha: ClassVar[bool] = True
     uses_vote: ClassVar[bool] = True
     body_options: ClassVar[frozenset[str]] = frozenset(
-        {"elastic_mode", "scorer", "alpha", *VOTE_OPTIONS}
+        {"elastic_mode", "scorer", "alpha", ANSWER_FIELD, *VOTE_OPTIONS}
     )
 
     def select(

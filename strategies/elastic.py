@@ -37,6 +37,8 @@ class Elastic:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution"})
     body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "return_token_ids"})
     streams_live: ClassVar[bool] = True
+    # The engine's grammar on the answer; with a solution budget in two passes.
+    honours_response_format: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.budget.thinking is None and request.budget.solution is None:

@@ -31,6 +31,16 @@ def requested_mode(request: StrategyRequest, engine: Engine) -> str:
     """Body field ``elastic_mode``: ``auto`` (default: one pass when the engine has the
     processor), ``one-pass`` (400 without it) or ``two-pass`` (always the fallback)."""
     mode = options.choice(request.options, "elastic_mode", "auto", MODES)
+    if request.sampling.structured is not None and request.budget.solution is not None:
+        # One pass ends a cut answer by forcing EOS, which the engine's grammar refuses
+        # mid-JSON (vLLM fails the request); the second pass's max_tokens cuts it cleanly.
+        if mode == "one-pass":
+            raise InvalidRequest(
+                "response_format with a solution budget is answered in two passes (the "
+                "answer's grammar cannot end early); use elastic_mode auto or two-pass",
+                param="elastic_mode",
+            )
+        return "two-pass"
     has_processor = PROCESSOR in engine.processors
     if mode == "one-pass" and not has_processor:
         raise InvalidRequest(
@@ -196,7 +206,11 @@ async def two_pass(
                     request_id=f"{request.request_id}-think",
                     prompt_token_ids=request.prompt_token_ids,
                     sampling=replace(
-                        base, n=request.n, max_tokens=p.thinking, stop_token_ids=stops
+                        base,
+                        n=request.n,
+                        max_tokens=p.thinking,
+                        stop_token_ids=stops,
+                        structured=None,  # the answer's grammar is the second pass's
                     ),
                 )
                 thoughts: dict[int, list[int]] = {}

@@ -38,6 +38,7 @@ class Plain:
     streams_live: ClassVar[bool] = True
     returns_logprobs: ClassVar[bool] = True
     returns_prompt_logprobs: ClassVar[bool] = True  # completions' echo with logprobs
+    honours_response_format: ClassVar[bool] = True  # the engine's grammar, per choice
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.n < 1:

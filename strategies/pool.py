@@ -39,6 +39,7 @@ from core.errors import BackendError, BackendUnavailable, InvalidBudget, Invalid
 from strategies import elastic_plan
 from strategies.answers import extract_answer
 from strategies.elastic_plan import ElasticPlan
+from strategies.json_answers import answer_field, json_answer
 from strategies.logprobs import Texts
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import SCORER_KINDS, ScoreQuery, Scorer
@@ -284,6 +285,8 @@ class Analysed:
     samples: tuple[Sample, ...]
     splits: tuple[Split, ...]
     answers: tuple[str | None, ...]
+    # Answers are canonical JSON (response_format): votes compare them exactly.
+    exact: bool = False
 
 
 def analyse(ctx: StrategyContext, samples: Sequence[Sample]) -> Analysed:
@@ -291,7 +294,12 @@ def analyse(ctx: StrategyContext, samples: Sequence[Sample]) -> Analysed:
     splits = tuple(
         split_ids(s.token_ids, tokens, thinking_open=ctx.request.thinking_open) for s in samples
     )
-    answers = tuple(extract_answer(tokens.decode(s.content_ids)) for s in splits)
+    texts = [tokens.decode(s.content_ids) for s in splits]
+    if ctx.request.sampling.structured is not None:
+        field = answer_field(ctx.request)
+        answers = tuple(json_answer(t, field) for t in texts)
+        return Analysed(samples=tuple(samples), splits=splits, answers=answers, exact=True)
+    answers = tuple(extract_answer(t) for t in texts)
     return Analysed(samples=tuple(samples), splits=splits, answers=answers)
 
 

@@ -21,6 +21,7 @@ from core.engine import (
     Engine,
 )
 from core.errors import BackendUnavailable, InvalidBudget
+from strategies.json_answers import ANSWER_FIELD, answer_field
 from strategies.pool import (
     Pool,
     analyse,
@@ -82,11 +83,13 @@ class SamplingStrategy:
     streams_live: ClassVar[bool] = False
     # The chosen samples' logprobs, when the client asks for them.
     returns_logprobs: ClassVar[bool] = True
+    # JSON answers (response_format): voted on as canonical JSON (or ``answer_field``).
+    honours_response_format: ClassVar[bool] = True
     uses_scorer: ClassVar[bool] = True
     uses_alpha: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = False  # takes the ``vote`` options (strategies.voting)
     # elastic_mode applies with token budgets (per-sample elastic plans).
-    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "scorer"})
+    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "scorer", ANSWER_FIELD})
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         validate_common(
@@ -96,6 +99,7 @@ class SamplingStrategy:
             uses_alpha=self.uses_alpha,
             uses_vote=self.uses_vote,
         )
+        answer_field(request)  # only with response_format: a 400 before any engine call
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
@@ -139,7 +143,9 @@ class SamplingStrategy:
             confidences = trace_confidences(pool.samples, votes.window)
             if rewards is None:
                 rewards = confidences
-            classes = voting_classes(analysed.answers, confidences, votes, rewards=rewards)
+            classes = voting_classes(
+                analysed.answers, confidences, votes, rewards=rewards, exact=analysed.exact
+            )
             selection, extra = self.select_by_confidence(
                 ctx, classes, k, confidence_shares(classes, confidences)
             )
@@ -148,7 +154,7 @@ class SamplingStrategy:
             if votes.vote == "confidence-top":
                 extra = {**extra, "vote_filter": votes.share}
         else:
-            classes = build_classes(analysed.answers, rewards)
+            classes = build_classes(analysed.answers, rewards, exact=analysed.exact)
             selection, extra = self.select(ctx, classes, k, n)
         info: dict[str, JSON] = {
             "strategy": self.name,

@@ -60,9 +60,13 @@ class AnswerClass:
 
 
 def build_classes(
-    answers: Sequence[str | None], rewards: Sequence[float] | None = None
+    answers: Sequence[str | None],
+    rewards: Sequence[float] | None = None,
+    *,
+    exact: bool = False,
 ) -> tuple[AnswerClass, ...]:
-    """Answer classes of a pool, in order of first appearance (``None``: no answer)."""
+    """Answer classes of a pool, in order of first appearance (``None``: no answer);
+    ``exact``: equal strings only (canonical JSON answers)."""
     if rewards is not None and len(rewards) != len(answers):
         raise ValueError(f"{len(rewards)} rewards for {len(answers)} answers")
     return tuple(
@@ -72,7 +76,7 @@ def build_classes(
             rewards=tuple(rewards[i] for i in group.members) if rewards is not None else (),
             first_seen=rank,
         )
-        for rank, group in enumerate(group_answers(answers))
+        for rank, group in enumerate(group_answers(answers, exact=exact))
     )
 
 

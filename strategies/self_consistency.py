@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from core.base import JSON, StrategyContext
+from strategies.json_answers import ANSWER_FIELD
 from strategies.sampling import SamplingStrategy
 from strategies.selection import AnswerClass, Selection, select_majority
 from strategies.voting import OPTIONS as VOTE_OPTIONS
@@ -21,7 +22,9 @@ class SelfConsistency(SamplingStrategy):
     name: ClassVar[str] = "self-consistency"
     uses_scorer: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = True
-    body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", *VOTE_OPTIONS})
+    body_options: ClassVar[frozenset[str]] = frozenset(
+        {"elastic_mode", ANSWER_FIELD, *VOTE_OPTIONS}
+    )
 
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int

@@ -84,6 +84,8 @@ def voting_classes(
     options: VoteOptions,
     voters: Sequence[bool] | None = None,
     rewards: Sequence[float] | None = None,
+    *,
+    exact: bool = False,
 ) -> tuple[AnswerClass, ...]:
     """Answer classes whose members are the samples that vote, weighted by confidence
     (``rewards``) unless the vote is plain majority. ``voters`` leaves samples out
@@ -102,7 +104,7 @@ def voting_classes(
         allowed = [i in kept for i in range(len(answers))]
     masked = [a if ok else None for a, ok in zip(answers, allowed, strict=True)]
     weights = None if options.vote == "majority" else confidences
-    return build_classes(masked, rewards if rewards is not None else weights)
+    return build_classes(masked, rewards if rewards is not None else weights, exact=exact)
 
 
 def confidence_shares(

@@ -25,10 +25,12 @@ from core.engine import (
     Sample,
     SampleDelta,
     SamplingConfig,
+    StructuredOutput,
     TokenLogprob,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
 from engines.local import engine_wait, process_group, stopping
+from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.vllm_logprobs import (
     client_logprobs,
     client_prompt_logprobs,
@@ -125,6 +127,11 @@ class LocalEngine:
             extra["reasoning_config"] = ReasoningConfig(
                 reasoning_start_str=settings.think_start, reasoning_end_str=settings.think_end
             )
+        from vllm.config import StructuredOutputsConfig
+
+        extra["structured_outputs_config"] = StructuredOutputsConfig(
+            **GRAMMAR_CONFIG, reasoning_parser=local.reasoning_parser
+        )
         args = AsyncEngineArgs(
             model=settings.model_path,
             served_model_name=[settings.model_name],
@@ -317,7 +324,19 @@ class LocalEngine:
             detokenize=bool(s.stop),
             # A stream nobody reads token by token comes in fewer, larger deltas.
             stream_interval=None if request.visible else QUIET_STREAM_INTERVAL,
+            structured_outputs=_structured(s.structured),
         )
+
+
+def _structured(out: StructuredOutput | None) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for an answer constraint (None: free text)."""
+    if out is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if out.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    return StructuredOutputsParams(json=out.schema)
 
 
 def _confidences(output: Any, k: int) -> tuple[float, ...] | None:

@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Literal
 
 from core import defaults
+from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS
 from engines.local import engine_wait
+from engines.local.grammar import GRAMMAR_CONFIG
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, model_setup, spec_for
 
@@ -79,7 +81,11 @@ def default_model_flags() -> tuple[tuple[str, str], ...]:
     """What `thinkgate serve` uses for its default model, so a gateway and its replicas
     agree (core/defaults.py)."""
     offered = defaults.installed()
-    flags = [("--served-model-name", offered.served_name)]
+    flags = [
+        ("--served-model-name", offered.served_name),
+        # Its think tags: the grammar of a JSON answer (response_format) waits for them.
+        ("--reasoning-parser", REASONING_FORMATS[DEFAULT_FORMAT].vllm_reasoning_parser),
+    ]
     if offered.max_model_len is not None:
         flags.insert(0, ("--max-model-len", str(offered.max_model_len)))
     return tuple(flags)
@@ -131,6 +137,9 @@ def build_command(
             if not _has(rest, flag):
                 cmd += [flag, value]
     cmd.append("--enable-scale-out")
+    if not _has(rest, "--structured-outputs-config"):
+        # Compact JSON answers, as the in-process engine gives (engines/local/engine.py).
+        cmd += ["--structured-outputs-config", json.dumps(GRAMMAR_CONFIG)]
     if not _has(rest, "--shutdown-timeout"):
         cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if names:

@@ -14,6 +14,7 @@ upstream's error answer onto the error tree. No I/O here (``upstream.py`` does i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -95,6 +96,14 @@ def body(
         params["logprobs"] = 0  # the sampled token's logprob only
     if s.prompt_logprobs is not None:
         params["prompt_logprobs"] = s.prompt_logprobs
+    if s.structured is not None:
+        # vLLM's structured outputs; the server's reasoning parser holds them back until
+        # thinking ends (``thinkgate replica`` starts it with one).
+        params["structured_outputs"] = (
+            {"json_object": True}
+            if s.structured.kind == "json_object"
+            else {"json": json.loads(s.structured.schema or "{}")}
+        )
     extra = dict(s.extra_args)
     if protocol == "generate":
         if extra:

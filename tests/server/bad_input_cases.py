@@ -10,6 +10,9 @@ import httpx
 
 MSG = [{"role": "user", "content": "Compute 1+2 mod 10."}]
 M = "__model__"  # replaced by the served model name
+_SCHEMA_FORMAT_NO_NAME = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+_BOGUS_SCHEMA = {"name": "x", "schema": {"type": "a"}}
+_BOGUS_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": _BOGUS_SCHEMA}
 
 CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
     ("malformed json", b'{"model": ', {}, 400, None),
@@ -180,6 +183,13 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
 # Only vLLM checks these: its message is mapped to a 400 naming the field (live only).
 ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
     (
+        "a schema the grammar cannot compile",  # xgrammar's check, named
+        {"model": M, "messages": MSG, "response_format": _BOGUS_SCHEMA_FORMAT},
+        {},
+        400,
+        "response_format",
+    ),
+    (
         "min_tokens past max_tokens",  # vLLM's own check, named
         {"model": M, "messages": MSG, "min_tokens": 9, "max_tokens": 4},
         {},
@@ -225,6 +235,48 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "logprobs",
     ),
+    (
+        "response_format of an unknown type",
+        {"model": M, "messages": MSG, "response_format": {"type": "yaml"}},
+        {},
+        400,
+        "response_format",
+    ),
+    (
+        "json_schema without its name",
+        {"model": M, "messages": MSG, "response_format": _SCHEMA_FORMAT_NO_NAME},
+        {},
+        400,
+        "response_format.json_schema.name",
+    ),
+    (
+        "response_format under a strategy that does not apply it",
+        {"model": M, "messages": MSG, "response_format": {"type": "json_object"}},
+        {"X-Strategy": "beam-search"},
+        400,
+        "response_format",
+    ),
+    (
+        "answer_field without response_format",
+        {"model": M, "messages": MSG, "strategy": "self-consistency", "answer_field": "a"},
+        {},
+        400,
+        "answer_field",
+    ),
+    (
+        "response_format with a solution budget in one pass",
+        {
+            "model": M,
+            "messages": MSG,
+            "response_format": {"type": "json_object"},
+            "strategy": "elastic",
+            "budget": {"solution": 8},
+            "elastic_mode": "one-pass",
+        },
+        {},
+        400,
+        "elastic_mode",
+    ),
 ]
 
 
@@ -240,6 +292,7 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str | None]] = [
     ({"model": M, "prompt": "hi", "logprobs": 21}, "logprobs"),
     ({"model": M, "prompt": "hi", "logprobs": True}, "logprobs"),
     ({"model": M, "prompt": "hi", "top_logprobs": 2}, "top_logprobs"),
+    ({"model": M, "prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
     ({"model": M, "prompt": "hi", "logprobs": 1, "strategy": "elastic"}, "logprobs"),
     (
         {"model": M, "prompt": "hi", "logprobs": 1, "echo": True, "strategy": "self-consistency"},

@@ -100,6 +100,17 @@ def test_settings_take_the_preset_unless_strings_are_given(
         Settings(reasoning_format="chatml")
 
 
+def test_the_grammar_waits_for_the_presets_reasoning_parser() -> None:
+    """``response_format``'s grammar starts where vLLM's reasoning parser sees thinking
+    end: the preset's parser for the preset's strings, none for strings of one's own."""
+    assert Settings().grammar_reasoning_parser == "deepseek_r1"
+    assert Settings().local.reasoning_parser == "deepseek_r1"
+    assert Settings(reasoning_format="harmony").grammar_reasoning_parser == "openai_gptoss"
+    assert Settings(think_end="<end>").grammar_reasoning_parser == ""
+    assert Settings(think_end="<end>", reasoning_parser="mine").grammar_reasoning_parser == "mine"
+    assert Settings(reasoning=False).grammar_reasoning_parser == ""
+
+
 def test_cli_flag() -> None:
     parser = settings_parser(Settings)
     given = vars(parser.parse_args(["--reasoning-format", "harmony", "--think-start", "<t>"]))

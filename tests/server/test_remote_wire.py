@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core import errors as tree
-from core.engine import QUIET_STREAM_INTERVAL, GenerateRequest, SamplingConfig
+from core.engine import QUIET_STREAM_INTERVAL, GenerateRequest, SamplingConfig, StructuredOutput
 from engines.remote.balancer import BLOCK, PrefixIndex, block_hashes, choose
 from engines.remote.wire import body, deltas, samples, upstream_error
 from kernels.processors import wanted_by
@@ -81,6 +81,20 @@ def test_openai_penalties_and_logit_bias_travel_only_when_set() -> None:
         flat = {**out, **out.get("sampling_params", {})}
         assert (flat["presence_penalty"], flat["frequency_penalty"]) == (0.5, -1.0)
         assert flat["logit_bias"] == {"7": -100.0}  # JSON keys; vLLM reads ids back
+
+
+def test_a_response_format_travels_as_vllms_structured_outputs() -> None:
+    schema = StructuredOutput(kind="json_schema", schema='{"type":"object"}')
+    for structured, expected in (
+        (None, None),
+        (StructuredOutput(kind="json_object"), {"json_object": True}),
+        (schema, {"json": {"type": "object"}}),
+    ):
+        for protocol in ("generate", "completions"):
+            req = _request(structured=structured)
+            out = body(protocol, req, max_tokens=4, upstream_model="m", stream=False)
+            flat = {**out, **out.get("sampling_params", {})}
+            assert flat.get("structured_outputs") == expected
 
 
 def test_samples_from_both_protocols() -> None:

@@ -42,6 +42,12 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     # CPU safety: no chunked prefill (a seeded chunked prefill kills the CPU engine).
     assert "--no-enable-chunked-prefill" in cmd and _after(cmd, "--dtype") == ["float32"]
     assert _after(cmd, "--served-model-name") == ["testbed-base"]
+    # JSON answers: the grammar waits for </think>, and is compact as the gateway's own.
+    assert _after(cmd, "--reasoning-parser") == ["deepseek_r1"]
+    assert json.loads(_after(cmd, "--structured-outputs-config")[0]) == {
+        "backend": "xgrammar",
+        "disable_any_whitespace": True,
+    }
     assert cmd[-2:] == ["--port", "8101"]
 
 

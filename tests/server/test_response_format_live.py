@@ -1,0 +1,111 @@
+"""JSON answers (``response_format``) from the real engine, both engines, through the
+OpenAI SDK: the thinking stays free and the answer holds to the schema (plain, streamed,
+the SDK's ``parse``), self-consistency votes on a field of the answer, and an answer cut
+by its solution budget is reported as cut."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+
+QUESTION = make_questions("test", 1, seed=11, min_ops=2, max_ops=3)[0].prompt
+MESSAGES = [{"role": "user", "content": QUESTION}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
+
+
+class Answer(BaseModel):
+    answer: int
+
+
+def _holds(content: str) -> int:
+    """The answer of ``content`` if it is valid against SCHEMA (pydantic checks it)."""
+    return Answer.model_validate_json(content, strict=True).answer
+
+
+def test_plain_answers_hold_to_the_schema_after_free_thinking(
+    openai_client: Any, served_model: str
+) -> None:
+    r = openai_client.chat.completions.create(
+        model=served_model, messages=MESSAGES, response_format=FORMAT, n=3, max_tokens=200
+    )
+    for choice in r.choices:
+        assert choice.finish_reason == "stop"
+        _holds(choice.message.content)
+        # The grammar waited for </think>: the thinking is the testbed's arithmetic.
+        assert "=" in choice.message.reasoning_content
+
+
+def test_streamed_answer_and_the_sdk_parse_helper(openai_client: Any, served_model: str) -> None:
+    stream = openai_client.chat.completions.create(
+        model=served_model, messages=MESSAGES, response_format=FORMAT, stream=True
+    )
+    content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    _holds(content)
+    parsed = openai_client.beta.chat.completions.parse(
+        model=served_model, messages=MESSAGES, response_format=Answer
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Answer)
+
+
+def test_self_consistency_votes_on_the_named_field(openai_client: Any, served_model: str) -> None:
+    r = openai_client.chat.completions.create(
+        model=served_model,
+        messages=MESSAGES,
+        response_format=FORMAT,
+        extra_body={"strategy": "self-consistency", "budget": {"samples": 6}},
+    )
+    info = r.model_extra["thinkgate"]
+    chosen = _holds(r.choices[0].message.content)
+    classes = info["classes"]
+    # Canonical JSON values: the winning class is the answer returned.
+    assert json.loads(next(c["answer"] for c in classes if c["selected"])) == {"answer": chosen}
+    assert sum(c["count"] for c in classes) + info["unanswered"] == 6
+    r = openai_client.chat.completions.create(
+        model=served_model,
+        messages=MESSAGES,
+        response_format=FORMAT,
+        extra_body={
+            "strategy": "self-consistency",
+            "budget": {"samples": 6},
+            "answer_field": "answer",
+        },
+    )
+    info = r.model_extra["thinkgate"]
+    winner = next(c for c in info["classes"] if c["selected"])
+    assert json.loads(winner["answer"]) == _holds(r.choices[0].message.content)
+
+
+def test_an_answer_cut_by_its_solution_budget_is_reported_cut(
+    openai_client: Any, served_model: str
+) -> None:
+    def elastic(solution: int) -> Any:
+        return openai_client.chat.completions.create(
+            model=served_model,
+            messages=MESSAGES,
+            response_format=FORMAT,
+            extra_body={"strategy": "elastic", "budget": {"thinking": 48, "solution": solution}},
+        )
+
+    cut = elastic(3)
+    assert cut.choices[0].finish_reason == "length"
+    info = cut.model_extra["thinkgate"]
+    assert info["mode"] == "two-pass" and info["choices"][0]["solution_cut"] is True
+    with pytest.raises(ValueError):
+        json.loads(cut.choices[0].message.content)  # cut JSON, reported as cut
+    fits = elastic(40)
+    assert fits.choices[0].finish_reason == "stop"
+    assert fits.model_extra["thinkgate"]["choices"][0]["solution_cut"] is False
+    _holds(fits.choices[0].message.content)
