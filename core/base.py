@@ -44,6 +44,8 @@ class StrategyRequest:
     budget: Budget
     stream: bool
     options: Mapping[str, JSON] = field(default_factory=dict)  # strategy-specific body fields
+    # The client offered tools: an answer may be tool calls (strategies.tool_calls).
+    tools: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,9 +194,13 @@ class ModelTokens(Protocol):
         logprobs name it by."""
         ...
 
-    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, object]],
+        tools: Sequence[Mapping[str, object]] | None = None,
+    ) -> list[int]:
         """Prompt ids for a chat, generation prompt included (thinking opened if the
-        template opens it)."""
+        template opens it); ``tools`` offered as the template writes them."""
         ...
 
 

@@ -115,10 +115,17 @@ class TokenizerTokens:
     def token_text(self, token_id: int) -> str:
         return self._tok.decode([token_id], skip_special_tokens=False)
 
-    def render_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, object]],
+        tools: Sequence[Mapping[str, object]] | None = None,
+    ) -> list[int]:
         # Render to text, then encode: the template writes the special tokens itself.
         text = self._tok.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
         )
         if not isinstance(text, str):
             raise TypeError(f"chat template rendered {type(text).__name__}, not text")

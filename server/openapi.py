@@ -139,9 +139,9 @@ def generation_request(model: type[BaseModel]) -> Schema:
             "required": True,
             "description": "A JSON object. Fields not listed must be options of the chosen "
             "strategy (its `body_options`, e.g. `alpha` for best-of-majority), else a 400 "
-            "naming them; OpenAI features thinkgate does not implement (`tools`, "
-            "`suffix`, ...) are a 400 unless neutral; `logprobs` or `response_format` under "
-            "a strategy that cannot honour them is a 400 naming it.",
+            "naming them; OpenAI features thinkgate does not implement (`functions`, "
+            "`suffix`, ...) are a 400 unless neutral; `logprobs`, `response_format` or "
+            "`tools` under a strategy that cannot honour them is a 400 naming it.",
             "content": {"application/json": {"schema": inline_schema(model)}},
         },
         "parameters": REQUEST_HEADERS,

@@ -89,6 +89,21 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, Field(min_length=1)]
+    arguments: str  # a JSON object, as text (OpenAI's form)
+
+
+class ToolCallIn(BaseModel):
+    """A tool call an assistant turn made, given back by the client."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -98,11 +113,13 @@ class ChatMessage(BaseModel):
             "else": {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
         },
     )
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant turns
+    tool_call_id: str | None = None  # tool turns: the call answered
 
     @model_validator(mode="after")
     def _content_present(self) -> ChatMessage:
@@ -121,7 +138,32 @@ class ChatMessage(BaseModel):
         reasoning = self.reasoning_content if self.reasoning_content is not None else self.reasoning
         if self.role == "assistant" and reasoning is not None:
             out["reasoning_content"] = reasoning
+        if self.role == "assistant" and self.tool_calls:
+            # Templates read arguments as a mapping (Hugging Face's convention).
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": _arguments(call)},
+                }
+                for call in self.tool_calls
+            ]
+        if self.role == "tool" and self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def _arguments(call: ToolCallIn) -> object:
+    try:
+        value = json.loads(call.function.arguments)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            f"tool call {call.id!r}: function.arguments must be a JSON object (as text)",
+            param="messages",
+        )
+    return value
 
 
 class StreamOptions(BaseModel):
@@ -236,6 +278,33 @@ class JsonSchemaSpec(BaseModel):
     strict: bool | None = None
 
 
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, JsonValue] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(BaseModel):
+    """One of ``tools``: a function the model may call."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class TextFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
@@ -276,6 +345,16 @@ class ChatCompletionRequest(_Common):
     top_logprobs: TopLogprobs | None = None
     # JSON answers (the thinking before them stays free): the engine's grammar.
     response_format: ResponseFormat | None = None
+    # Tools the chat template offers the model; its calls come back as tool_calls.
+    tools: Annotated[list[ToolDef], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+
+    def offered_tools(self) -> list[dict[str, object]] | None:
+        """The tools as the chat template reads them (None: none offered, or
+        ``tool_choice: none``, which keeps them from the model)."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
     def client_logprobs(self) -> int | None:
         """Alternatives per token the client asked for (None: no logprobs)."""
@@ -312,6 +391,9 @@ class CompletionRequest(_Common):
         if all(isinstance(x, int) for x in p):
             return [cast(list[int], p)]
         return list(cast(list[str] | list[list[int]], p))
+
+
+OpenAIBody = ChatCompletionRequest | CompletionRequest
 
 
 def parse_body(model: type[M], raw: bytes) -> M:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from core.base import JSON, Choice, LogprobEntry, Result, Usage
 from core.budget import Budget
+from strategies.tool_calls import CallForm, read_calls
 
 Kind = Literal["chat", "completion"]
 Body = dict[str, object]
@@ -32,6 +34,7 @@ class Envelope:
     created: int
     strategy: str
     budget: Budget
+    tools: CallForm | None = None  # how chat answers hold tool calls (None: they do not)
 
     @classmethod
     def new(
@@ -69,7 +72,9 @@ def usage_body(usage: Usage) -> Body:
 
 def response_body(env: Envelope, final: Result) -> Body:
     """The whole non-streamed response."""
-    choices = [_choice(env.kind, c) for c in sorted(final.choices, key=lambda c: c.index)]
+    choices = [
+        _choice(env.kind, c, tools=env.tools) for c in sorted(final.choices, key=lambda c: c.index)
+    ]
     return {
         "id": env.response_id,
         "object": "chat.completion" if env.kind == "chat" else "text_completion",
@@ -144,19 +149,53 @@ def _choice_logprobs(kind: Kind, c: Choice) -> Body | None:
     return body
 
 
-def _choice(kind: Kind, c: Choice) -> Body:
+@dataclass(frozen=True, slots=True)
+class Called:
+    """A chat answer read for tool calls: its text without them, the calls as OpenAI
+    writes them, and the finish reason (``tool_calls`` when the model stopped after
+    calling)."""
+
+    content: str | None
+    calls: list[Body]
+    finish_reason: str
+
+
+def called(c: Choice, form: CallForm) -> Called:
+    parsed = read_calls(c.content, form)
+    if not parsed.calls:
+        return Called(c.content, [], c.finish_reason)
+    calls: list[Body] = [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for call in parsed.calls
+    ]
+    # A function the request named ends as "stop" (OpenAI's way); a call the model
+    # chose, or one of those required, as "tool_calls".
+    called_one = "stop" if form.kind == "named" else "tool_calls"
+    finish = called_one if c.finish_reason == "stop" else c.finish_reason
+    return Called(parsed.content or None, calls, finish)
+
+
+def _choice(kind: Kind, c: Choice, *, tools: CallForm | None = None) -> Body:
     reasoning = c.reasoning or None
     body: Body
     if kind == "chat":
+        answer = called(c, tools) if tools else Called(c.content, [], c.finish_reason)
+        message: Body = {
+            "role": "assistant",
+            "content": answer.content,
+            "reasoning_content": reasoning,
+            "reasoning": reasoning,
+        }
+        if answer.calls:
+            message["tool_calls"] = answer.calls
         body = {
             "index": c.index,
-            "message": {
-                "role": "assistant",
-                "content": c.content,
-                "reasoning_content": reasoning,
-                "reasoning": reasoning,
-            },
-            "finish_reason": c.finish_reason,
+            "message": message,
+            "finish_reason": answer.finish_reason,
             "logprobs": _choice_logprobs(kind, c),
         }
     else:
@@ -208,9 +247,10 @@ def delta_choice(
     finish_reason: str | None = None,
     info: Mapping[str, JSON] | None = None,
     logprobs: Body | None = None,
+    tool_calls: Sequence[Body] = (),
 ) -> Body:
-    """A choice of a stream chunk: reasoning, content, or the finish (never mixed up);
-    ``logprobs`` (already rendered) those of the tokens it carries."""
+    """A choice of a stream chunk: reasoning, content, tool calls or the finish (never
+    mixed up); ``logprobs`` (already rendered) those of the tokens it carries."""
     body: Body
     if kind == "chat":
         delta: Body = {}
@@ -222,6 +262,8 @@ def delta_choice(
             delta["reasoning"] = reasoning
         if content:
             delta["content"] = content
+        if tool_calls:  # each whole, in one chunk (OpenAI streams them in pieces)
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(tool_calls)]
         body = {
             "index": index,
             "delta": delta,

@@ -33,7 +33,7 @@ from core.base import (
     StrategyEvent,
     StrategyRequest,
 )
-from core.engine import SamplingConfig, StructuredOutput
+from core.engine import SamplingConfig
 from core.errors import (
     BackendError,
     BackendTimeout,
@@ -46,6 +46,7 @@ from core.errors import (
 )
 from server import budgets, chat_translation, effort
 from server.admission import Slot
+from server.answer_fields import format_asked, logprobs_asked, tools_asked
 from server.auth import authorize
 from server.errors import ClientGone, request_id, response_headers
 from server.gateway import Gateway, gateway
@@ -53,8 +54,8 @@ from server.metrics import record_end, route_label
 from server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    OpenAIBody,
     parse_body,
-    structured_output,
 )
 from server.render import Body, Envelope, Kind, response_body
 from server.request_engine import RequestEngine, Tally, with_tally
@@ -71,7 +72,6 @@ from strategies.reasoning import thinking_open_after
 
 log = structlog.get_logger("thinkgate.http")
 T = TypeVar("T")
-OpenAIBody = ChatCompletionRequest | CompletionRequest
 
 
 class Translation(Protocol):
@@ -233,8 +233,10 @@ async def admit(
             f"{settings.max_inflight_samples} samples in flight; send fewer prompts at once",
             param="prompt",
         )
-    client_k, echo = _logprobs_asked(body, strategy, name)
-    structured = _format_asked(gw, body, strategy, name)
+    client_k, echo = logprobs_asked(body, strategy, name)
+    structured = format_asked(gw, body, strategy, name)
+    form, forced = tools_asked(gw, body, strategy, name, structured)
+    structured = structured or forced
     samplings = [
         replace(
             _sampling(gw, body, len(prompt_ids)),
@@ -264,6 +266,7 @@ async def admit(
             budget=budget,
             stream=body.stream,
             options=options,
+            tools=form is not None and form.kind == "tags",
         )
         for prompt_ids, sampling in zip(prompts, samplings, strict=True)
     ]
@@ -280,7 +283,7 @@ async def admit(
         ),
         slot=slot,
         echoes=_echoes(gw, body, prompts) if echo else (),
-        env=Envelope.new(kind, rid, gw.engine.model_name, name, budget),
+        env=replace(Envelope.new(kind, rid, gw.engine.model_name, name, budget), tools=form),
         headers=response_headers(request),
         route=route_label(request),
         request_id=rid,
@@ -484,8 +487,10 @@ def _prompt_ids(
 ) -> tuple[int, ...]:
     tokens = gw.engine.tokens
     if isinstance(source, ChatCompletionRequest):
+        messages = [m.for_template() for m in source.messages]
+        offered = source.offered_tools()
         try:
-            ids = tokens.render_chat([m.for_template() for m in source.messages])
+            ids = tokens.render_chat(messages, offered) if offered else tokens.render_chat(messages)
         except Exception as exc:  # a template that refuses the conversation (jinja raise)
             raise InvalidRequest(
                 f"the chat template refused the messages: {exc}", param=param
@@ -512,54 +517,6 @@ def _prompt_ids(
             f"the prompt has {len(ids)} tokens; the model's context is {limit}", param=param
         )
     return tuple(ids)
-
-
-def _logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[int | None, bool]:
-    """(alternatives per token the client asked for or None, echo), refused with a 400
-    naming the field where this strategy or this request cannot honour them."""
-    client_k = body.client_logprobs()
-    echo = isinstance(body, CompletionRequest) and body.echo
-    if client_k is not None and not getattr(strategy, "returns_logprobs", False):
-        raise InvalidRequest(
-            f"logprobs are not returned by the {name} strategy: its answer is not one sampled "
-            "trajectory; use plain or a sampling strategy (self-consistency, best-of-n, "
-            "best-of-majority)",
-            param="logprobs",
-        )
-    if echo and body.stream:
-        raise InvalidRequest("echo is not streamed; send it with stream: false", param="echo")
-    if echo and client_k is not None and not getattr(strategy, "returns_prompt_logprobs", False):
-        raise InvalidRequest(
-            f"echo with logprobs (the prompt's logprobs) is answered by plain, not by {name}",
-            param="echo",
-        )
-    return client_k, echo
-
-
-def _format_asked(
-    gw: Gateway, body: OpenAIBody, strategy: Strategy, name: str
-) -> StructuredOutput | None:
-    """The answer's grammar (chat's ``response_format``), refused with a 400 naming it
-    where this strategy or this server cannot hold its answer to it."""
-    if not isinstance(body, ChatCompletionRequest):
-        return None
-    structured = structured_output(body.response_format)
-    if structured is None:
-        return None
-    if not getattr(strategy, "honours_response_format", False):
-        raise InvalidRequest(
-            f"response_format is not applied by the {name} strategy; use plain, elastic or "
-            "a sampling strategy (self-consistency, best-of-n, best-of-majority)",
-            param="response_format",
-        )
-    if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
-        raise InvalidRequest(
-            "response_format needs a vLLM reasoning parser for this model's think strings "
-            "(start the server with --reasoning-parser NAME): without one the grammar "
-            "would hold the thinking to the format too",
-            param="response_format",
-        )
-    return structured
 
 
 def _echoes(gw: Gateway, body: OpenAIBody, prompts: list[tuple[int, ...]]) -> tuple[str, ...]:

@@ -230,6 +230,7 @@ class StreamEncoder:
         self._started: set[int] = set()
         self._generated: dict[int, int] = {}  # choice -> tokens so far (continuous usage)
         self._offsets: dict[int, int] = {}  # choice -> text offset (completions' logprobs)
+        self._tools = env.tools if env.kind == "chat" else None
 
     def error(self, err: GatewayError) -> bytes:
         return sse.data(err.envelope())
@@ -268,12 +269,15 @@ class StreamEncoder:
                 out.append(render.delta_choice(kind, d.index, role=True))
         if d.reasoning:
             out.append(render.delta_choice(kind, d.index, reasoning=d.reasoning))
-        if d.content:
-            out.append(render.delta_choice(kind, d.index, content=d.content))
+        # With tools offered the answer is held back: what looks like text may be a call,
+        # sent whole as tool_calls once the choice ends (_final).
+        content = "" if self._tools is not None else d.content
+        if content:
+            out.append(render.delta_choice(kind, d.index, content=content))
         if d.logprobs is not None:
             # One delta's tokens may end the thinking and start the answer: their
             # logprobs ride on its last chunk (an empty one when it has no text).
-            if not (d.reasoning or d.content):
+            if not (d.reasoning or content):
                 out.append(render.delta_choice(kind, d.index))
             out[-1]["logprobs"] = self._logprobs(d.index, d.logprobs)
         return out
@@ -297,9 +301,23 @@ class StreamEncoder:
                     index=c.index, reasoning=c.reasoning, content=c.content, logprobs=c.logprobs
                 )
                 frames += [self._chunk(body, every) for body in self._delta(replay)]
+        finishes: dict[int, str] = {}
+        if self._tools is not None:  # the held answers: text, then calls
+            for c in choices:
+                answer = render.called(c, self._tools)
+                finishes[c.index] = answer.finish_reason
+                if answer.content:
+                    body = render.delta_choice("chat", c.index, content=answer.content)
+                    frames.append(self._chunk(body, every))
+                if answer.calls:
+                    body = render.delta_choice("chat", c.index, tool_calls=answer.calls)
+                    frames.append(self._chunk(body, every))
         for i, c in enumerate(choices):
             body = render.delta_choice(
-                self._env.kind, c.index, finish_reason=c.finish_reason, info=c.info
+                self._env.kind,
+                c.index,
+                finish_reason=finishes.get(c.index, c.finish_reason),
+                info=c.info,
             )
             extra: dict[str, object] = {"usage": every} if every is not None else {}
             if i == len(choices) - 1:

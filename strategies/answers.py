@@ -28,6 +28,8 @@ from typing import Final
 
 from math_verify import parse, verify
 
+from strategies.tool_calls import KEY_PREFIX
+
 _BOX_OPENERS: Final = ("\\boxed{", "\\fbox{")
 _OPTION_RE: Final = re.compile(
     r"(?:answer|option|choice)\s*(?:is|:)?\s*[:\s]*\(?\s*([A-J])\s*\)?(?![A-Za-z])",
@@ -155,16 +157,19 @@ def group_answers(answers: Sequence[str | None], *, exact: bool = False) -> tupl
     """Greedy clustering of ``answers`` into classes, in order of first appearance.
 
     ``None`` (no answer extracted) joins no group. O(N*G) equivalence checks, most of
-    them string compares. ``exact``: equal strings only (canonical JSON answers).
+    them string compares. ``exact``: equal strings only (canonical JSON answers); tool
+    calls' keys (``strategies.tool_calls.KEY_PREFIX``) always compare so.
     """
     reps: list[str] = []
     members: list[list[int]] = []
     for pos, answer in enumerate(answers):
         if answer is None:
             continue
-        norm = answer if exact else normalize(answer)
+        verbatim = exact or answer.startswith(KEY_PREFIX)
+        norm = answer if verbatim else normalize(answer)
         for g, rep in enumerate(reps):
-            if rep == norm if exact else equivalent(rep, norm):
+            same = rep == norm if verbatim or rep.startswith(KEY_PREFIX) else equivalent(rep, norm)
+            if same:
                 members[g].append(pos)
                 break
         else:

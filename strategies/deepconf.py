@@ -130,6 +130,9 @@ class DeepConf:
         {"warmup", "round_size", "variant", "consensus", "elastic_mode", *VOTE_OPTIONS}
     )
     streams_live: ClassVar[bool] = False
+    # Calls vote (confidence-weighted) as their canonical (name, arguments), as in the
+    # sampling strategies; the answer's grammar (response_format) is not applied here.
+    honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         validate_common(request, engine, uses_scorer=False, uses_vote=True)

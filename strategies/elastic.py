@@ -39,6 +39,9 @@ class Elastic:
     streams_live: ClassVar[bool] = True
     # The engine's grammar on the answer; with a solution budget in two passes.
     honours_response_format: ClassVar[bool] = True
+    # Calls come after thinking: a forced </think> never lands inside one; a call the
+    # solution budget cuts stays text, and the choice ends as length.
+    honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.budget.thinking is None and request.budget.solution is None:

@@ -39,6 +39,7 @@ class Plain:
     returns_logprobs: ClassVar[bool] = True
     returns_prompt_logprobs: ClassVar[bool] = True  # completions' echo with logprobs
     honours_response_format: ClassVar[bool] = True  # the engine's grammar, per choice
+    honours_tools: ClassVar[bool] = True  # each choice's answer may be calls
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.n < 1:

@@ -44,6 +44,7 @@ from strategies.logprobs import Texts
 from strategies.reasoning import Split, split_ids
 from strategies.scorers import SCORER_KINDS, ScoreQuery, Scorer
 from strategies.selection import AnswerClass, Selection
+from strategies.tool_calls import vote_key
 from strategies.voting import OPTIONS as VOTE_OPTIONS
 from strategies.voting import (
     vote_options,
@@ -299,7 +300,10 @@ def analyse(ctx: StrategyContext, samples: Sequence[Sample]) -> Analysed:
         field = answer_field(ctx.request)
         answers = tuple(json_answer(t, field) for t in texts)
         return Analysed(samples=tuple(samples), splits=splits, answers=answers, exact=True)
-    answers = tuple(extract_answer(t) for t in texts)
+    if ctx.request.tools:  # a call votes as its canonical (name, arguments)
+        answers = tuple(vote_key(t) or extract_answer(t) for t in texts)
+    else:
+        answers = tuple(extract_answer(t) for t in texts)
     return Analysed(samples=tuple(samples), splits=splits, answers=answers)
 
 

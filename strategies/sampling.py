@@ -85,6 +85,8 @@ class SamplingStrategy:
     returns_logprobs: ClassVar[bool] = True
     # JSON answers (response_format): voted on as canonical JSON (or ``answer_field``).
     honours_response_format: ClassVar[bool] = True
+    # Tool calls vote as their canonical (name, arguments) (strategies.tool_calls).
+    honours_tools: ClassVar[bool] = True
     uses_scorer: ClassVar[bool] = True
     uses_alpha: ClassVar[bool] = False
     uses_vote: ClassVar[bool] = False  # takes the ``vote`` options (strategies.voting)

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Final
 
 MODELS_DIR: Final = Path(__file__).resolve().parent / "models"
-MODEL_NAMES: Final = ("base", "elastic", "reward", "prm")
+MODEL_NAMES: Final = ("base", "elastic", "tools", "reward", "prm")
 
 
 def model_path(name: str) -> Path:
-    """Directory of a shipped model (`base`, `elastic`, `reward` or `prm`)."""
+    """Directory of a shipped model (`base`, `elastic`, `tools`, `reward` or `prm`)."""
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown testbed model {name!r}; expected one of {MODEL_NAMES}")
     return MODELS_DIR / name

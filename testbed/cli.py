@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train testbed models (CPU) and export them")
     train.add_argument(
         "--variant",
-        choices=["base", "base-focus", "elastic", "reward", "prm", "all"],
+        choices=["base", "base-focus", "elastic", "tools", "reward", "prm", "all"],
         default="all",
         help="base = from scratch (arithmetic, full traces, focus phases); base-focus = only "
         "the focus phase, fine-tuning the existing base in place",
@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--no-compile", action="store_true", help="skip torch.compile (saves ~30 s per phase)"
     )
+
+    tools = sub.add_parser("eval-tools", help="how well the tools model calls (through vLLM)")
+    tools.add_argument("--model", type=Path, default=MODELS_DIR / "tools")
+    tools.add_argument("--n", type=int, default=60, help="test questions per kind")
 
     ev = sub.add_parser("eval", help="evaluate a model through the vLLM engine")
     ev.add_argument("--model", type=Path, default=MODELS_DIR / "base")
@@ -94,10 +98,17 @@ DEFAULT_MINUTES = {
     "full": 20.0,
     "base-focus": 6.0,
     "elastic": 7.0,
+    "tools": 24.0,
     "reward": 3.0,  # its validation AUROC peaks early; the best weights are kept
     "prm": 16.0,  # training only (sampling comes before it: about 3 minutes more)
 }
-DEFAULT_STEPS = {"arithmetic": 1200, "full": 3500, "base-focus": 700, "elastic": 1500}
+DEFAULT_STEPS = {
+    "arithmetic": 1200,
+    "full": 3500,
+    "base-focus": 700,
+    "elastic": 1500,
+    "tools": 2400,
+}
 # The arithmetic phase: half the right operands are 0-2, batches of 16, a constant rate,
 # until step lines' result digit gets 0.95 probability. On uniform operands a fresh model
 # sat on a plateau (copying, not computing) for a seed-dependent time, from under 1920
@@ -359,16 +370,20 @@ def _train(args: argparse.Namespace) -> int:
         else:
             # Fine-tuning from base: a lower peak rate, a short warm-up, base's focus weight.
             settings = TrainSettings(
-                variant="elastic",
+                variant="tools" if name == "tools" else "elastic",
                 seed=args.seed,
                 init_from=str(base_dir),
                 lr=1e-3,
                 warmup_steps=20,
                 merge_weight=MERGE_WEIGHT,
             )
-            settings = _scheduled(settings, args, "elastic")
+            settings = _scheduled(settings, args, name)
             result = train_causal(settings, target, progress_bar=not args.no_progress)
             training = _causal_record(settings, result, started)
+            if name == "tools":
+                from testbed.tools import install_template
+
+                install_template(target)
         old = read_card(target)
         command = " ".join(args.argv_for_card)
         if variant == "base-focus":  # on top of what made the model: every command, in order
@@ -414,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv_for_card = ["python", "-m", "testbed", *raw]
     if args.command == "train":
         return _train(args)
+    if args.command == "eval-tools":
+        from testbed.tools_eval import run
+
+        return run(args.model, args.n)
     if args.command == "eval":
         from testbed.evaluate import run_eval_command
 

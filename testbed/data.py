@@ -20,8 +20,8 @@ from testbed.traces import (
     make_trace,
 )
 
-Variant = Literal["base", "elastic"]
-VARIANTS: Final[tuple[Variant, ...]] = ("base", "elastic")
+Variant = Literal["base", "elastic", "tools"]
+VARIANTS: Final[tuple[Variant, ...]] = ("base", "elastic", "tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,11 @@ def example_stream(
     small_share: float = 0.0,
     cut_share: float = 0.0,
 ) -> Iterator[Example]:
+    if variant == "tools":  # its own mixture, prompts through its own template
+        from testbed.tools import tool_stream
+
+        yield from tool_stream(codec, seed=seed)
+        return
     rng = random.Random(f"{variant}:{seed}")
     while True:
         trace = variant_trace(

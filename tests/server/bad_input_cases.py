@@ -10,6 +10,8 @@ import httpx
 
 MSG = [{"role": "user", "content": "Compute 1+2 mod 10."}]
 M = "__model__"  # replaced by the served model name
+_TOOL = {"type": "function", "function": {"name": "calculator"}}
+_NAMED = {"type": "function", "function": {"name": "weather"}}
 _SCHEMA_FORMAT_NO_NAME = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
 _BOGUS_SCHEMA = {"name": "x", "schema": {"type": "a"}}
 _BOGUS_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": _BOGUS_SCHEMA}
@@ -141,7 +143,13 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "max_completion_tokens",
     ),
-    ("tools", {"model": M, "messages": MSG, "tools": [{"type": "function"}]}, {}, 400, "tools"),
+    (
+        "tool without its function",
+        {"model": M, "messages": MSG, "tools": [{"type": "function"}]},
+        {},
+        400,
+        "tools.0.function",
+    ),
     # Every field has a place (server/protocol.py); anything else is named.
     ("unknown field", {"model": M, "messages": MSG, "colour": "red"}, {}, 400, "colour"),
     (
@@ -234,6 +242,48 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         {"X-Strategy": "deepconf"},
         400,
         "logprobs",
+    ),
+    (
+        "tool_choice required under a strategy without the answer's grammar",
+        {"model": M, "messages": MSG, "tools": [_TOOL], "tool_choice": "required"},
+        {"X-Strategy": "deepconf"},
+        400,
+        "tool_choice",
+    ),
+    (
+        "tool_choice naming a function not offered",
+        {"model": M, "messages": MSG, "tools": [_TOOL], "tool_choice": _NAMED},
+        {},
+        400,
+        "tool_choice",
+    ),
+    (
+        "tool_choice without tools",
+        {"model": M, "messages": MSG, "tool_choice": "auto"},
+        {},
+        400,
+        "tool_choice",
+    ),  # fmt: skip
+    (
+        "a tool name OpenAI refuses",
+        {"model": M, "messages": MSG, "tools": [{**_TOOL, "function": {"name": "a b"}}]},
+        {},
+        400,
+        "tools.0.function.name",
+    ),
+    (
+        "tools under a strategy that does not offer them",
+        {"model": M, "messages": MSG, "tools": [_TOOL]},
+        {"X-Strategy": "beam-search"},
+        400,
+        "tools",
+    ),
+    (
+        "tools with response_format",
+        {"model": M, "messages": MSG, "tools": [_TOOL], "response_format": {"type": "json_object"}},
+        {},
+        400,
+        "response_format",
     ),
     (
         "response_format of an unknown type",

@@ -48,6 +48,7 @@ def test_plain_answers_hold_to_the_schema_after_free_thinking(
         assert "=" in choice.message.reasoning_content
 
 
+@pytest.mark.local_only  # the remote engine's wire is the plain and elastic tests
 def test_streamed_answer_and_the_sdk_parse_helper(openai_client: Any, served_model: str) -> None:
     stream = openai_client.chat.completions.create(
         model=served_model, messages=MESSAGES, response_format=FORMAT, stream=True
@@ -60,6 +61,7 @@ def test_streamed_answer_and_the_sdk_parse_helper(openai_client: Any, served_mod
     assert isinstance(parsed.choices[0].message.parsed, Answer)
 
 
+@pytest.mark.local_only
 def test_self_consistency_votes_on_the_named_field(openai_client: Any, served_model: str) -> None:
     r = openai_client.chat.completions.create(
         model=served_model,

@@ -1,0 +1,147 @@
+"""What a client asked its answer to carry beyond text, checked against the strategy
+and the server before any engine call: logprobs (and completions' ``echo``), a JSON
+format (``response_format``), tool calls (``tools``, ``tool_choice``). Each is a 400
+naming the field where the strategy or the server cannot honour it, never dropped."""
+
+from __future__ import annotations
+
+import json
+
+from core.base import Strategy
+from core.engine import StructuredOutput
+from core.errors import InvalidRequest
+from server.gateway import Gateway
+from server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    NamedToolChoice,
+    OpenAIBody,
+    structured_output,
+)
+from strategies.tool_calls import CallForm
+
+
+def logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[int | None, bool]:
+    """(alternatives per token the client asked for or None, echo), refused with a 400
+    naming the field where this strategy or this request cannot honour them."""
+    client_k = body.client_logprobs()
+    echo = isinstance(body, CompletionRequest) and body.echo
+    if client_k is not None and not getattr(strategy, "returns_logprobs", False):
+        raise InvalidRequest(
+            f"logprobs are not returned by the {name} strategy: its answer is not one sampled "
+            "trajectory; use plain or a sampling strategy (self-consistency, best-of-n, "
+            "best-of-majority)",
+            param="logprobs",
+        )
+    if echo and body.stream:
+        raise InvalidRequest("echo is not streamed; send it with stream: false", param="echo")
+    if echo and client_k is not None and not getattr(strategy, "returns_prompt_logprobs", False):
+        raise InvalidRequest(
+            f"echo with logprobs (the prompt's logprobs) is answered by plain, not by {name}",
+            param="echo",
+        )
+    return client_k, echo
+
+
+def format_asked(
+    gw: Gateway, body: OpenAIBody, strategy: Strategy, name: str
+) -> StructuredOutput | None:
+    """The answer's grammar (chat's ``response_format``), refused with a 400 naming it
+    where this strategy or this server cannot hold its answer to it."""
+    if not isinstance(body, ChatCompletionRequest):
+        return None
+    structured = structured_output(body.response_format)
+    if structured is None:
+        return None
+    if not getattr(strategy, "honours_response_format", False):
+        raise InvalidRequest(
+            f"response_format is not applied by the {name} strategy; use plain, elastic or "
+            "a sampling strategy (self-consistency, best-of-n, best-of-majority)",
+            param="response_format",
+        )
+    if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
+        raise InvalidRequest(
+            "response_format needs a vLLM reasoning parser for this model's think strings "
+            "(start the server with --reasoning-parser NAME): without one the grammar "
+            "would hold the thinking to the format too",
+            param="response_format",
+        )
+    return structured
+
+
+def tools_asked(
+    gw: Gateway,
+    body: OpenAIBody,
+    strategy: Strategy,
+    name: str,
+    structured: StructuredOutput | None,
+) -> tuple[CallForm | None, StructuredOutput | None]:
+    """How the answers may hold tool calls (chat's ``tools``; None: they may not) and the
+    grammar a forced ``tool_choice`` holds them to; a 400 naming the field where this
+    strategy or this request cannot have them."""
+    if not isinstance(body, ChatCompletionRequest):
+        return None, None
+    choice = body.tool_choice
+    if choice is not None and not body.tools:
+        raise InvalidRequest("tool_choice needs tools", param="tool_choice")
+    offered = body.offered_tools()
+    if not offered:
+        return None, None
+    if not getattr(strategy, "honours_tools", False):
+        raise InvalidRequest(
+            f"tools are not offered under the {name} strategy; use plain, elastic, deepconf "
+            "or a sampling strategy (self-consistency, best-of-n, best-of-majority)",
+            param="tools",
+        )
+    if structured is not None:
+        raise InvalidRequest(
+            "tools with response_format: the answer's grammar leaves no room for a call",
+            param="response_format",
+        )
+    if choice is None or choice == "auto":
+        return CallForm("tags"), None
+    # Forced: the answer is held to JSON by the engine's grammar (as vLLM's server does),
+    # after thinking, like response_format.
+    if not getattr(strategy, "honours_response_format", False):
+        raise InvalidRequest(
+            f"tool_choice {_choice_name(choice)} holds the answer to a grammar, which the "
+            f"{name} strategy does not apply; send tool_choice auto",
+            param="tool_choice",
+        )
+    if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
+        raise InvalidRequest(
+            "tool_choice required or a named function needs a vLLM reasoning parser for "
+            "this model's think strings (start the server with --reasoning-parser NAME)",
+            param="tool_choice",
+        )
+    tools = {t.function.name: t.function.parameters or {"type": "object"} for t in body.tools or []}
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in tools:
+            raise InvalidRequest(
+                f"tool_choice names {choice.function.name!r}, which is not among the tools",
+                param="tool_choice",
+            )
+        schema: dict[str, object] = dict(tools[choice.function.name])
+        form = CallForm("named", choice.function.name)
+    else:
+        schema = {
+            "type": "array",
+            "minItems": 1,
+            "items": {"anyOf": [_call_schema(n, p) for n, p in tools.items()]},
+        }
+        form = CallForm("required")
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return form, StructuredOutput(kind="json_schema", schema=text)
+
+
+def _call_schema(name: str, parameters: object) -> dict[str, object]:
+    return {
+        "type": "object",
+        "properties": {"name": {"type": "string", "enum": [name]}, "parameters": parameters},
+        "required": ["name", "parameters"],
+        "additionalProperties": False,
+    }
+
+
+def _choice_name(choice: object) -> str:
+    return f"naming {choice.function.name!r}" if isinstance(choice, NamedToolChoice) else "required"

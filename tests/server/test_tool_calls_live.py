@@ -1,0 +1,153 @@
+"""A tool-call round trip with the tool-calling testbed model (testbed/models/tools),
+through the OpenAI SDK against ``thinkgate serve``: offered the calculator, the model
+calls it for a long question (``tool_calls``, streamed too), answers from the tool's
+result, and works short questions out itself; self-consistency votes on the calls;
+Elastic Reasoning's budgets end thinking before the call and report a cut call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+
+import testbed
+from testbed.task import make_questions
+from testbed.tools import CALCULATOR, calculate
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+LONG = make_questions("test", 1, seed=5, min_ops=11, max_ops=12)[0]
+SHORT = make_questions("test", 1, seed=5, min_ops=2, max_ops=2)[0]
+
+
+@pytest.fixture(scope="module")
+def client(start_gateway_for_module: Callable[..., Any]) -> openai.OpenAI:
+    server = start_gateway_for_module(
+        "--model",
+        str(testbed.model_path("tools")),
+        "--served-model-name",
+        "testbed-tools",
+        "--reward-model",
+        "none",
+        "--prm-model",
+        "none",
+    )
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+
+
+def _ask(question: Any) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": question.prompt}]
+
+
+def test_a_call_the_tools_result_then_the_answer(client: openai.OpenAI) -> None:
+    first = client.chat.completions.create(
+        model="testbed-tools", messages=_ask(LONG), tools=[CALCULATOR], temperature=0
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator"
+    args = json.loads(call.function.arguments)
+    assert args == {"expression": LONG.expr, "modulo": 10}
+    result = calculate(**args)
+    turns = [
+        *_ask(LONG),
+        choice.message.model_dump(exclude_none=True),  # given back as the SDK holds it
+        {"role": "tool", "tool_call_id": call.id, "content": str(result)},
+    ]
+    second = client.chat.completions.create(
+        model="testbed-tools", messages=turns, tools=[CALCULATOR], temperature=0
+    )
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content.strip() == f"\\boxed{{{result}}}"
+    assert result == LONG.answer
+
+
+def test_short_questions_and_no_tools_are_worked_out(client: openai.OpenAI) -> None:
+    for question, tools in ((SHORT, [CALCULATOR]), (LONG, None)):
+        extra = {"tools": tools} if tools else {}
+        r = client.chat.completions.create(
+            model="testbed-tools", messages=_ask(question), temperature=0, **extra
+        )
+        assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+        assert "=" in r.choices[0].message.reasoning_content  # step by step
+
+
+def test_a_named_function_holds_the_answer_to_its_arguments(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        tool_choice={"type": "function", "function": {"name": "calculator"}},
+        max_tokens=300,
+        temperature=0,
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop", choice
+    (call,) = choice.message.tool_calls
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "calculator"
+    assert isinstance(args["expression"], str) and isinstance(args["modulo"], int)
+
+
+def test_streamed_call(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="testbed-tools", messages=_ask(LONG), tools=[CALCULATOR], stream=True, temperature=0
+    )
+    calls: list[Any] = []
+    finish = None
+    for chunk in stream:
+        for c in chunk.choices:
+            calls += c.delta.tool_calls or []
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    (call,) = calls
+    assert json.loads(call.function.arguments)["expression"] == LONG.expr
+
+
+def test_self_consistency_votes_on_calls_and_elastic_closes_thinking_before_one(
+    client: openai.OpenAI,
+) -> None:
+    r = client.chat.completions.create(
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        extra_body={"strategy": "self-consistency", "budget": {"samples": 4}},
+    )
+    winner = next(c for c in r.model_extra["thinkgate"]["classes"] if c["selected"])
+    assert winner["answer"].startswith("tool_calls:")
+    assert r.choices[0].finish_reason == "tool_calls"
+    r = client.chat.completions.create(  # DeepConf's confidence-weighted vote, the same way
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        extra_body={"strategy": "deepconf", "budget": {"samples": 4}},
+    )
+    assert r.choices[0].finish_reason == "tool_calls", r.model_extra["thinkgate"]
+    # A thinking budget as long as the model's one line ("calculator\n"): elastic's
+    # </think> comes where thinking ends, before the call, which is then written whole.
+    r = client.chat.completions.create(
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        temperature=0,
+        extra_body={"strategy": "elastic", "budget": {"thinking": 11, "solution": 160}},
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert json.loads(choice.message.tool_calls[0].function.arguments)["expression"] == LONG.expr
+    # A solution budget that cuts the call: no call, the cut text, reported as cut.
+    r = client.chat.completions.create(
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        temperature=0,
+        extra_body={"strategy": "elastic", "budget": {"solution": 40}},
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert choice.message.content.startswith("<tool_call>")
+    assert r.model_extra["thinkgate"]["choices"][0]["solution_cut"] is True
