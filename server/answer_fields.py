@@ -89,8 +89,9 @@ def tools_asked(
         return None, None
     if not getattr(strategy, "honours_tools", False):
         raise InvalidRequest(
-            f"tools are not offered under the {name} strategy; use plain, elastic, deepconf "
-            "or a sampling strategy (self-consistency, best-of-n, best-of-majority)",
+            f"tools are not offered under the {name} strategy; use plain, elastic, "
+            "budget-guidance, deepconf or a sampling strategy (self-consistency, "
+            "best-of-n, best-of-majority)",
             param="tools",
         )
     if structured is not None:

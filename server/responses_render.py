@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from core.errors import GatewayError
@@ -41,6 +41,7 @@ class Echo:
     top_p: float | None
     effort: str | None
     metadata: dict[str, str]
+    text_format: dict[str, object] = field(default_factory=lambda: {"type": "text"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +100,7 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "background": False,
         "temperature": echo.temperature,
         "top_p": echo.top_p,
-        "text": {"format": {"type": "text"}},
+        "text": {"format": echo.text_format},
         "tool_choice": "none",
         "tools": [],
         "truncation": "disabled",

@@ -12,15 +12,16 @@ other fields pass on as strategy options. Accepted and ignored: ``user``,
 ``parallel_tool_calls``, ``reasoning.summary``, ``stream_options``. What a stateless
 server without tools cannot do is a 400 naming the field: ``previous_response_id``,
 ``conversation``, ``store: true``, ``background: true``, ``tools``, a ``tool_choice``
-other than ``none``/``auto``, ``include``, ``prompt``, a non-text ``text.format``,
+other than ``none``/``auto``, ``include``, ``prompt``,
 ``top_logprobs``, items other than messages and reasoning, non-text content parts.
+``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 
 from core.errors import InvalidRequest
 from server.chat_translation import to_chat
@@ -34,6 +35,7 @@ RENAMES: Final = {
     "reasoning_effort": "reasoning.effort",
     "max_completion_tokens": "max_output_tokens",
     "messages": "input",
+    "response_format": "text.format",
 }
 _STATELESS: Final = "thinkgate is stateless: send the whole conversation in input"
 
@@ -99,7 +101,36 @@ class Reasoning(_Strict):
 
 
 class TextFormat(_Strict):
-    type: Literal["text"]
+    """``text.format``: text, any JSON object, or JSON valid against a named schema (the
+    Responses API's flat form of chat's ``response_format``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    description: str | None = None
+    json_schema: Annotated[dict[str, JsonValue] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> TextFormat:
+        if self.type == "json_schema" and self.name is None:
+            raise ValueError("a json_schema format needs its name")
+        return self
+
+    def as_chat(self) -> dict[str, object] | None:
+        """Chat's ``response_format`` for it (None: text)."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        spec: dict[str, object] = {"name": self.name}
+        if self.json_schema is not None:
+            spec["schema"] = self.json_schema
+        return {"type": "json_schema", "json_schema": spec}
+
+    def echo(self) -> dict[str, object]:
+        """The format as a response repeats it."""
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class TextConfig(_Strict):
@@ -207,6 +238,7 @@ def translate(raw: bytes) -> ResponsesCall:
     body = validate_json(ResponsesRequest, raw)
     body.refuse_stateful()
     effort = body.reasoning.effort if body.reasoning else None
+    fmt = body.text.format if body.text is not None else None
     fields: dict[str, object] = {
         "model": body.model,
         "messages": body.messages(),
@@ -221,6 +253,7 @@ def translate(raw: bytes) -> ResponsesCall:
         "top_k": body.top_k,
         "min_p": body.min_p,
         "repetition_penalty": body.repetition_penalty,
+        "response_format": fmt.as_chat() if fmt is not None else None,
     }
     chat = to_chat(ROUTE, fields, body.model_extra or {})
     echo = Echo(
@@ -230,5 +263,6 @@ def translate(raw: bytes) -> ResponsesCall:
         top_p=body.top_p,
         effort=effort,
         metadata=dict(body.metadata or {}),
+        text_format=fmt.echo() if fmt is not None else {"type": "text"},
     )
     return ResponsesCall(chat=chat, echo=echo, renames=RENAMES)

@@ -137,6 +137,9 @@ class BudgetGuidance:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution", "samples"})
     body_options: ClassVar[frozenset[str]] = frozenset({"hard_cap_factor", "guidance_mask"})
     streams_live: ClassVar[bool] = True  # with one sample; a vote streams progress events
+    # Calls come after thinking: the guidance ends thinking, never a call (a solution cap
+    # that cuts one is reported as cut); samples vote on calls as the sampling strategies.
+    honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.n < 1:

@@ -59,6 +59,9 @@ def test_streamed_answer_and_the_sdk_parse_helper(openai_client: Any, served_mod
         model=served_model, messages=MESSAGES, response_format=Answer
     )
     assert isinstance(parsed.choices[0].message.parsed, Answer)
+    # The Responses API's text.format, as the SDK's responses.parse sends it.
+    reply = openai_client.responses.parse(model=served_model, input=QUESTION, text_format=Answer)
+    assert isinstance(reply.output_parsed, Answer)
 
 
 @pytest.mark.local_only

@@ -244,7 +244,9 @@ RESPONSES_BAD = [
     ({"background": True}, "background"),
     ({"tools": [{"type": "web_search"}]}, "tools"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"text": {"format": {"type": "json_schema"}}}, "text.format.type"),
+    ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
+    ({"text": {"format": {"type": "json_schema"}}}, "text.format"),  # no name
+    ({"text": {"format": {"type": "json_object"}}, "strategy": "deepconf"}, "text.format"),
     ({"n": 2}, "n"),  # a chat field has no second way in
     ({"messages": MSG}, "messages"),
     ({"alhpa": 1}, "alhpa"),
@@ -259,6 +261,27 @@ RESPONSES_BAD = [
     ({"max_output_tokens": 5000}, "max_output_tokens"),  # past the context
     ({"strategy": "plain", "reasoning": {"effort": "low"}}, "reasoning.effort"),
 ]
+
+
+async def test_responses_text_format_becomes_the_answers_grammar(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    seen: list[GenerateRequest] = []
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        seen.append(request)
+        return samples_of(testbed_tokens, '3+4=7\n</think>{"answer":7}')
+
+    fmt = {"type": "json_schema", "name": "a", "schema": {"type": "object"}, "strict": True}
+    async with scripted_app(handler) as app:
+        body = {"model": app.model, "input": "Compute 3+4 mod 10.", "text": {"format": fmt}}
+        got = await app.client.post("/v1/responses", json=body)
+    assert got.status_code == 200, got.text
+    r = got.json()
+    assert r["output"][-1]["content"][0]["text"] == '{"answer":7}'
+    assert r["text"] == {"format": fmt}  # repeated as sent
+    structured = seen[0].sampling.structured
+    assert structured is not None and json.loads(structured.schema or "") == {"type": "object"}
 
 
 @pytest.mark.parametrize(("extra", "param"), RESPONSES_BAD)

@@ -196,3 +196,30 @@ async def test_forced_calls_hold_the_answer_to_json_and_read_it_as_calls(
         choice = r.json()["choices"][0]
         assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"]
         assert choice["message"]["content"] == args[:12]
+
+
+async def test_budget_guidance_offers_tools_and_reads_the_call(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    """The guidance processor steers thinking (tests/strategies/test_budget_guidance_api.py);
+    the call it ends with comes out as tool_calls, alone and through a vote of samples."""
+    seen: list[GenerateRequest] = []
+    async with scripted_app(
+        _model(testbed_tokens, [CALL] * 3, seen), processors=frozenset({"guidance"})
+    ) as app:
+        for samples in (1, 3):
+            r = await app.client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": app.model,
+                    "messages": QUESTION,
+                    "tools": [TOOL],
+                    "strategy": "budget-guidance",
+                    "budget": {"thinking": 40, "samples": samples},
+                },
+            )
+            assert r.status_code == 200, r.text
+            choice = r.json()["choices"][0]
+            assert choice["finish_reason"] == "tool_calls"
+            assert choice["message"]["tool_calls"][0]["function"]["name"] == "calculator"
+        assert seen[0].sampling.extra_args  # the guidance's arguments went with the call
