@@ -30,8 +30,8 @@ from typing import Any, Final
 
 from testbed.data import Example, encode_trace, train_question
 from testbed.task import MODULUS, Question
-from testbed.tokenizer import CHAT_TEMPLATE, CharCodec
-from testbed.traces import FULL, make_trace
+from testbed.tokenizer import CHAT_TEMPLATE, CharCodec, chat_prompt
+from testbed.traces import FULL, Trace, make_trace
 
 TOOL_NAME: Final = "calculator"
 LONG_OPS: Final = 8  # from here on, the model calls the tool (when offered)
@@ -199,17 +199,19 @@ def _example(
     )
 
 
-def _with_prompt(codec: CharCodec, prompt: str, trace: Any) -> Example:
-    """A base trace after another prompt (the tools turn before the question)."""
+def _with_prompt(codec: CharCodec, prompt: str, trace: Trace) -> Example:
+    """A base trace after another prompt (the tools turn before the question): its
+    completion, weights and probe positions moved behind ``prompt``."""
     plain = encode_trace(codec, trace)
     own = codec.encode(prompt)
-    cut = len(codec.encode(f"<|im_start|>user\n{trace.question.prompt}<|im_end|>\n"))
-    # encode_trace's prompt is the question alone; ours has the tools turn in front.
-    generation = len(codec.encode("<|im_start|>assistant\n<think>\n"))
-    skip = cut + generation
+    skip = len(codec.encode(chat_prompt(trace.question.prompt)))  # encode_trace's prompt
+    shift = len(own) - skip
     return Example(
         ids=(*own, *plain.ids[skip:]),
         weights=(0.0,) * len(own) + plain.weights[skip:],
+        merged_positions=tuple(p + shift for p in plain.merged_positions),
+        step_positions=tuple(p + shift for p in plain.step_positions),
+        operand_positions=tuple(p + shift for p in plain.operand_positions),
     )
 
 
