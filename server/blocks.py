@@ -1,12 +1,16 @@
 """A strategy's output as a sequence of text blocks: what the Responses and Anthropic
 streams are made of (output items, content blocks).
 
-Each choice, in index order, is its thinking block (when it has thinking text) then its
-answer block (always, even when empty). ``Blocks`` turns a strategy's live
+Each choice, in index order, is its thinking block (when it has thinking text), its
+answer block (always, even when empty, unless the answer is only tool calls), then one
+block per tool call when the request offered tools (``CallForm``: the answer read for
+calls, its text without them). ``Blocks`` turns a strategy's live
 ``ChoiceDelta``s and its ``Result`` into ``Opened`` / ``Text`` / ``Closed`` events at
 increasing positions; a choice that was not streamed live (a multi-sample strategy's
 chosen answers) is replayed whole from the result. ``of_result`` gives the same blocks
-for a non-streamed response, so a stream's blocks always equal the response's.
+for a non-streamed response, so a stream's blocks always equal the response's. With tools
+offered the answer is held back, as on chat: what looks like text may be a call, so its
+text and calls come at the end.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from core.base import Choice, ChoiceDelta, Result
+from strategies.tool_calls import CallForm, ToolCall, read_calls
 
-BlockKind = Literal["thinking", "answer"]
+BlockKind = Literal["thinking", "answer", "call"]
 
 
 @dataclass(frozen=True, slots=True)
 class Opened:
     position: int  # the block's place in the response (output index, content index)
     kind: BlockKind
+    call: ToolCall | None = None  # a call block's call (its name opens the block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +42,9 @@ class Text:
 class Closed:
     position: int
     kind: BlockKind
-    text: str  # the block's whole text
-    choice: Choice | None  # the finished choice (answer blocks at the result)
+    text: str  # the block's whole text (a call block: its arguments)
+    choice: Choice | None  # the finished choice (answer and call blocks at the result)
+    call: ToolCall | None = None
 
 
 BlockEvent = Opened | Text | Closed
@@ -51,15 +58,27 @@ class Block:
     kind: BlockKind
     text: str
     choice: Choice
+    call: ToolCall | None = None
 
 
-def of_result(final: Result) -> list[Block]:
+def answer_of(c: Choice, form: CallForm | None) -> tuple[str, tuple[ToolCall, ...]]:
+    """A choice's answer text and its tool calls (none unless tools were offered)."""
+    if form is None:
+        return c.content, ()
+    parsed = read_calls(c.content, form)
+    return parsed.content, parsed.calls
+
+
+def of_result(final: Result, form: CallForm | None = None) -> list[Block]:
     """The blocks of a finished result (a non-streamed response)."""
     blocks: list[Block] = []
     for c in sorted(final.choices, key=lambda c: c.index):
         if c.reasoning:
             blocks.append(Block(len(blocks), "thinking", c.reasoning, c))
-        blocks.append(Block(len(blocks), "answer", c.content, c))
+        text, calls = answer_of(c, form)
+        if text or not calls:
+            blocks.append(Block(len(blocks), "answer", text, c))
+        blocks += [Block(len(blocks), "call", call.arguments, c, call) for call in calls]
     return blocks
 
 
@@ -74,7 +93,8 @@ class _Open:
 class Blocks:
     """The block events of one stream, from the strategy's events in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, form: CallForm | None = None) -> None:
+        self._form = form  # tools offered: answers held back and read for calls
         self._next = 0
         self._open: _Open | None = None
         self._answered: set[int] = set()  # choices whose answer block was opened
@@ -86,29 +106,42 @@ class Blocks:
         out: list[BlockEvent] = []
         if d.reasoning:
             out += self._write(d.index, "thinking", d.reasoning)
-        if d.content:
+        if d.content and self._form is None:
             out += self._write(d.index, "answer", d.content)
         return out
 
     def final(self, final: Result) -> list[BlockEvent]:
-        """The closing events: replayed choices, then every answer block closed with its
-        finished choice (opened empty where the choice streamed no answer text)."""
+        """The closing events: replayed choices and held answers, then every answer block
+        closed with its finished choice (opened empty where the choice streamed no answer
+        text), then its calls."""
         out: list[BlockEvent] = []
         for c in sorted(final.choices, key=lambda c: c.index):
-            if c.index not in self._started:  # not streamed live: replayed whole
+            replay = c.index not in self._started  # not streamed live: replayed whole
+            if replay:
                 self._started.add(c.index)
                 if c.reasoning:
                     out += self._write(c.index, "thinking", c.reasoning)
-                out += self._switch(c.index, "answer")
-                if c.content:
-                    out += self._write(c.index, "answer", c.content)
-            elif c.index not in self._answered:
-                out += self._switch(c.index, "answer")
-            if self._open is not None and (self._open.choice, self._open.kind) == (
-                c.index,
-                "answer",
-            ):
-                out += self._close(c)
+            held = replay or self._form is not None  # its answer text not yet sent
+            text, calls = answer_of(c, self._form)
+            if text or not calls:
+                if held or c.index not in self._answered:
+                    out += self._switch(c.index, "answer")
+                if text and held:
+                    out += self._write(c.index, "answer", text)
+                if self._open is not None and (self._open.choice, self._open.kind) == (
+                    c.index,
+                    "answer",
+                ):
+                    out += self._close(c)
+            for call in calls:
+                out += self._close(None)
+                at = self._next
+                self._next += 1
+                out += [
+                    Opened(at, "call", call),
+                    Text(at, "call", call.arguments),
+                    Closed(at, "call", call.arguments, c, call),
+                ]
         out += self._close(None)
         return out
 

@@ -1,9 +1,11 @@
 """Anthropic Messages API bodies and stream events (``POST /v1/messages``), as dicts.
 
 ``content`` is, per choice, a ``thinking`` block (the thinking text; ``signature`` is
-empty: nothing here signs) when the choice thought, then a ``text`` block (the answer).
-``stop_reason``: ``end_turn``, ``stop_sequence`` (with ``stop_sequence`` set to the one
-that matched) or ``max_tokens`` (a choice was cut). Usage: ``input_tokens`` and
+empty: nothing here signs) when the choice thought, then a ``text`` block (the answer;
+left out when the answer is only tool calls), then a ``tool_use`` block per call when
+``tools`` were offered. ``stop_reason``: ``end_turn``, ``tool_use`` (the answer called),
+``stop_sequence`` (with ``stop_sequence`` set to the one that matched) or ``max_tokens``
+(a choice was cut). Usage: ``input_tokens`` and
 ``output_tokens`` (thinking included; ``output_tokens_details.thinking_tokens`` says how
 many), exact over every sample the strategy drew. The ``thinkgate`` extension sits on
 the message (a stream: on ``message_delta``); each answer's own details (finish reason,
@@ -12,23 +14,26 @@ stream: on that block's ``content_block_stop``).
 
 A stream sends Anthropic's events, each as ``event: <type>``: ``message_start``, then per
 block ``content_block_start``, ``content_block_delta`` (``thinking_delta`` or
-``text_delta``) and ``content_block_stop``, then ``message_delta`` (stop reason, usage)
-and ``message_stop``. A failure after the first byte is one ``error`` event in
-Anthropic's envelope. Progress of multi-sample strategies and keep-alives are SSE
-comments, which SDKs skip.
+``text_delta``; a call: ``input_json_delta``) and ``content_block_stop``, then
+``message_delta`` (stop reason, usage) and ``message_stop``. A failure after the first
+byte is one ``error`` event in Anthropic's envelope. Progress of multi-sample strategies
+and keep-alives are SSE comments, which SDKs skip.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from core.errors import GatewayError
 from server import messages_errors, sse
-from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
+from server.blocks import BlockKind, Blocks, Closed, Opened, Text, answer_of, of_result
 from server.protocol import ChatCompletionRequest
 from server.render import Body, Envelope, choice_info
+from strategies.tool_calls import CallForm, ToolCall
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,8 +45,11 @@ class MessagesCall:
     id_prefix: str = "msg_"
 
     def body(self, env: Envelope, final: Result) -> Body:
-        content = [_block(b.kind, b.text, b.choice) for b in of_result(final)]
-        reason, sequence = stop_reason(final)
+        content = [
+            _tool_use(b.call, _use_id()) if b.call is not None else _block(b.kind, b.text, b.choice)
+            for b in of_result(final, env.tools)
+        ]
+        reason, sequence = stop_reason(final, env.tools)
         return {
             "id": env.response_id,
             "type": "message",
@@ -67,12 +75,14 @@ def usage_body(usage: Usage) -> Body:
     }
 
 
-def stop_reason(final: Result) -> tuple[str, str | None]:
+def stop_reason(final: Result, form: CallForm | None = None) -> tuple[str, str | None]:
     """(``stop_reason``, ``stop_sequence``) of a result: ``max_tokens`` if any choice was
-    cut, else the first choice's way of ending."""
+    cut, ``tool_use`` if the first one called, else its way of ending."""
     choices = sorted(final.choices, key=lambda c: c.index)
     if any(c.finish_reason != "stop" for c in choices):
         return "max_tokens", None
+    if choices and answer_of(choices[0], form)[1]:
+        return "tool_use", None
     if choices and choices[0].stop_sequence is not None:
         return "stop_sequence", choices[0].stop_sequence
     return "end_turn", None
@@ -88,6 +98,21 @@ def _block(kind: BlockKind, text: str, choice: Choice | None = None) -> Body:
     return block
 
 
+def _use_id() -> str:
+    """A new call's id, which the client gives back with the tool's result."""
+    return f"toolu_{uuid.uuid4().hex[:24]}"
+
+
+def _tool_use(call: ToolCall, use_id: str, *, done: bool = True) -> Body:
+    """A ``tool_use`` block; its ``input`` empty at a stream's block start."""
+    return {
+        "type": "tool_use",
+        "id": use_id,
+        "name": call.name,
+        "input": json.loads(call.arguments) if done else {},
+    }
+
+
 class MessagesEncoder:
     """Strategy events -> Anthropic stream events (``streaming.Encoder``)."""
 
@@ -95,7 +120,8 @@ class MessagesEncoder:
         self._env = env
         self._prompt_tokens = prompt_tokens
         self._started = False
-        self._blocks = Blocks()
+        self._blocks = Blocks(env.tools)
+        self._use_ids: dict[int, str] = {}  # call block position -> its tool_use id
 
     def _opening(self) -> list[bytes]:
         if self._started:
@@ -121,7 +147,7 @@ class MessagesEncoder:
             frames += [self._frame(b) for b in self._blocks.delta(event)]
         else:
             frames += [self._frame(b) for b in self._blocks.final(event)]
-            reason, sequence = stop_reason(event)
+            reason, sequence = stop_reason(event, self._env.tools)
             delta = {
                 "type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -135,10 +161,17 @@ class MessagesEncoder:
     def _frame(self, b: Opened | Text | Closed) -> bytes:
         if isinstance(b, Opened):
             start = {"type": "content_block_start", "index": b.position}
-            return sse.event("content_block_start", {**start, "content_block": _block(b.kind, "")})
+            if b.call is not None:
+                use_id = self._use_ids.setdefault(b.position, _use_id())
+                block = _tool_use(b.call, use_id, done=False)
+            else:
+                block = _block(b.kind, "")
+            return sse.event("content_block_start", {**start, "content_block": block})
         if isinstance(b, Text):
-            if b.kind == "thinking":
-                delta: Body = {"type": "thinking_delta", "thinking": b.text}
+            if b.kind == "call":
+                delta: Body = {"type": "input_json_delta", "partial_json": b.text}
+            elif b.kind == "thinking":
+                delta = {"type": "thinking_delta", "thinking": b.text}
             else:
                 delta = {"type": "text_delta", "text": b.text}
             body = {"type": "content_block_delta", "index": b.position, "delta": delta}

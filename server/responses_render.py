@@ -2,7 +2,9 @@
 
 A response's ``output`` is, per choice, a ``reasoning`` item (the thinking text as one
 ``reasoning_text`` content part; no summary) when the choice thought, then a ``message``
-item with one ``output_text`` part (the answer). ``status`` is ``incomplete`` (reason
+item with one ``output_text`` part (the answer; left out when the answer is only tool
+calls), then a ``function_call`` item per call the answer made when ``tools`` were
+offered (``call_id``, ``name``, ``arguments`` as JSON text). ``status`` is ``incomplete`` (reason
 ``max_output_tokens``) when a choice was cut. Usage: ``input_tokens``, ``output_tokens``
 (thinking included) and ``output_tokens_details.reasoning_tokens``, exact over every
 sample the strategy drew. The ``thinkgate`` extension sits on the response object.
@@ -11,7 +13,10 @@ A stream sends the typed events the OpenAI SDK parses, each ``event: <type>`` wi
 ``sequence_number``: ``response.created``, ``response.in_progress``, then per item
 ``response.output_item.added``, ``response.content_part.added``, the text deltas
 (``response.reasoning_text.delta`` or ``response.output_text.delta``), their ``.done``,
-``response.content_part.done`` and ``response.output_item.done``; last
+``response.content_part.done`` and ``response.output_item.done`` (a call:
+``response.output_item.added``, ``response.function_call_arguments.delta`` and ``.done``,
+``response.output_item.done``; calls and the answer's text come once the answer ended,
+since text may turn out to be a call); last
 ``response.completed`` (or ``response.incomplete``) with the whole response. A failure
 after the first byte is one ``error`` event. Progress of multi-sample strategies and
 keep-alives are SSE comments, which SDKs skip.
@@ -20,7 +25,8 @@ keep-alives are SSE comments, which SDKs skip.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
@@ -29,6 +35,7 @@ from server import sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
 from server.render import Body, Envelope, choice_info
+from strategies.tool_calls import ToolCall
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +49,8 @@ class Echo:
     effort: str | None
     metadata: dict[str, str]
     text_format: dict[str, object] = field(default_factory=lambda: {"type": "text"})
+    tools: Sequence[Mapping[str, object]] = ()  # as the request gave them
+    tool_choice: object = "none"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,8 +64,10 @@ class ResponsesCall:
 
     def body(self, env: Envelope, final: Result) -> Body:
         items = [
-            _item(env, b.kind, b.position, text=b.text, choice=b.choice, done=True)
-            for b in of_result(final)
+            _call_item(env, b.position, b.call, call_id(), done=True)
+            if b.call is not None
+            else _item(env, b.kind, b.position, text=b.text, choice=b.choice, done=True)
+            for b in of_result(final, env.tools)
         ]
         return _response(env, self.echo, final=final, output=items)
 
@@ -101,8 +112,8 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "temperature": echo.temperature,
         "top_p": echo.top_p,
         "text": {"format": echo.text_format},
-        "tool_choice": "none",
-        "tools": [],
+        "tool_choice": echo.tool_choice,
+        "tools": [dict(t) for t in echo.tools],
         "truncation": "disabled",
         "usage": usage_body(final.usage) if final is not None else None,
         "user": None,
@@ -114,8 +125,25 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
 
 
 def _item_id(env: Envelope, kind: BlockKind, position: int) -> str:
-    prefix = "rs" if kind == "thinking" else "msg"
+    prefix = {"thinking": "rs", "answer": "msg", "call": "fc"}[kind]
     return f"{prefix}_{env.response_id.removeprefix('resp_')}_{position}"
+
+
+def call_id() -> str:
+    """A new call's id, which the client gives back with the call's output."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _call_item(env: Envelope, position: int, call: ToolCall, cid: str, *, done: bool) -> Body:
+    """A ``function_call`` item; in progress (no arguments yet) unless ``done``."""
+    return {
+        "id": _item_id(env, "call", position),
+        "type": "function_call",
+        "call_id": cid,
+        "name": call.name,
+        "arguments": call.arguments if done else "",
+        "status": "completed" if done else "in_progress",
+    }
 
 
 def _part(kind: BlockKind, text: str) -> Body:
@@ -168,8 +196,9 @@ class ResponsesEncoder:
         self._env = env
         self._echo = echo
         self._seq = 0
-        self._blocks = Blocks()
+        self._blocks = Blocks(env.tools)
         self._done: list[Body] = []  # finished items, in order
+        self._call_ids: dict[int, str] = {}  # call block position -> its call_id
 
     def _event(self, kind: str, **fields: object) -> bytes:
         body = {"type": kind, "sequence_number": self._seq, **fields}
@@ -200,6 +229,8 @@ class ResponsesEncoder:
         return frames
 
     def _block(self, b: Opened | Text | Closed) -> bytes:
+        if b.kind == "call":
+            return self._call(b)
         item_id = _item_id(self._env, b.kind, b.position)
         at = {"item_id": item_id, "output_index": b.position, "content_index": 0}
         if isinstance(b, Opened):
@@ -219,6 +250,24 @@ class ResponsesEncoder:
         part_done = self._event("response.content_part.done", **at, part=_part(b.kind, b.text))
         item_done = self._event("response.output_item.done", output_index=b.position, item=item)
         return text_done + part_done + item_done
+
+    def _call(self, b: Opened | Text | Closed) -> bytes:
+        at = {"item_id": _item_id(self._env, "call", b.position), "output_index": b.position}
+        if isinstance(b, Opened):
+            assert b.call is not None
+            cid = self._call_ids.setdefault(b.position, call_id())
+            item = _call_item(self._env, b.position, b.call, cid, done=False)
+            return self._event("response.output_item.added", output_index=b.position, item=item)
+        if isinstance(b, Text):
+            return self._event("response.function_call_arguments.delta", **at, delta=b.text)
+        assert b.call is not None
+        item = _call_item(self._env, b.position, b.call, self._call_ids[b.position], done=True)
+        self._done.append(item)
+        args_done = self._event(
+            "response.function_call_arguments.done", **at, name=b.call.name, arguments=b.text
+        )
+        item_done = self._event("response.output_item.done", output_index=b.position, item=item)
+        return args_done + item_done
 
     def error(self, err: GatewayError) -> bytes:
         opening = b"".join(self._opening())  # the SDK needs response.created first

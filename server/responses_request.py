@@ -3,17 +3,20 @@ chat request it becomes.
 
 Honoured: ``input`` (a string, or a list of messages with ``user`` / ``system`` /
 ``developer`` / ``assistant`` roles and text parts; ``reasoning`` items given back are
-the next assistant message's thinking), ``instructions`` (a system message first),
+the next assistant message's thinking; ``function_call`` items given back are the
+assistant's calls and ``function_call_output`` items the tools' results), ``tools``
+(function tools) and ``tool_choice`` (``none``, ``auto``, ``required``, a named
+function), as chat's, ``instructions`` (a system message first),
 ``max_output_tokens``, ``temperature``, ``top_p``, ``reasoning.effort`` (the effort table,
 ``server.effort``), ``metadata`` (echoed), ``stream``; thinkgate's ``strategy`` and
 ``budget`` and vLLM's ``seed``, ``top_k``, ``min_p``, ``repetition_penalty`` as on chat;
 other fields pass on as strategy options. Accepted and ignored: ``user``,
 ``safety_identifier``, ``prompt_cache_key``, ``service_tier``, ``truncation``,
-``parallel_tool_calls``, ``reasoning.summary``, ``stream_options``. What a stateless
-server without tools cannot do is a 400 naming the field: ``previous_response_id``,
-``conversation``, ``store: true``, ``background: true``, ``tools``, a ``tool_choice``
-other than ``none``/``auto``, ``include``, ``prompt``,
-``top_logprobs``, items other than messages and reasoning, non-text content parts.
+``parallel_tool_calls``, ``max_tool_calls``, ``reasoning.summary``, ``stream_options``.
+What a stateless server cannot do is a 400 naming the field: ``previous_response_id``,
+``conversation``, ``store: true``, ``background: true``, tools other than functions
+(hosted tools: web search, file search, ...), ``include``, ``prompt``, ``top_logprobs``,
+other item types, non-text content parts.
 ``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
 """
 
@@ -66,6 +69,58 @@ class InputMessage(_Strict):
         return "".join(part.text for part in self.content)
 
 
+class FunctionCallInput(_Strict):
+    """A call the model made, given back: the assistant's ``tool_calls`` on chat."""
+
+    type: Literal["function_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: str
+    arguments: str
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def as_chat(self) -> dict[str, object]:
+        return {
+            "id": self.call_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class FunctionCallOutput(_Strict):
+    """A tool's result for a call: a ``tool`` message on chat."""
+
+    type: Literal["function_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: str | list[InputText]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+    def as_chat(self) -> dict[str, object]:
+        out = self.output
+        text = out if isinstance(out, str) else "".join(part.text for part in out)
+        return {"role": "tool", "tool_call_id": self.call_id, "content": text}
+
+
+class FunctionTool(_Strict):
+    """A function the model may call (the Responses API's flat form of chat's tool)."""
+
+    type: Literal["function"]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, JsonValue] | None = None
+    strict: bool | None = None
+
+    def as_chat(self) -> dict[str, object]:
+        spec = self.model_dump(exclude={"type"}, exclude_none=True)
+        return {"type": "function", "function": spec}
+
+
+class NamedFunctionChoice(_Strict):
+    type: Literal["function"]
+    name: str
+
+
 class ReasoningText(_Strict):
     type: Literal["reasoning_text", "summary_text"]
     text: str
@@ -89,8 +144,16 @@ class ReasoningInput(_Strict):
 
 _ITEM_SCHEMA: Final[dict[str, JsonValue]] = {
     "type": "object",
-    "description": "A message {role, content} (type message) or a reasoning item.",
-    "properties": {"type": {"type": "string", "enum": ["message", "reasoning"]}},
+    "description": (
+        "A message {role, content} (type message), a reasoning item, a function_call "
+        "given back or a function_call_output."
+    ),
+    "properties": {
+        "type": {
+            "type": "string",
+            "enum": ["message", "reasoning", "function_call", "function_call_output"],
+        }
+    },
 }
 
 
@@ -171,14 +234,14 @@ class ResponsesRequest(BaseModel):
     service_tier: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     parallel_tool_calls: bool | None = None
-    # Refused unless neutral (what a stateless server without tools cannot do).
+    max_tool_calls: int | None = None  # one turn makes the calls of one answer
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | None = None
+    # Refused unless neutral (what a stateless server cannot do).
     store: bool | None = None
     background: bool | None = None
     previous_response_id: str | None = None
     conversation: JsonValue = None
-    tools: list[JsonValue] | None = None
-    tool_choice: JsonValue = None
-    max_tool_calls: int | None = None
     include: list[str] | None = None
     prompt: JsonValue = None
     top_logprobs: int | None = None
@@ -189,12 +252,6 @@ class ResponsesRequest(BaseModel):
             ("conversation", self.conversation is not None, _STATELESS),
             ("store", self.store is True, "thinkgate stores nothing; send store false or omit it"),
             ("background", self.background is True, "background mode needs stored responses"),
-            ("tools", bool(self.tools), "tools are not supported by thinkgate"),
-            (
-                "tool_choice",
-                self.tool_choice not in (None, "none", "auto"),
-                "tool_choice needs tools, which thinkgate does not support",
-            ),
             ("include", bool(self.include), "include has nothing to add here"),
             ("prompt", self.prompt is not None, "stored prompt templates need stored state"),
             ("top_logprobs", bool(self.top_logprobs), "logprobs are not supported by thinkgate"),
@@ -214,23 +271,51 @@ class ResponsesRequest(BaseModel):
         thinking: str | None = None
         for i, raw in enumerate(self.input):
             kind = raw.get("type", "message")
+            where = f"input.{i}"
             if kind == "reasoning":
-                item = validate(ReasoningInput, raw, prefix=f"input.{i}")
+                item = validate(ReasoningInput, raw, prefix=where)
                 thinking = (thinking or "") + item.text()
+                continue
+            if kind == "function_call":
+                call = validate(FunctionCallInput, raw, prefix=where).as_chat()
+                last = out[-1] if out else None
+                # Calls right after the assistant's text (or its other calls) are that
+                # turn's; after anything else they open an assistant turn of their own.
+                if last is None or last["role"] != "assistant" or thinking is not None:
+                    last = {"role": "assistant", "content": ""}
+                    if thinking is not None:
+                        last["reasoning_content"] = thinking
+                        thinking = None
+                    out.append(last)
+                calls = last.setdefault("tool_calls", [])
+                assert isinstance(calls, list)
+                calls.append(call)
+                continue
+            if kind == "function_call_output":
+                out.append(validate(FunctionCallOutput, raw, prefix=where).as_chat())
                 continue
             if kind != "message":
                 raise InvalidRequest(
-                    f"input.{i}: item type {kind!r} is not supported (messages and reasoning "
-                    "items only: thinkgate has no tools and keeps no state)",
-                    param=f"input.{i}.type",
+                    f"{where}: item type {kind!r} is not supported (messages, reasoning, "
+                    "function_call and function_call_output items: thinkgate keeps no state "
+                    "and runs no hosted tools)",
+                    param=f"{where}.type",
                 )
-            msg = validate(InputMessage, raw, prefix=f"input.{i}")
+            msg = validate(InputMessage, raw, prefix=where)
             chat: dict[str, object] = {"role": msg.role, "content": msg.text()}
             if msg.role == "assistant" and thinking is not None:
                 chat["reasoning_content"] = thinking
                 thinking = None
             out.append(chat)
         return out
+
+    def chat_tools(self) -> tuple[list[dict[str, object]] | None, object]:
+        """(chat's ``tools``, chat's ``tool_choice``)."""
+        tools = [t.as_chat() for t in self.tools] if self.tools else None
+        choice = self.tool_choice
+        if isinstance(choice, NamedFunctionChoice):
+            return tools, {"type": "function", "function": {"name": choice.name}}
+        return tools, choice
 
 
 def translate(raw: bytes) -> ResponsesCall:
@@ -239,6 +324,7 @@ def translate(raw: bytes) -> ResponsesCall:
     body.refuse_stateful()
     effort = body.reasoning.effort if body.reasoning else None
     fmt = body.text.format if body.text is not None else None
+    tools, tool_choice = body.chat_tools()
     fields: dict[str, object] = {
         "model": body.model,
         "messages": body.messages(),
@@ -254,6 +340,8 @@ def translate(raw: bytes) -> ResponsesCall:
         "min_p": body.min_p,
         "repetition_penalty": body.repetition_penalty,
         "response_format": fmt.as_chat() if fmt is not None else None,
+        "tools": tools,
+        "tool_choice": tool_choice,
     }
     chat = to_chat(ROUTE, fields, body.model_extra or {})
     echo = Echo(
@@ -264,5 +352,15 @@ def translate(raw: bytes) -> ResponsesCall:
         effort=effort,
         metadata=dict(body.metadata or {}),
         text_format=fmt.echo() if fmt is not None else {"type": "text"},
+        tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+        tool_choice=_echo_choice(body),
     )
     return ResponsesCall(chat=chat, echo=echo, renames=RENAMES)
+
+
+def _echo_choice(body: ResponsesRequest) -> object:
+    """``tool_choice`` as a response repeats it (OpenAI's default: ``auto`` with tools)."""
+    choice = body.tool_choice
+    if isinstance(choice, NamedFunctionChoice):
+        return choice.model_dump()
+    return choice if choice is not None else ("auto" if body.tools else "none")

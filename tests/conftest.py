@@ -647,20 +647,28 @@ def testbed_tokens(model_dir: Path) -> Any:
 def scripted_app(
     tmp_path: Path, testbed_tokens: Any
 ) -> Callable[..., contextlib.AbstractAsyncContextManager[ScriptedApp]]:
-    """``async with scripted_app(handler, processors=..., **settings) as app``: the app
-    of ``thinkgate serve`` (lifespan, resources, admission, error handling) over a
-    ``ScriptedEngine(handler)``; no reward or PRM engine, a fresh state dir."""
+    """``async with scripted_app(handler, processors=..., tokens=..., **settings) as app``:
+    the app of ``thinkgate serve`` (lifespan, resources, admission, error handling) over a
+    ``ScriptedEngine(handler)`` (``tokens``: another model's ``ModelTokens`` than the
+    testbed's base); no reward or PRM engine, a fresh state dir."""
 
     @contextlib.asynccontextmanager
     async def open_app(
-        handler: Any, *, processors: frozenset[str] = frozenset(), **settings: Any
+        handler: Any,
+        *,
+        processors: frozenset[str] = frozenset(),
+        tokens: Any = None,
+        **settings: Any,
     ) -> Any:
         from engines.scripted import ScriptedEngine
         from server.app import create_app
         from server.settings import Settings
 
         engine = ScriptedEngine(
-            handler, tokens=testbed_tokens, model_name="testbed-base", processors=processors
+            handler,
+            tokens=tokens or testbed_tokens,
+            model_name="testbed-base",
+            processors=processors,
         )
         config = Settings(
             reward_model="none", prm_model="none", state_dir=str(tmp_path / "state"), **settings

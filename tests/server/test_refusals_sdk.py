@@ -44,7 +44,7 @@ def _openai(app: Any) -> openai.AsyncOpenAI:
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"store": True}, "store"),
         ({"background": True}, "background"),
-        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
         ({"extra_body": {"max_output_tokens": "many"}}, "max_output_tokens"),
     ],
@@ -63,7 +63,7 @@ async def test_responses_refusals_are_400s_naming_the_field(
     ("extra", "words"),
     [
         ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
-        ({"tools": [{"name": "t", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
         ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
         ({"extra_body": {"temperature": 3.0}}, "temperature"),
     ],

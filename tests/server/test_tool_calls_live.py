@@ -2,7 +2,8 @@
 through the OpenAI SDK against ``thinkgate serve``: offered the calculator, the model
 calls it for a long question (``tool_calls``, streamed too), answers from the tool's
 result, and works short questions out itself; self-consistency votes on the calls;
-Elastic Reasoning's budgets end thinking before the call and report a cut call."""
+Elastic Reasoning's budgets end thinking before the call and report a cut call. The
+same round trip on the Responses API and on the Anthropic Messages API (its SDK)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -24,8 +26,8 @@ SHORT = make_questions("test", 1, seed=5, min_ops=2, max_ops=2)[0]
 
 
 @pytest.fixture(scope="module")
-def client(start_gateway_for_module: Callable[..., Any]) -> openai.OpenAI:
-    server = start_gateway_for_module(
+def server(start_gateway_for_module: Callable[..., Any]) -> Any:
+    return start_gateway_for_module(
         "--model",
         str(testbed.model_path("tools")),
         "--served-model-name",
@@ -35,6 +37,10 @@ def client(start_gateway_for_module: Callable[..., Any]) -> openai.OpenAI:
         "--prm-model",
         "none",
     )
+
+
+@pytest.fixture(scope="module")
+def client(server: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
@@ -151,3 +157,58 @@ def test_self_consistency_votes_on_calls_and_elastic_closes_thinking_before_one(
     assert choice.finish_reason == "length" and not choice.message.tool_calls
     assert choice.message.content.startswith("<tool_call>")
     assert r.model_extra["thinkgate"]["choices"][0]["solution_cut"] is True
+
+
+def test_the_round_trip_on_the_responses_api(client: openai.OpenAI) -> None:
+    tool = {"type": "function", **CALCULATOR["function"]}
+    first = client.responses.create(
+        model="testbed-tools", input=LONG.prompt, tools=[tool], temperature=0
+    )
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    args = json.loads(call.arguments)
+    assert args == {"expression": LONG.expr, "modulo": 10}
+    given_back = [
+        {"role": "user", "content": LONG.prompt},
+        *(item.model_dump(exclude_none=True) for item in first.output),
+        {"type": "function_call_output", "call_id": call.call_id, "output": str(calculate(**args))},
+    ]
+    second = client.responses.create(
+        model="testbed-tools", input=given_back, tools=[tool], temperature=0
+    )
+    assert second.output_text.strip() == f"\\boxed{{{LONG.answer}}}"
+
+
+def test_the_round_trip_on_the_messages_api(server: Any) -> None:
+    claude = anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
+    fn = CALCULATOR["function"]
+    tool = {"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}
+    turns: list[Any] = [{"role": "user", "content": LONG.prompt}]
+    with claude.messages.stream(  # streamed: the SDK assembles the call's input
+        model="testbed-tools",
+        max_tokens=200,
+        messages=turns,
+        tools=[tool],
+        extra_body={"temperature": 0},  # this SDK's stream() takes no temperature
+    ) as stream:
+        first = stream.get_final_message()
+    assert first.stop_reason == "tool_use", first
+    (use,) = [b for b in first.content if b.type == "tool_use"]
+    assert use.input == {"expression": LONG.expr, "modulo": 10}
+    result = calculate(**use.input)  # type: ignore[arg-type]
+    turns += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": str(result)}],
+        },
+    ]
+    second = claude.messages.create(
+        model="testbed-tools",
+        max_tokens=200,
+        messages=turns,
+        tools=[tool],
+        extra_body={"temperature": 0},
+    )
+    assert second.stop_reason == "end_turn"
+    assert second.content[-1].type == "text"
+    assert second.content[-1].text.strip() == f"\\boxed{{{result}}}"

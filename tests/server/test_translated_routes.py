@@ -242,7 +242,7 @@ RESPONSES_BAD = [
     ({"conversation": "conv_1"}, "conversation"),
     ({"store": True}, "store"),
     ({"background": True}, "background"),
-    ({"tools": [{"type": "web_search"}]}, "tools"),
+    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),  # hosted tools: none here
     ({"include": ["reasoning.encrypted_content"]}, "include"),
     ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"text": {"format": {"type": "json_schema"}}}, "text.format"),  # no name
@@ -253,7 +253,8 @@ RESPONSES_BAD = [
     ({"temperature": "hot"}, "temperature"),
     ({"input": 5}, "input"),
     ({"input": []}, "input"),
-    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input.0.type"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input.0.call_id"),
+    ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input.0.type"),
     ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input.0.content"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
     ({"reasoning": {"effort": "ultra"}}, "reasoning.effort"),
@@ -298,7 +299,7 @@ async def test_responses_refusals_name_the_field(
 
 
 MESSAGES_BAD = [
-    ({"tools": [{"name": "t", "input_schema": {}}]}, "tools"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"alhpa": 1}, "alhpa"),
     ({"n": 2}, "n"),

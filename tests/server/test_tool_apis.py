@@ -1,0 +1,290 @@
+"""Tools on the Responses API and the Anthropic Messages API, through the real SDKs
+against the app of ``thinkgate serve`` over ASGI, with a scripted engine that answers
+with a call (the tools model's template renders what it is offered): ``function_call``
+items and ``tool_use`` blocks out, non-streamed and streamed; calls and tool results
+given back reach the model's prompt; ``tool_choice`` forms become the engine's grammar;
+the bad ones are 400s naming the field. The tools model's real calls are checked live
+(``test_tool_calls_live.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+import testbed
+from core.engine import GenerateRequest, Sample
+from engines.scripted import samples_of
+from testbed.tools import CALCULATOR, TOOL_NAME
+
+QUESTION = "Compute 3+8-5+7-1+2-6+4-9+1 mod 10."
+ARGS = {"expression": "3+8-5+7-1+2-6+4-9+1", "modulo": 10}
+CALL = (
+    "<think>\n</think>\n"
+    f'<tool_call>{{"name": "{TOOL_NAME}", "arguments": {json.dumps(ARGS)}}}</tool_call>'
+)
+RESULT = "4"
+# The Responses API's flat function tool, Anthropic's client tool: the same calculator.
+FN = CALCULATOR["function"]
+RESPONSES_TOOL = {"type": "function", **FN}
+ANTHROPIC_TOOL = {
+    "name": FN["name"],
+    "description": FN["description"],
+    "input_schema": FN["parameters"],
+}
+
+
+@pytest.fixture(scope="module")
+def tools_tokens() -> Any:
+    from engines.tokens import TokenizerTokens
+
+    return TokenizerTokens.load(str(Path(testbed.model_path("tools"))))
+
+
+def _answers(tokens: Any, *texts: str) -> Callable[[GenerateRequest], list[Sample]]:
+    """A handler answering its n-th call with ``texts[n]`` (the last one after that)."""
+    seen: list[GenerateRequest] = []
+
+    def handle(request: GenerateRequest) -> list[Sample]:
+        seen.append(request)
+        return samples_of(tokens, texts[min(len(seen), len(texts)) - 1])
+
+    return handle
+
+
+def _prompt(tokens: Any, request: GenerateRequest) -> str:
+    return str(tokens.decode(list(request.prompt_token_ids)))
+
+
+def _openai(app: Any) -> openai.AsyncOpenAI:
+    http = app.client
+    return openai.AsyncOpenAI(
+        base_url=str(http.base_url).rstrip("/") + "/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=http,
+    )
+
+
+def _claude(app: Any) -> anthropic.AsyncAnthropic:
+    # The Anthropic SDK speaks through httpx2 (its own fork of httpx).
+    transport = httpx2.ASGITransport(app=app.asgi)
+    return anthropic.AsyncAnthropic(
+        base_url="http://scripted",
+        api_key="unused",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
+    )
+
+
+# -- the Responses API ------------------------------------------------------------------
+
+
+async def test_responses_a_function_call_item_then_the_answer_from_its_output(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    handler = _answers(tools_tokens, CALL, "<think>\n</think>\n\\boxed{4}")
+    async with scripted_app(handler, tokens=tools_tokens) as app:
+        client = _openai(app)
+        first = await client.responses.create(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL]
+        )
+        calls = [item for item in first.output if item.type == "function_call"]
+        assert [item.type for item in first.output] == ["reasoning", "function_call"]
+        (call,) = calls
+        assert call.name == TOOL_NAME and json.loads(call.arguments) == ARGS
+        assert call.call_id.startswith("call_") and call.status == "completed"
+        assert first.status == "completed" and first.tool_choice == "auto"
+        assert [t.name for t in first.tools] == [TOOL_NAME]  # type: ignore[union-attr]
+        given_back = [
+            {"role": "user", "content": QUESTION},
+            *(item.model_dump(exclude_none=True) for item in first.output),
+            {"type": "function_call_output", "call_id": call.call_id, "output": RESULT},
+        ]
+        second = await client.responses.create(
+            model=app.model, input=given_back, tools=[RESPONSES_TOOL]
+        )
+        first_call, second_call = app.engine.calls
+    assert second.output_text.strip() == "\\boxed{4}"
+    assert "tools: calculator" in _prompt(tools_tokens, first_call)
+    prompt = _prompt(tools_tokens, second_call)
+    # The call as the model wrote it, then the tool's turn with its result.
+    assert '<tool_call>{"name": "calculator", "arguments": ' in prompt
+    assert prompt.index("<tool_call>") < prompt.index(f"tool\n{RESULT}")
+
+
+async def test_responses_streamed_call_arrives_as_the_sdk_accumulates_it(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    async with (
+        scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app,
+        _openai(app).responses.stream(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL]
+        ) as stream,
+    ):
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert "response.function_call_arguments.delta" in kinds
+    assert "response.function_call_arguments.done" in kinds
+    assert "response.output_text.delta" not in kinds  # the answer is only a call
+    (call,) = [item for item in final.output if item.type == "function_call"]
+    assert json.loads(call.arguments) == ARGS and call.call_id.startswith("call_")
+
+
+async def test_responses_named_tool_choice_is_the_engines_grammar(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    answer = f"<think>\n</think>\n{json.dumps(ARGS)}"
+    async with scripted_app(_answers(tools_tokens, answer), tokens=tools_tokens) as app:
+        r = await _openai(app).responses.create(
+            model=app.model,
+            input=QUESTION,
+            tools=[RESPONSES_TOOL],
+            tool_choice={"type": "function", "name": TOOL_NAME},
+        )
+        (engine_call,) = app.engine.calls
+    structured = engine_call.sampling.structured
+    assert structured is not None and json.loads(structured.schema) == FN["parameters"]
+    (call,) = [item for item in r.output if item.type == "function_call"]
+    assert json.loads(call.arguments) == ARGS
+    assert r.tool_choice.name == TOOL_NAME  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{**RESPONSES_TOOL, "name": "a b"}]}, "tools.0.name"),
+        (
+            {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "x"}},
+            "tool_choice",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {"input": [{"type": "function_call_output", "output": "4"}]},
+            "input.0.call_id",
+        ),
+    ],
+)
+async def test_responses_bad_tools_are_400s_naming_the_field(
+    scripted_app: Callable[..., Any], extra: dict[str, Any], param: str
+) -> None:
+    async with scripted_app(_answers(None, "")) as app:
+        with pytest.raises(openai.BadRequestError) as info:
+            await _openai(app).responses.create(**{"model": app.model, "input": QUESTION, **extra})
+        assert app.engine.calls == []
+    assert info.value.body["param"] == param  # type: ignore[index]
+
+
+# -- the Anthropic Messages API ---------------------------------------------------------
+
+
+async def test_messages_a_tool_use_block_then_the_answer_from_its_result(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    handler = _answers(tools_tokens, CALL, "<think>\n</think>\n\\boxed{4}")
+    async with scripted_app(handler, tokens=tools_tokens) as app:
+        claude = _claude(app)
+        turns: list[Any] = [{"role": "user", "content": QUESTION}]
+        first = await claude.messages.create(
+            model=app.model, max_tokens=256, messages=turns, tools=[ANTHROPIC_TOOL]
+        )
+        assert first.stop_reason == "tool_use"
+        assert [b.type for b in first.content] == ["thinking", "tool_use"]
+        use = first.content[1]
+        assert use.type == "tool_use" and use.name == TOOL_NAME and use.input == ARGS
+        assert use.id.startswith("toolu_")
+        turns += [
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in first.content],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": RESULT}],
+            },
+        ]
+        second = await claude.messages.create(
+            model=app.model, max_tokens=256, messages=turns, tools=[ANTHROPIC_TOOL]
+        )
+        _, second_call = app.engine.calls
+    assert second.stop_reason == "end_turn"
+    assert second.content[-1].type == "text" and second.content[-1].text.strip() == "\\boxed{4}"
+    prompt = _prompt(tools_tokens, second_call)
+    assert prompt.index('"expression": "3+8-5+7-1+2-6+4-9+1"') < prompt.index(f"tool\n{RESULT}")
+
+
+async def test_messages_streamed_tool_use_arrives_as_the_sdk_accumulates_it(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    async with (
+        scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app,
+        _claude(app).messages.stream(
+            model=app.model,
+            max_tokens=256,
+            messages=[{"role": "user", "content": QUESTION}],
+            tools=[ANTHROPIC_TOOL],
+        ) as stream,
+    ):
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_message()
+    assert "input_json" in kinds  # the SDK's event for an input_json_delta
+    assert final.stop_reason == "tool_use"
+    (use,) = [b for b in final.content if b.type == "tool_use"]
+    assert use.input == ARGS and use.name == TOOL_NAME
+
+
+async def test_messages_any_tool_choice_is_the_engines_grammar(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    answer = f'<think>\n</think>\n[{{"name": "{TOOL_NAME}", "parameters": {json.dumps(ARGS)}}}]'
+    async with scripted_app(_answers(tools_tokens, answer), tokens=tools_tokens) as app:
+        r = await _claude(app).messages.create(
+            model=app.model,
+            max_tokens=256,
+            messages=[{"role": "user", "content": QUESTION}],
+            tools=[ANTHROPIC_TOOL],
+            tool_choice={"type": "any"},
+        )
+        (engine_call,) = app.engine.calls
+    structured = engine_call.sampling.structured
+    assert structured is not None and json.loads(structured.schema)["type"] == "array"
+    (use,) = [b for b in r.content if b.type == "tool_use"]
+    assert use.input == ARGS and r.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
+        ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool"}}, "tool_choice"),
+        ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "x"}}, "tool_choice"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": QUESTION},
+                    {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+                    {"role": "user", "content": "go on"},
+                ]
+            },
+            "tool_result",
+        ),
+    ],
+)
+async def test_messages_bad_tools_are_400s_in_anthropics_envelope(
+    scripted_app: Callable[..., Any], extra: dict[str, Any], words: str
+) -> None:
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}
+    async with scripted_app(_answers(None, "")) as app:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            await _claude(app).messages.create(**{**body, "model": app.model, **extra})
+        assert app.engine.calls == []
+    error = info.value.body
+    assert isinstance(error, dict) and error["error"]["type"] == "invalid_request_error"
+    assert words in error["error"]["message"]
