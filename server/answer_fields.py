@@ -55,8 +55,9 @@ def format_asked(
         return None
     if not getattr(strategy, "honours_response_format", False):
         raise InvalidRequest(
-            f"response_format is not applied by the {name} strategy; use plain, elastic or "
-            "a sampling strategy (self-consistency, best-of-n, best-of-majority)",
+            f"response_format is not applied by the {name} strategy; use plain, elastic, "
+            "budget-guidance, pets, a sampling strategy (self-consistency, best-of-n, "
+            "best-of-majority) or a step search (beam-search, particle-filtering, dvts)",
             param="response_format",
         )
     if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
@@ -89,9 +90,9 @@ def tools_asked(
         return None, None
     if not getattr(strategy, "honours_tools", False):
         raise InvalidRequest(
-            f"tools are not offered under the {name} strategy; use plain, elastic, "
-            "budget-guidance, deepconf or a sampling strategy (self-consistency, "
-            "best-of-n, best-of-majority)",
+            f"tools are not offered under the {name} strategy; use a built-in one (plain, "
+            "elastic, budget-guidance, deepconf, pets, the sampling strategies, the step "
+            "searches)",
             param="tools",
         )
     if structured is not None:

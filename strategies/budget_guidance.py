@@ -69,6 +69,15 @@ def _option_mask(request: StrategyRequest) -> bool:
 
 def plan(request: StrategyRequest, engine: Engine) -> GuidancePlan:
     """The decoding plan; raises a ``GatewayError`` before any engine call."""
+    if request.sampling.structured is not None and request.budget.solution is not None:
+        # One pass ends a cut answer by forcing EOS, which the engine's grammar refuses
+        # mid-JSON (vLLM fails the request); elastic answers in a second pass instead.
+        raise InvalidRequest(
+            "response_format (or a forced tool_choice) with a solution budget is not "
+            "answered by budget-guidance, which decodes in one pass and would end the "
+            "answer inside its JSON; drop the solution budget, or use elastic (two passes)",
+            param="response_format",
+        )
     if PROCESSOR not in engine.processors:
         raise BackendUnavailable(
             f"budget guidance is not available on model {engine.model_name!r}: the engine "
@@ -140,6 +149,9 @@ class BudgetGuidance:
     # Calls come after thinking: the guidance ends thinking, never a call (a solution cap
     # that cuts one is reported as cut); samples vote on calls as the sampling strategies.
     honours_tools: ClassVar[bool] = True
+    # Guidance (and a hard cap's forced </think>) acts on thinking only; the grammar
+    # starts after it. Not with a solution budget: see plan().
+    honours_response_format: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         if request.n < 1:
@@ -203,7 +215,7 @@ class BudgetGuidance:
                 if aclose is not None:
                     await aclose()
         analysed = analyse(ctx, pool.samples)
-        classes = build_classes(analysed.answers, None)
+        classes = build_classes(analysed.answers, None, exact=analysed.exact)
         selection = select_majority(classes, 1)
         within = _within(p, [s.reasoning_tokens for s in analysed.splits])
         info: dict[str, JSON] = {

@@ -295,16 +295,22 @@ def analyse(ctx: StrategyContext, samples: Sequence[Sample]) -> Analysed:
     splits = tuple(
         split_ids(s.token_ids, tokens, thinking_open=ctx.request.thinking_open) for s in samples
     )
-    texts = [tokens.decode(s.content_ids) for s in splits]
-    if ctx.request.sampling.structured is not None:
-        field = answer_field(ctx.request)
-        answers = tuple(json_answer(t, field) for t in texts)
-        return Analysed(samples=tuple(samples), splits=splits, answers=answers, exact=True)
-    if ctx.request.tools:  # a call votes as its canonical (name, arguments)
-        answers = tuple(vote_key(t) or extract_answer(t) for t in texts)
-    else:
-        answers = tuple(extract_answer(t) for t in texts)
-    return Analysed(samples=tuple(samples), splits=splits, answers=answers)
+    answers, exact = answer_keys(ctx.request, [tokens.decode(s.content_ids) for s in splits])
+    return Analysed(samples=tuple(samples), splits=splits, answers=answers, exact=exact)
+
+
+def answer_keys(
+    request: StrategyRequest, texts: Sequence[str]
+) -> tuple[tuple[str | None, ...], bool]:
+    """What each answer text votes as, and whether votes compare exactly: the canonical
+    JSON value under ``response_format`` (exact), a call's canonical (name, arguments)
+    when tools are offered, else the extracted mathematical answer."""
+    if request.sampling.structured is not None:
+        field = answer_field(request)
+        return tuple(json_answer(t, field) for t in texts), True
+    if request.tools:  # a call votes as its canonical (name, arguments)
+        return tuple(vote_key(t) or extract_answer(t) for t in texts), False
+    return tuple(extract_answer(t) for t in texts), False
 
 
 async def score(ctx: StrategyContext, scorer: Scorer, pool: Analysed) -> list[float]:

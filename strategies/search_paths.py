@@ -214,6 +214,7 @@ async def expand(
             stop=plan.stop,
             stop_token_ids=plan.stop_token_ids,
             extra_args={},
+            structured=None,  # steps are thinking: the grammar is the answer's (answer())
         )
         ledger.seed_offset += n
         prompt = ctx.request.prompt_token_ids + parent.ids

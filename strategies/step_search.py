@@ -8,6 +8,11 @@ paths are then closed by the gateway). Then the answer: the best finished path b
 aggregate PRM score (``select: best``, one answer generated) or a PRM-weighted vote
 over every finished path (``select: vote``, one answer per distinct path).
 
+Steps are thinking; the answer after it is its own engine request, so a request's
+``response_format`` (or a forced ``tool_choice``) holds only that answer to its grammar,
+and with ``tools`` offered an answer may be calls. Votes read answers as the sampling
+strategies do (``strategies.pool.answer_keys``: canonical JSON, calls, or mathematics).
+
 ``beam-search``, ``particle-filtering`` and ``dvts`` subclass :class:`StepSearch`.
 Usage counts every token generated, pruned candidates included; the PRM's own input
 is reported in the ``thinkgate`` object (``prm_tokens``), not billed as completion.
@@ -32,8 +37,7 @@ from core.base import (
 )
 from core.engine import Engine
 from core.errors import BackendUnavailable, InvalidRequest
-from strategies.answers import extract_answer
-from strategies.pool import SamplingDefaults
+from strategies.pool import SamplingDefaults, answer_keys
 from strategies.pool import defaults_of as sampling_defaults_of
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel, aggregate
@@ -106,6 +110,10 @@ class StepSearch:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "thinking", "solution"})
     body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS
     streams_live: ClassVar[bool] = False
+    # The answer after thinking is generated on its own (search_paths.answer), under the
+    # grammar; the steps before it never are.
+    honours_response_format: ClassVar[bool] = True
+    honours_tools: ClassVar[bool] = True
 
     # --- the rule, per strategy -------------------------------------------------------
     def check(self, n: int, options: SearchOptions) -> None:
@@ -144,6 +152,13 @@ class StepSearch:
         if not engine.tokens.encode(options.step_delimiter):
             raise InvalidRequest(
                 "step_delimiter encodes to no token for this model", param="step_delimiter"
+            )
+        if request.sampling.structured is not None and not engine.tokens.think_end_ids:
+            raise InvalidRequest(
+                f"response_format under {self.name} holds the answer after thinking to the "
+                "format, and this model does not think (its steps are its answer); use "
+                "plain or a sampling strategy",
+                param="response_format",
             )
 
     async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
@@ -213,8 +228,10 @@ class StepSearch:
             answers_info: list[JSON] = []
         else:
             every = await answer(ctx, finished, ledger)
-            texts = [extract_answer(tokens.decode(split_of(ctx, a.ids).content_ids)) for a in every]
-            classes = build_classes(texts, scores)
+            texts, exact = answer_keys(
+                ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in every]
+            )
+            classes = build_classes(texts, scores, exact=exact)
             if any(a is not None for a in texts):
                 top = top_by_weight(classes, 1)[0]
                 best = top.representative
@@ -290,7 +307,7 @@ class StepSearch:
             content=content,
             finish_reason="length" if answered.solution_cut else answered.finish,
             info={
-                "answer": extract_answer(content),
+                "answer": answer_keys(ctx.request, [content])[0][0],
                 "path_state": answered.path.state,
                 "steps": len(answered.path.steps),
             },

@@ -51,10 +51,11 @@ def pattern_of_counts(counts: Iterable[int]) -> str:
 
 
 def label_answers(
-    answers: Sequence[str | None],
+    answers: Sequence[str | None], *, exact: bool = False
 ) -> tuple[tuple[Label, ...], tuple[AnswerGroup, ...]]:
-    """Class labels of extracted answers (group index, or None) and the groups."""
-    groups = group_answers(answers)
+    """Class labels of extracted answers (group index, or None) and the groups;
+    ``exact``: equal strings only (canonical JSON answers)."""
+    groups = group_answers(answers, exact=exact)
     labels: list[Label] = [None] * len(answers)
     for g, group in enumerate(groups):
         for pos in group.members:

@@ -61,6 +61,10 @@ class Pets:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples"})
     body_options: ClassVar[frozenset[str]] = frozenset({"cap", *VOTE_OPTIONS})
     streams_live: ClassVar[bool] = False
+    # Its samples are plain draws of the request: the answer's grammar and the tools
+    # apply as in self-consistency, and the buckets count votes as it does.
+    honours_response_format: ClassVar[bool] = True
+    honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         samples = request.budget.samples
@@ -156,7 +160,7 @@ def option_cap(request: StrategyRequest) -> int | None:
 
 
 def _labels(pool: Analysed) -> Sequence[Label]:
-    return label_answers(pool.answers)[0]
+    return label_answers(pool.answers, exact=pool.exact)[0]
 
 
 def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Result:
@@ -165,11 +169,11 @@ def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Resul
     if votes.needs_confidence:
         # The buckets read warm-up counts; only the final answer is confidence-weighted.
         confidences = trace_confidences(pool.samples, votes.window)
-        classes = voting_classes(pool.answers, confidences, votes)
+        classes = voting_classes(pool.answers, confidences, votes, exact=pool.exact)
         chosen = select_weighted(classes, 1).chosen if classes else ()
         info.update(vote=votes.vote, sample_confidences=[round(c, 6) for c in confidences])
     else:
-        classes = build_classes(pool.answers)
+        classes = build_classes(pool.answers, exact=pool.exact)
         chosen = select_majority(classes, 1).chosen if classes else ()
     pick = chosen[0].representative if chosen else 0
     split, sample = pool.splits[pick], pool.samples[pick]

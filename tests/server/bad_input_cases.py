@@ -272,11 +272,16 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         "tools.0.function.name",
     ),
     (
-        "tools under a strategy that does not offer them",
-        {"model": M, "messages": MSG, "tools": [_TOOL]},
-        {"X-Strategy": "beam-search"},
+        "response_format with a solution budget under one-pass budget guidance",
+        {
+            "model": M,
+            "messages": MSG,
+            "response_format": {"type": "json_object"},
+            "budget": {"thinking": 16, "solution": 8},
+        },
+        {"X-Strategy": "budget-guidance"},
         400,
-        "tools",
+        "response_format",
     ),
     (
         "tools with response_format",
@@ -302,7 +307,7 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
     (
         "response_format under a strategy that does not apply it",
         {"model": M, "messages": MSG, "response_format": {"type": "json_object"}},
-        {"X-Strategy": "beam-search"},
+        {"X-Strategy": "deepconf"},
         400,
         "response_format",
     ),

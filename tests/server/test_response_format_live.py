@@ -1,7 +1,8 @@
 """JSON answers (``response_format``) from the real engine, both engines, through the
 OpenAI SDK: the thinking stays free and the answer holds to the schema (plain, streamed,
-the SDK's ``parse``), self-consistency votes on a field of the answer, and an answer cut
-by its solution budget is reported as cut."""
+the SDK's ``parse``), self-consistency votes on a field of the answer, the step search,
+PETS and budget guidance hold their answers to it, and an answer cut by its solution
+budget is reported as cut."""
 
 from __future__ import annotations
 
@@ -91,6 +92,30 @@ def test_self_consistency_votes_on_the_named_field(openai_client: Any, served_mo
     info = r.model_extra["thinkgate"]
     winner = next(c for c in info["classes"] if c["selected"])
     assert json.loads(winner["answer"]) == _holds(r.choices[0].message.content)
+
+
+@pytest.mark.local_only  # one request each: the grammar is the same engine call as above
+@pytest.mark.parametrize(
+    ("strategy", "body"),
+    [
+        ("beam-search", {"budget": {"samples": 2}, "expansions": 1}),
+        ("pets", {"budget": {"samples": 4}, "cap": 4}),
+        ("budget-guidance", {"budget": {"thinking": 24}}),
+    ],
+)
+def test_search_pets_and_guidance_answer_in_the_schema(
+    openai_client: Any, served_model: str, strategy: str, body: dict[str, Any]
+) -> None:
+    r = openai_client.chat.completions.create(
+        model=served_model,
+        messages=MESSAGES,
+        response_format=FORMAT,
+        max_tokens=200,
+        extra_body={"strategy": strategy, **body},
+    )
+    assert r.choices[0].finish_reason == "stop", r.model_extra["thinkgate"]
+    _holds(r.choices[0].message.content)
+    assert "=" in r.choices[0].message.reasoning_content  # free thinking before it
 
 
 def test_an_answer_cut_by_its_solution_budget_is_reported_cut(

@@ -156,3 +156,32 @@ async def test_a_solution_budget_answers_in_two_passes_with_the_grammar_on_the_a
             assert answer.sampling.max_tokens == solution
             assert body["choices"][0]["finish_reason"] == finish
             assert body["thinkgate"]["choices"][0]["solution_cut"] is (finish == "length")
+
+
+@pytest.mark.parametrize("strategy", ["pets", "budget-guidance"])
+async def test_pets_and_budget_guidance_vote_on_canonical_json(
+    scripted_app: Any, testbed_tokens: Any, strategy: str
+) -> None:
+    from kernels.guidance.args import PROCESSOR_NAME as GUIDANCE
+
+    pool = ['{"answer": 7.0}', '{"answer":7}', '{ "answer": 7 }', '{"answer":']
+    seen: list[GenerateRequest] = []
+    model = _pool_model(testbed_tokens, pool, seen)
+    async with scripted_app(model, processors=frozenset({GUIDANCE})) as app:
+        r = await app.client.post(
+            "/v1/chat/completions",
+            json={
+                "model": app.model,
+                "messages": QUESTION,
+                "response_format": {"type": "json_object"},
+                "strategy": strategy,
+                "budget": {"samples": 4},
+                **({"cap": 4} if strategy == "pets" else {}),
+            },
+        )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert all(s.sampling.structured == StructuredOutput(kind="json_object") for s in seen)
+    assert out["choices"][0]["message"]["content"] in pool[1:3]  # a 7, not the 7.0
+    votes = out["thinkgate"].get("votes") or out["thinkgate"]["classes"]
+    assert {c["answer"]: c["count"] for c in votes} == {'{"answer":7.0}': 1, '{"answer":7}': 2}

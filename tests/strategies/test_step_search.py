@@ -10,6 +10,7 @@ the trained PRM is tested end to end in tests/server/test_step_search_api.py.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
@@ -25,7 +26,7 @@ from core.base import (
     StrategyRequest,
 )
 from core.budget import Budget
-from core.engine import GenerateRequest, Sample, SamplingConfig
+from core.engine import GenerateRequest, Sample, SamplingConfig, StructuredOutput
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from engines.scripted import ScriptedEngine
 from strategies.beam_search import BeamSearch
@@ -55,11 +56,17 @@ class World:
     value its lines reached. Counts what it generated and what was cancelled."""
 
     def __init__(
-        self, tokens: Any, right: Any = lambda j: j % 2 == 0, lines: Any = lambda j: LINES
+        self,
+        tokens: Any,
+        right: Any = lambda j: j % 2 == 0,
+        lines: Any = lambda j: LINES,
+        answer: Any = lambda value, j: f"\n\\boxed{{{value}}}",
     ) -> None:
         self.tokens = tokens
         self.right = right
         self.lines = lines  # how many lines sample j writes before it closes its thinking
+        self.answer = answer  # the answer text of sample j after thinking that reached value
+        self.requests: list[GenerateRequest] = []
         self.generated = 0
         self.cancelled = 0
         self.hold: asyncio.Event | None = None
@@ -71,6 +78,7 @@ class World:
             except asyncio.CancelledError:
                 self.cancelled += 1
                 raise
+        self.requests.append(request)
         t = self.tokens
         text = t.decode(request.prompt_token_ids)
         thinking = text.split("assistant\n", 1)[1]
@@ -78,7 +86,7 @@ class World:
         for j in range(request.sampling.n):
             if t.think_end_id in request.prompt_token_ids:
                 value = _last_value(thinking)
-                ids = (*t.encode(f"\n\\boxed{{{value}}}"), t.eos_token_ids[0])
+                ids = (*t.encode(self.answer(value, j)), t.eos_token_ids[0])
                 limit = request.sampling.max_tokens
                 finish = "stop"
                 if limit is not None and len(ids) > limit:
@@ -152,6 +160,7 @@ def _ctx(
     thinking: int | None = None,
     solution: int | None = None,
     seed: int | None = 0,
+    structured: StructuredOutput | None = None,
 ) -> StrategyContext:
     prompt = tuple(tokens.render_chat([{"role": "user", "content": QUESTION}]))
     request = StrategyRequest(
@@ -159,7 +168,7 @@ def _ctx(
         prompt_token_ids=prompt,
         thinking_open=thinking_open_after(prompt, tokens),
         n=1,
-        sampling=SamplingConfig(seed=seed),
+        sampling=SamplingConfig(seed=seed, structured=structured),
         budget=Budget(samples=samples, thinking=thinking, solution=solution),
         stream=False,
         options=options or {},
@@ -347,6 +356,80 @@ async def test_vote_selects_the_weighted_majority(testbed_tokens: Any) -> None:
         c["selected"] and c["answer"] == "3" for c in info["classes"]
     )
     assert result.choices[0].content == "\n\\boxed{3}"
+
+
+@pytest.mark.parametrize("strategy", [BeamSearch(), ParticleFiltering(), Dvts()])
+async def test_response_format_holds_the_answer_not_the_steps(
+    testbed_tokens: Any, strategy: StepSearch
+) -> None:
+    # Answers as JSON in two spellings of one value, and as 3.0 (another value): the
+    # vote compares canonical JSON exactly, never as mathematics.
+    spellings = itertools.cycle(['{"answer": 3}', '{"answer": 3.0}', '{ "answer":3 }'])
+    world = World(testbed_tokens, answer=lambda value, j: next(spellings))
+    fmt = StructuredOutput(kind="json_object")
+    ctx = _ctx(
+        testbed_tokens,
+        world,
+        samples=6,  # DVTS: three subtrees of two
+        prm=ConstantPrm(),
+        options={"select": "vote", "expansions": 2 if isinstance(strategy, Dvts) else 1},
+        structured=fmt,
+    )
+    _, result = await _run(strategy, ctx)
+    answers = [r for r in world.requests if testbed_tokens.think_end_id in r.prompt_token_ids]
+    steps = [r for r in world.requests if r not in answers]
+    assert answers and steps
+    assert all(r.sampling.structured == fmt for r in answers)
+    assert all(r.sampling.structured is None for r in steps)  # thinking stays free
+    classes = {c["answer"]: c["count"] for c in result.info["classes"]}
+    assert '{"answer":3}' in classes and set(classes) <= {'{"answer":3}', '{"answer":3.0}'}
+    if not isinstance(strategy, Dvts):  # its greedy subtrees agree under a constant PRM
+        assert set(classes) == {'{"answer":3}', '{"answer":3.0}'}, classes
+    assert sum(classes.values()) == len(result.info["path_answers"])  # every path voted
+    assert result.choices[0].info["answer"] in classes
+
+
+async def test_with_tools_offered_paths_vote_on_their_calls(testbed_tokens: Any) -> None:
+    # The same call in two key orders is one vote; the answer returned is a call.
+    calls = itertools.cycle(
+        [
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "3+8", "modulo": 10}}'
+            "</tool_call>",
+            '<tool_call>{"arguments": {"modulo": 10, "expression": "3+8"}, "name": "calculator"}'
+            "</tool_call>",
+        ]
+    )
+    world = World(testbed_tokens, answer=lambda value, j: next(calls))
+    ctx = _ctx(testbed_tokens, world, samples=4, prm=ConstantPrm(), options={"expansions": 1})
+    ctx = replace(ctx, request=replace(ctx.request, tools=True))
+    _, result = await _run(BeamSearch(), ctx)
+    (only,) = result.info["classes"]
+    assert only["answer"].startswith("tool_calls:") and only["count"] == 4
+    assert result.choices[0].content.startswith("<tool_call>")
+
+
+def test_response_format_needs_a_model_that_thinks(testbed_tokens: Any) -> None:
+    ctx = _ctx(
+        testbed_tokens,
+        World(testbed_tokens),
+        samples=2,
+        structured=StructuredOutput(kind="json_object"),
+    )
+    no_thinking = ScriptedEngine(World(testbed_tokens), tokens=_NoThinking(testbed_tokens))
+    with pytest.raises(InvalidRequest) as info:
+        BeamSearch().validate(ctx.request, no_thinking)
+    assert info.value.param == "response_format"
+
+
+class _NoThinking:
+    """The testbed's tokens, as a model without think strings would have them."""
+
+    def __init__(self, tokens: Any) -> None:
+        self._tokens = tokens
+        self.think_end_ids: tuple[int, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokens, name)
 
 
 async def test_client_gone_aborts_every_path(testbed_tokens: Any) -> None:
