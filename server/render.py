@@ -160,6 +160,20 @@ class Called:
     finish_reason: str
 
 
+def call_pieces(calls: Sequence[Body]) -> list[Body]:
+    """A stream's pieces of ``calls``, as OpenAI streams them: per call, its index, id,
+    type and name with empty arguments, then its arguments (the SDKs join the pieces of
+    one index)."""
+    pieces: list[Body] = []
+    for i, call in enumerate(calls):
+        fn = call["function"]
+        assert isinstance(fn, dict)  # built by called()
+        head = {"index": i, "id": call["id"], "type": "function"}
+        pieces.append({**head, "function": {"name": fn["name"], "arguments": ""}})
+        pieces.append({"index": i, "function": {"arguments": fn["arguments"]}})
+    return pieces
+
+
 def called(c: Choice, form: CallForm) -> Called:
     parsed = read_calls(c.content, form)
     if not parsed.calls:
@@ -262,8 +276,8 @@ def delta_choice(
             delta["reasoning"] = reasoning
         if content:
             delta["content"] = content
-        if tool_calls:  # each whole, in one chunk (OpenAI streams them in pieces)
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(tool_calls)]
+        if tool_calls:  # each a piece (index, then id and name, or arguments), as OpenAI's
+            delta["tool_calls"] = list(tool_calls)
         body = {
             "index": index,
             "delta": delta,

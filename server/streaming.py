@@ -270,7 +270,7 @@ class StreamEncoder:
         if d.reasoning:
             out.append(render.delta_choice(kind, d.index, reasoning=d.reasoning))
         # With tools offered the answer is held back: what looks like text may be a call,
-        # sent whole as tool_calls once the choice ends (_final).
+        # sent as tool_calls once the choice ends (_final).
         content = "" if self._tools is not None else d.content
         if content:
             out.append(render.delta_choice(kind, d.index, content=content))
@@ -309,8 +309,8 @@ class StreamEncoder:
                 if answer.content:
                     body = render.delta_choice("chat", c.index, content=answer.content)
                     frames.append(self._chunk(body, every))
-                if answer.calls:
-                    body = render.delta_choice("chat", c.index, tool_calls=answer.calls)
+                for piece in render.call_pieces(answer.calls):
+                    body = render.delta_choice("chat", c.index, tool_calls=[piece])
                     frames.append(self._chunk(body, every))
         for i, c in enumerate(choices):
             body = render.delta_choice(

@@ -1,4 +1,5 @@
-"""Tools on the Responses API and the Anthropic Messages API, through the real SDKs
+"""Chat's streamed calls in OpenAI's pieces, and tools on the Responses API and the
+Anthropic Messages API, through the real SDKs
 against the app of ``thinkgate serve`` over ASGI, with a scripted engine that answers
 with a call (the tools model's template renders what it is offered): ``function_call``
 items and ``tool_use`` blocks out, non-streamed and streamed; calls and tool results
@@ -81,6 +82,35 @@ def _claude(app: Any) -> anthropic.AsyncAnthropic:
         max_retries=0,
         http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
     )
+
+
+# -- chat ------------------------------------------------------------------------------
+
+
+async def test_chat_streams_a_call_in_openais_pieces(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    async with scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app:
+        client = _openai(app)
+        stream = await client.chat.completions.create(
+            model=app.model, messages=messages, tools=[CALCULATOR], stream=True
+        )
+        pieces = [
+            p async for chunk in stream for c in chunk.choices for p in c.delta.tool_calls or []
+        ]
+        # The SDK's own accumulation of the same stream.
+        async with client.chat.completions.stream(
+            model=app.model, messages=messages, tools=[CALCULATOR]
+        ) as helper:
+            final = await helper.get_final_completion()
+    head, args = pieces
+    assert head.index == args.index == 0 and head.id and head.id.startswith("call_")
+    assert head.function.name == TOOL_NAME and head.function.arguments == ""  # type: ignore[union-attr]
+    assert args.id is None and json.loads(args.function.arguments) == ARGS  # type: ignore[union-attr]
+    (call,) = final.choices[0].message.tool_calls or []
+    assert call.function.name == TOOL_NAME and json.loads(call.function.arguments) == ARGS
+    assert final.choices[0].finish_reason == "tool_calls"
 
 
 # -- the Responses API ------------------------------------------------------------------
