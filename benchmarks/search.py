@@ -88,6 +88,8 @@ def request_of(
         body["expansions"] = args.beam_expansions
     elif strategy == "dvts":
         body["expansions"] = args.dvts_expansions
+    if strategy in SEARCHES and args.confidence is not None:
+        body["confidence"] = args.confidence
     return headers, body
 
 
@@ -222,7 +224,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
         [
             "# Step search with a PRM against the sampling strategies (thinkgate bench search)",
             "",
-            f"{args.questions} held-out testbed questions (test split, {args.min_ops}-"
+            f"{args.questions} held-out testbed questions ({args.split} split, {args.min_ops}-"
             f"{args.max_ops} operations, seed {args.seed}), temperature 1, "
             f"{args.concurrency} questions in flight, the testbed `base` model in process "
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
@@ -230,7 +232,9 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
             "1, systematic, weights from each particle's latest step reward; all searches: "
             "a path's lowest step reward as its score (the default `aggregate`) and a "
-            "PRM-weighted vote over the finished paths (the default `select`). "
+            "PRM-weighted vote over the finished paths (the default `select`); step "
+            "rewards times the generator's confidence, option `confidence` = "
+            f"{'the server default' if args.confidence is None else args.confidence}. "
             f"Total {minutes:.1f} min.",
             "",
             "## Accuracy %",
@@ -273,6 +277,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--min-ops", type=int, default=13)
     p.add_argument("--max-ops", type=int, default=16)
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--split", default="test", choices=("test", "validation"))
+    p.add_argument(
+        "--confidence",
+        type=float,
+        help="the searches' option confidence (alpha of the generator's step confidence; "
+        "default: the server's)",
+    )
     p.add_argument("--ns", default="4,8,16,32")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--concurrency", type=int, default=4)
@@ -313,7 +324,7 @@ async def run_all(url: str, args: argparse.Namespace, questions: Sequence[Questi
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     questions = make_questions(
-        "test", args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
+        args.split, args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
     )
     t0 = time.monotonic()
     if args.url:

@@ -29,8 +29,8 @@ def logprobs_asked(body: OpenAIBody, strategy: Strategy, name: str) -> tuple[int
     if client_k is not None and not getattr(strategy, "returns_logprobs", False):
         raise InvalidRequest(
             f"logprobs are not returned by the {name} strategy: its answer is not one sampled "
-            "trajectory; use plain or a sampling strategy (self-consistency, best-of-n, "
-            "best-of-majority)",
+            "trajectory; use plain, a sampling strategy (self-consistency, best-of-n, "
+            "best-of-majority), pets or deepconf",
             param="logprobs",
         )
     if echo and body.stream:

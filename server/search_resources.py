@@ -41,5 +41,6 @@ async def search_resources(settings: Settings, engine: Engine, stack: AsyncExitS
             max_steps=settings.search_max_steps,
             max_step_tokens=settings.search_max_step_tokens,
             expansions=settings.search_expansions,
+            confidence=settings.search_confidence,
         )
     }

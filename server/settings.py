@@ -236,6 +236,10 @@ class Settings(BaseSettings):
     search_expansions: int = Field(default=4, ge=1)
     """Candidates per beam (beam-search) or per subtree (dvts), M, when the request sets
     no ``expansions``."""
+    search_confidence: float = Field(default=0.0, ge=0.0, le=100.0)
+    """Alpha of the generator's own confidence in a step's reward (the PRM's reward times
+    exp(alpha x the mean logprob of the step's tokens)) when the request sets no
+    ``confidence``; 0: the PRM's reward alone."""
 
     # --- state: PETS batch jobs
     state_dir: str | None = None

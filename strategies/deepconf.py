@@ -44,7 +44,7 @@ from typing import ClassVar, Final
 
 from core import options
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest
-from core.engine import Engine, EngineLoad, Sample
+from core.engine import Engine, EngineLoad, Sample, TokenLogprob
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from core.token_confidence import lowest_group, percentile
 from kernels.confidence import args as conf_args
@@ -133,6 +133,8 @@ class DeepConf:
     # Calls vote (confidence-weighted) as their canonical (name, arguments), as in the
     # sampling strategies; the answer's grammar (response_format) is not applied here.
     honours_tools: ClassVar[bool] = True
+    # The chosen trace's own logprobs (warm-up or online), as the sampling strategies.
+    returns_logprobs: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         validate_common(request, engine, uses_scorer=False, uses_vote=True)
@@ -185,6 +187,7 @@ class DeepConf:
         )
         sizes: list[int] = []
         loads: list[JSON] = []
+        client_logprobs = request.sampling.token_logprobs is not None
         while len(samples) < n and share < plan.consensus:
             size, seen = round_size(plan, n - len(samples), engine.load())
             sizes.append(size)
@@ -201,14 +204,18 @@ class DeepConf:
             rounds += 1
             ids: list[list[int]] = [[] for _ in range(size)]
             cs: list[list[float]] = [[] for _ in range(size)]
+            lps: list[list[TokenLogprob]] = [[] for _ in range(size)]  # the client's
             done: set[int] = set()
             async with aclosing(online.deltas) as deltas:
                 async for delta in deltas:
                     if delta.redrawn:  # its server failed: drawn again from scratch
                         ids[delta.index].clear()
                         cs[delta.index].clear()
+                        lps[delta.index].clear()
                         continue
                     ids[delta.index].extend(delta.token_ids)
+                    if delta.logprobs is not None:
+                        lps[delta.index].extend(delta.logprobs)
                     if delta.confidences is not None:
                         cs[delta.index].extend(delta.confidences)
                     if delta.finish_reason is None or delta.index in done:
@@ -220,6 +227,7 @@ class DeepConf:
                         finish_reason=delta.finish_reason,
                         stop_reason=delta.stop_reason,
                         confidences=tuple(cs[delta.index]),
+                        logprobs=tuple(lps[delta.index]) if client_logprobs else None,
                     )
                     samples.append(sample)
                     conf = max(lowest_group(sample.confidences or (), window), 0.0)

@@ -30,6 +30,7 @@ class SearchDefaults:
     max_steps: int = 64
     max_step_tokens: int = 256
     expansions: int = 4  # M: candidates per beam (beam search) or per subtree (DVTS)
+    confidence: float = 0.0  # alpha of the generator's confidence in step rewards
 
 
 DEFAULTS_KEY: Final = ResourceKey("search", SearchDefaults)
@@ -51,6 +52,9 @@ class SearchOptions:
     select: Select
     resample_temperature: float  # particle filtering only
     resampling: str  # particle filtering only: systematic or multinomial
+    # alpha: a step's reward is the PRM's times exp(alpha * the mean log-probability the
+    # generator gave the step's tokens); 0: the PRM's alone.
+    confidence: float
 
 
 def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
@@ -75,6 +79,7 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         select=select,  # type: ignore[arg-type]  # checked against SELECTS
         resample_temperature=options.number(opts, "resample_temperature", 1.0, lo=0.0),
         resampling=options.choice(opts, "resampling", "systematic", RESAMPLINGS),
+        confidence=options.number(opts, "confidence", defaults.confidence, lo=0.0, hi=100.0),
     )
 
 

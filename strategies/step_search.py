@@ -64,7 +64,7 @@ from strategies.search_paths import (
 from strategies.selection import build_classes, top_by_weight
 
 COMMON_OPTIONS: Final = frozenset(
-    {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select"}
+    {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select", "confidence"}
 )
 
 
@@ -184,7 +184,7 @@ class StepSearch:
                 ctx, plan, options, state.live, self.per_parent(options), ledger
             )
             flat = [c for group in children for c in group]
-            scored = await score(ctx, prm, flat, ledger)
+            scored = await score(ctx, prm, flat, ledger, confidence=options.confidence)
             regrouped: list[list[Path]] = []
             at = 0
             for group in children:
@@ -206,7 +206,11 @@ class StepSearch:
                 }
             )
         finished = await score_closings(
-            ctx, prm, list(state.complete) + force_close(state.live), ledger
+            ctx,
+            prm,
+            list(state.complete) + force_close(state.live),
+            ledger,
+            confidence=options.confidence,
         )
         yield await self._result(ctx, options, n, finished, ledger, steps)
 
@@ -256,6 +260,7 @@ class StepSearch:
             **self.trace(n, options),
             "aggregate": options.aggregate,
             "select": options.select,
+            "confidence": options.confidence,
             "max_steps": options.max_steps,
             "steps": steps,
             "candidates_per_step": list(ledger.candidates),

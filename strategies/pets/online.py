@@ -39,6 +39,7 @@ from core.base import (
 )
 from core.engine import Engine, GenerateRequest, Sample
 from core.errors import BackendError, InvalidBudget, InvalidRequest
+from strategies.logprobs import Texts
 from strategies.pets.adaptive import DEFAULT_RULE, AdaptiveRule, next_round
 from strategies.pets.labels import K0, Label, label_answers, pattern
 from strategies.pets.table import PetsTable
@@ -65,6 +66,7 @@ class Pets:
     # apply as in self-consistency, and the buckets count votes as it does.
     honours_response_format: ClassVar[bool] = True
     honours_tools: ClassVar[bool] = True
+    returns_logprobs: ClassVar[bool] = True  # the chosen sample's, as self-consistency
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         samples = request.budget.samples
@@ -188,6 +190,7 @@ def _final(ctx: StrategyContext, pool: Analysed, info: dict[str, JSON]) -> Resul
         content=tokens.decode(split.content_ids),
         finish_reason=sample.finish_reason,
         info=choice_info,
+        logprobs=None if sample.logprobs is None else Texts(tokens).entries(sample.logprobs),
     )
     info.update(
         samples=total,

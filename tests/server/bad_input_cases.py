@@ -239,7 +239,7 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
     (
         "logprobs under a strategy that does not return them",
         {"model": M, "messages": MSG, "logprobs": True},
-        {"X-Strategy": "deepconf"},
+        {"X-Strategy": "beam-search"},
         400,
         "logprobs",
     ),

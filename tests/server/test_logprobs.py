@@ -54,7 +54,9 @@ def with_logprobs(tokens: Any, request: GenerateRequest, *texts: str) -> list[Sa
         if request.sampling.prompt_logprobs is not None:
             ids = request.prompt_token_ids
             prompt = (None, *(TokenLogprob(t, -1.5, ((t, -1.5),)) for t in ids[1:]))
-        out.append(replace(s, logprobs=lps, prompt_logprobs=prompt))
+        # DeepConf's token confidences, when asked: all alike (every trace votes).
+        confs = tuple(1.0 for _ in s.token_ids) if request.sampling.top_logprobs else None
+        out.append(replace(s, logprobs=lps, prompt_logprobs=prompt, confidences=confs))
     return out
 
 
@@ -147,18 +149,26 @@ async def test_completions_echo_without_logprobs_prepends_the_prompt_text(
     assert all(c.sampling.prompt_logprobs is None for c in calls)
 
 
-async def test_self_consistency_returns_the_chosen_samples_logprobs(
-    scripted_app: Callable[..., Any], testbed_tokens: Any
+@pytest.mark.parametrize(
+    ("strategy", "extra"),
+    [("self-consistency", {}), ("pets", {"cap": 3}), ("deepconf", {"warmup": 3})],
+)
+async def test_a_voting_strategy_returns_the_chosen_samples_logprobs(
+    scripted_app: Callable[..., Any], testbed_tokens: Any, strategy: str, extra: dict[str, Any]
 ) -> None:
     # The majority: sample 1 represents it.
     texts = ("</think>\\boxed{2}", "</think>\\boxed{1}", "</think>\\boxed{1}")
-    async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, *texts)) as app:
+    processors = frozenset({"confidence"})  # deepconf's early stop (its warm-up is all here)
+    async with scripted_app(
+        lambda r: with_logprobs(testbed_tokens, r, *texts), processors=processors
+    ) as app:
         r = await _openai(app).chat.completions.create(
             model=app.model,
             messages=MESSAGES,
             logprobs=True,
             top_logprobs=1,
-            extra_headers={"X-Strategy": "self-consistency", "X-Budget-Samples": "3"},
+            extra_headers={"X-Strategy": strategy, "X-Budget-Samples": "3"},
+            extra_body=extra,
         )
         (call,) = app.engine.calls
     assert call.sampling.token_logprobs == 1
@@ -192,3 +202,42 @@ async def test_self_consistency_streamed_replays_the_chosen_samples_logprobs(
     n = len(samples_of(testbed_tokens, texts[1])[0].token_ids)
     assert values == pytest.approx([_logprob(i, 1) for i in range(n)])
     assert offsets == sorted(offsets) and offsets[0] == 0
+
+
+async def test_deepconf_returns_an_online_traces_logprobs(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    # Warm-up of two that disagree, then online traces of one each that agree: the
+    # answer is the online class, represented by the first online trace (call 1).
+    calls: list[GenerateRequest] = []
+
+    def handler(request: GenerateRequest) -> list[Sample]:
+        calls.append(request)
+        texts = (
+            ("</think>\\boxed{2}", "</think>\\boxed{3}")
+            if len(calls) == 1
+            else ("</think>\\boxed{1}",)
+        )
+        out = []
+        for s in with_logprobs(testbed_tokens, request, *texts):
+            assert s.logprobs is not None
+            shifted = tuple(
+                replace(t, logprob=t.logprob - 10 * (len(calls) - 1)) for t in s.logprobs
+            )
+            out.append(replace(s, logprobs=shifted))
+        return out
+
+    async with scripted_app(handler, processors=frozenset({"confidence"})) as app:
+        r = await _openai(app).chat.completions.create(
+            model=app.model,
+            messages=MESSAGES,
+            logprobs=True,
+            extra_headers={"X-Strategy": "deepconf", "X-Budget-Samples": "4"},
+            extra_body={"warmup": 2, "round_size": 1},
+        )
+    assert len(calls) == 3 and all(c.sampling.token_logprobs == 0 for c in calls)
+    assert r.choices[0].message.content == "\\boxed{1}"
+    content = r.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [c.logprob for c in content] == pytest.approx(
+        [_logprob(i, 0) - 10 for i in range(len(content))]
+    )

@@ -67,8 +67,9 @@ def test_streamed_chat_logprobs_cover_every_token_once(
     assert values == pytest.approx([t.logprob for t in again.choices[0].logprobs.content], abs=1e-4)
 
 
-def test_self_consistency_returns_its_chosen_samples_logprobs(
-    openai_client: Any, served_model: str
+@pytest.mark.parametrize("strategy", ["self-consistency", "deepconf"])
+def test_a_voting_strategy_returns_its_chosen_samples_logprobs(
+    openai_client: Any, served_model: str, strategy: str
 ) -> None:
     r = openai_client.chat.completions.create(
         model=served_model,
@@ -76,7 +77,7 @@ def test_self_consistency_returns_its_chosen_samples_logprobs(
         temperature=1,
         seed=3,
         logprobs=True,
-        extra_headers={"X-Strategy": "self-consistency", "X-Budget-Samples": "4"},
+        extra_headers={"X-Strategy": strategy, "X-Budget-Samples": "4"},
     )
     info = r.model_extra["thinkgate"]
     chosen = r.choices[0].model_extra["thinkgate"]["sample_index"]

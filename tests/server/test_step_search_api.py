@@ -29,6 +29,7 @@ pytestmark = [
 ]
 
 EASY = make_questions("test", 3, seed=31, min_ops=3, max_ops=5)
+OWN_CONF = {"confidence": 1.0}
 ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
 UNFINISHED = "thinkgate_engine_unfinished_requests"
 INFLIGHT = "thinkgate_inflight_requests"
@@ -74,7 +75,9 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
             q,
             strategy,
             4,
-            extra_body={"expansions": 2} if strategy != "particle-filtering" else {},
+            # Particle filtering weighs steps by the generator's confidence too (the
+            # engine returns each step's sampled-token logprobs with it).
+            extra_body={"expansions": 2} if strategy != "particle-filtering" else OWN_CONF,
         )
         tg = r.model_extra["thinkgate"]
         assert tg["strategy"] == strategy and tg["samples"] == 4
@@ -92,6 +95,7 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
             assert tg["subtrees"] == 2 and tg["candidates_per_step"][0] == 4
         else:
             assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
+            assert tg["confidence"] == OWN_CONF["confidence"]
     assert right >= 2  # easy questions: the testbed model is right on them greedily
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
@@ -26,7 +27,7 @@ from core.base import (
     StrategyRequest,
 )
 from core.budget import Budget
-from core.engine import GenerateRequest, Sample, SamplingConfig, StructuredOutput
+from core.engine import GenerateRequest, Sample, SamplingConfig, StructuredOutput, TokenLogprob
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from engines.scripted import ScriptedEngine
 from strategies.beam_search import BeamSearch
@@ -42,6 +43,8 @@ from testbed.traces import line_is_correct
 QUESTION = "Compute 3+8-5+7 mod 10."
 RIGHT = ["3+8=1", "1-5=6", "6+7=3"]  # the true running values
 LINES = len(RIGHT)
+LINE_LOGPROB = -0.05  # what the scripted model's right lines' tokens get
+WRONG_LINE_LOGPROB = -2.0
 
 
 def wrong(line: str, j: int) -> str:
@@ -98,13 +101,21 @@ class World:
                 ids = (t.think_end_id,)
                 out.append(Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=4))
                 continue
-            line = RIGHT[len(done)] if self.right(j) else wrong(RIGHT[len(done)], j)
+            right = self.right(j)
+            line = RIGHT[len(done)] if right else wrong(RIGHT[len(done)], j)
             ids = tuple(t.encode(line + "\n"))
             limit = request.sampling.max_tokens
             if limit is not None and len(ids) > limit:
-                out.append(Sample(index=j, token_ids=ids[:limit], finish_reason="length"))
+                sample = Sample(index=j, token_ids=ids[:limit], finish_reason="length")
             else:
-                out.append(Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=47))
+                sample = Sample(index=j, token_ids=ids, finish_reason="stop", stop_reason=47)
+            if request.sampling.token_logprobs is not None:
+                # The model is sure of its right lines and unsure of its wrong ones.
+                lp = LINE_LOGPROB if right else WRONG_LINE_LOGPROB
+                sample = replace(
+                    sample, logprobs=tuple(TokenLogprob(i, lp) for i in sample.token_ids)
+                )
+            out.append(sample)
         self.generated += sum(len(s.token_ids) for s in out)
         return out
 
@@ -229,6 +240,28 @@ async def test_beam_search_with_a_constant_prm_is_independent_samples(
     assert result.info["candidates_per_step"] == [3, 3, 3, 3]
     assert result.info["survivors_per_step"] == [3, 3, 3, 0]
     assert result.info["complete_paths"] == 3
+
+
+async def test_the_generators_confidence_weighs_steps_when_asked(testbed_tokens: Any) -> None:
+    """A PRM that cannot tell right from wrong, and the option confidence: the model's
+    own logprobs of each step (asked of the engine with the step) keep the right lines."""
+    world = World(testbed_tokens)
+    options = {"expansions": 2, "confidence": 1.0}
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=ConstantPrm(), options=options)
+    _, result = await _run(BeamSearch(), ctx)
+    assert result.choices[0].reasoning == "".join(line + "\n" for line in RIGHT)
+    assert result.info["confidence"] == 1.0
+    # Each line's reward: the PRM's 0.5 times exp(alpha * its tokens' mean logprob).
+    rewards = result.info["chosen_step_rewards"]
+    assert rewards[:LINES] == pytest.approx([0.5 * math.exp(LINE_LOGPROB)] * LINES, rel=1e-5)
+    steps = [r for r in world.requests if testbed_tokens.think_end_id not in r.prompt_token_ids]
+    assert all(r.sampling.token_logprobs == 0 for r in steps)
+    # Without the option the steps ask for no logprobs, and the constant PRM keeps the
+    # first candidates whatever they wrote.
+    world = World(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=ConstantPrm(), options={"expansions": 2})
+    await _run(BeamSearch(), ctx)
+    assert all(r.sampling.token_logprobs is None for r in world.requests)
 
 
 async def test_dvts_keeps_each_subtree_greedy(testbed_tokens: Any) -> None:
@@ -471,6 +504,8 @@ async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
         ({"step_delimiter": ""}, "step_delimiter"),
         ({"resample_temperature": -1}, "resample_temperature"),
         ({"resampling": "stratified"}, "resampling"),
+        ({"confidence": -1}, "confidence"),
+        ({"confidence": "high"}, "confidence"),
     ],
 )
 def test_bad_options_are_400s_naming_the_field(

@@ -89,9 +89,11 @@ async def test_plain_answers_with_tool_calls(scripted_app: Any, testbed_tokens: 
         deltas = [f["choices"][0] for f in frames if f["choices"]]
         assert "".join(d["delta"].get("reasoning_content", "") for d in deltas) == "3+4=7\n"
         assert not any(d["delta"].get("content") for d in deltas)
-        (streamed,) = [d["delta"]["tool_calls"] for d in deltas if "tool_calls" in d["delta"]]
-        assert streamed[0]["index"] == 0
-        assert streamed[0]["function"] == call["function"]
+        # OpenAI's pieces: the id and name, then the arguments.
+        head, args = [p for d in deltas for p in d["delta"].get("tool_calls", [])]
+        assert head["index"] == args["index"] == 0 and head["id"].startswith("call_")
+        assert head["function"] == {"name": "calculator", "arguments": ""}
+        assert args["function"] == {"arguments": call["function"]["arguments"]}
         assert deltas[-1]["finish_reason"] == "tool_calls"
         # tool_choice none keeps the tools from the model: its answer is text.
         r = await app.client.post("/v1/chat/completions", json={**body, "tool_choice": "none"})
