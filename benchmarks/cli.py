@@ -33,6 +33,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "processors-idle": ("benchmarks.processors_idle", "engine with processors loaded, unused"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
     "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
+    "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
 }
 
