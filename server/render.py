@@ -160,6 +160,11 @@ class Called:
     finish_reason: str
 
 
+def call_id() -> str:
+    """A new tool call's id, which the client gives back with the tool's result."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 def call_pieces(calls: Sequence[Body]) -> list[Body]:
     """A stream's pieces of ``calls``, as OpenAI streams them: per call, its index, id,
     type and name with empty arguments, then its arguments (the SDKs join the pieces of
@@ -180,7 +185,7 @@ def called(c: Choice, form: CallForm) -> Called:
         return Called(c.content, [], c.finish_reason)
     calls: list[Body] = [
         {
-            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "id": call_id(),
             "type": "function",
             "function": {"name": call.name, "arguments": call.arguments},
         }

@@ -25,7 +25,6 @@ keep-alives are SSE comments, which SDKs skip.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ from core.errors import GatewayError
 from server import sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
-from server.render import Body, Envelope, choice_info
+from server.render import Body, Envelope, call_id, choice_info
 from strategies.tool_calls import ToolCall
 
 
@@ -127,11 +126,6 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
 def _item_id(env: Envelope, kind: BlockKind, position: int) -> str:
     prefix = {"thinking": "rs", "answer": "msg", "call": "fc"}[kind]
     return f"{prefix}_{env.response_id.removeprefix('resp_')}_{position}"
-
-
-def call_id() -> str:
-    """A new call's id, which the client gives back with the call's output."""
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _call_item(env: Envelope, position: int, call: ToolCall, cid: str, *, done: bool) -> Body:

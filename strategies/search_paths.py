@@ -11,7 +11,8 @@ With the option ``confidence`` (alpha > 0) a step's reward is the PRM's times
 ``exp(alpha * mean log-probability of the step's tokens)``, the generator's own
 confidence in the step (asked of the engine with the step: its sampled tokens'
 logprobs, no extra call): on the testbed's long questions it marks wrong steps better
-than the PRM alone (benchmarks/results/search.md).
+than the PRM alone (benchmarks/results/step-confidence.md), though it did not lift the
+searches there (benchmarks/results/search-confidence.md).
 
 Budgets hold per path: a step may not take the path's thinking past the thinking
 budget (the step's ``max_tokens``); a path that reaches it is closed by the gateway
@@ -47,7 +48,9 @@ class Path:
     ids: tuple[int, ...] = ()  # generated after the prompt, delimiters included
     steps: tuple[tuple[int, ...], ...] = ()  # each step as the PRM sees it (no delimiter)
     rewards: tuple[float, ...] = ()  # the PRM's reward of each scored step
-    # The mean logprob of each generated step's tokens (when asked: option confidence).
+    # The mean logprob of each generated step's tokens, one per generated step (0.0 when
+    # the engine was not asked for logprobs: option confidence 0). A closing step the
+    # gateway appends (score_closings) has none.
     confidences: tuple[float, ...] = ()
     state: PathState = "live"
     finish: Literal["stop", "length"] = "stop"  # how the model's last call ended
@@ -178,8 +181,9 @@ def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) ->
     finish: Literal["stop", "length"] = "length" if sample.finish_reason == "length" else "stop"
     steps = parent.steps + ((step,) if step else ())
     confidences = parent.confidences
-    if step and sample.logprobs:
-        confidences += (sum(t.logprob for t in sample.logprobs) / len(sample.logprobs),)
+    if step:
+        lps = sample.logprobs or ()
+        confidences += (sum(t.logprob for t in lps) / len(lps) if lps else 0.0,)
     path = Path(
         ids=ids,
         steps=steps,
@@ -298,12 +302,9 @@ async def score(
     out = list(paths)
     for i, r in zip(todo, rewards, strict=True):
         p = paths[i]
-        combined = [
-            x * math.exp(confidence * p.confidences[j])
-            if confidence > 0 and j < len(p.confidences)
-            else x
-            for j, x in enumerate(r)
-        ]
+        # exp(0) = 1 where a step has no confidence (alpha 0, a closing the gateway added).
+        conf = (*p.confidences, *(0.0,) * (len(r) - len(p.confidences)))
+        combined = [x * math.exp(confidence * c) for x, c in zip(r, conf, strict=False)]
         out[i] = replace(p, rewards=tuple(combined))
     return out
 

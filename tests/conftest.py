@@ -634,6 +634,31 @@ class ScriptedApp:
     model: str
     asgi: Any = None  # the app itself, for clients of other HTTP stacks (anthropic's httpx2)
 
+    def openai(self) -> Any:
+        """The OpenAI SDK (async) speaking to the app over ``client``."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=str(self.client.base_url).rstrip("/") + "/v1",
+            api_key="x",
+            max_retries=0,
+            http_client=self.client,
+        )
+
+    def anthropic(self) -> Any:
+        """The Anthropic SDK (async) speaking to the app; it speaks through httpx2 (its
+        own fork of httpx), hence a transport of that stack."""
+        import anthropic
+        import httpx2
+
+        transport = httpx2.ASGITransport(app=self.asgi)
+        return anthropic.AsyncAnthropic(
+            base_url="http://scripted",
+            api_key="unused",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
+        )
+
 
 @pytest.fixture(scope="session")
 def testbed_tokens(model_dir: Path) -> Any:

@@ -10,23 +10,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import openai
 import pytest
 
 from core.engine import GenerateRequest, Sample, TokenLogprob
 from engines.scripted import samples_of
 
 MESSAGES = [{"role": "user", "content": "Compute 3+8 mod 10."}]
-
-
-def _openai(app: Any) -> openai.AsyncOpenAI:
-    http = app.client
-    return openai.AsyncOpenAI(
-        base_url=str(http.base_url).rstrip("/") + "/v1",
-        api_key="x",
-        max_retries=0,
-        http_client=http,
-    )
 
 
 def _logprob(i: int, sample: int) -> float:
@@ -65,7 +54,7 @@ async def test_chat_logprobs_of_every_generated_token_and_their_alternatives(
 ) -> None:
     text = "<think>\n3+8=1\n</think>\n\\boxed{1}"
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, text)) as app:
-        r = await _openai(app).chat.completions.create(
+        r = await app.openai().chat.completions.create(
             model=app.model, messages=MESSAGES, logprobs=True, top_logprobs=2
         )
         (call,) = app.engine.calls
@@ -85,7 +74,7 @@ async def test_chat_logprobs_streamed_come_with_their_tokens(
 ) -> None:
     text = "<think>\n3+8=1\n</think>\n\\boxed{1}"
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, text)) as app:
-        stream = await _openai(app).chat.completions.create(
+        stream = await app.openai().chat.completions.create(
             model=app.model, messages=MESSAGES, logprobs=True, stream=True
         )
         got: list[float] = []
@@ -102,7 +91,7 @@ async def test_no_logprobs_unless_asked(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, "\\boxed{1}")) as app:
-        r = await _openai(app).chat.completions.create(model=app.model, messages=MESSAGES)
+        r = await app.openai().chat.completions.create(model=app.model, messages=MESSAGES)
         (call,) = app.engine.calls
     assert call.sampling.token_logprobs is None and r.choices[0].logprobs is None
 
@@ -115,7 +104,7 @@ async def test_completions_echo_with_logprobs_reads_the_prompt_like_lm_eval(
     against the best of its ``top_logprobs``."""
     prompt = testbed_tokens.encode("3+8=1 then 1-5=6")
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, "7")) as app:
-        r = await _openai(app).completions.create(
+        r = await app.openai().completions.create(
             model=app.model, prompt=prompt, echo=True, logprobs=1, max_tokens=1, temperature=0
         )
         (call,) = app.engine.calls
@@ -137,7 +126,7 @@ async def test_completions_echo_without_logprobs_prepends_the_prompt_text(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, "7", "7")) as app:
-        r = await _openai(app).completions.create(
+        r = await app.openai().completions.create(
             model=app.model,
             prompt=["ab", "cd"],
             echo=True,
@@ -162,7 +151,7 @@ async def test_a_voting_strategy_returns_the_chosen_samples_logprobs(
     async with scripted_app(
         lambda r: with_logprobs(testbed_tokens, r, *texts), processors=processors
     ) as app:
-        r = await _openai(app).chat.completions.create(
+        r = await app.openai().chat.completions.create(
             model=app.model,
             messages=MESSAGES,
             logprobs=True,
@@ -185,7 +174,7 @@ async def test_self_consistency_streamed_replays_the_chosen_samples_logprobs(
 ) -> None:
     texts = ("</think>\\boxed{1}", "</think>\\boxed{2}", "</think>\\boxed{2}")
     async with scripted_app(lambda r: with_logprobs(testbed_tokens, r, *texts)) as app:
-        stream = await _openai(app).completions.create(
+        stream = await app.openai().completions.create(
             model=app.model,
             prompt="Compute 3+8 mod 10.",
             logprobs=0,
@@ -228,7 +217,7 @@ async def test_deepconf_returns_an_online_traces_logprobs(
         return out
 
     async with scripted_app(handler, processors=frozenset({"confidence"})) as app:
-        r = await _openai(app).chat.completions.create(
+        r = await app.openai().chat.completions.create(
             model=app.model,
             messages=MESSAGES,
             logprobs=True,

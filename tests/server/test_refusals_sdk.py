@@ -9,8 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
-import httpx
-import httpx2
 import openai
 import pytest
 
@@ -23,19 +21,6 @@ MESSAGES = [{"role": "user", "content": EASY}]
 
 def _never(request: GenerateRequest) -> Any:
     raise AssertionError(f"a refused request reached the engine: {request.request_id}")
-
-
-def _http(app: Any) -> httpx.AsyncClient:
-    return app.client  # type: ignore[no-any-return]  # ASGI transport to the app
-
-
-def _openai(app: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=str(_http(app).base_url).rstrip("/") + "/v1",
-        api_key="x",
-        max_retries=0,
-        http_client=_http(app),
-    )
 
 
 @pytest.mark.parametrize(
@@ -54,7 +39,7 @@ async def test_responses_refusals_are_400s_naming_the_field(
 ) -> None:
     async with scripted_app(_never) as app:
         with pytest.raises(openai.BadRequestError) as info:
-            await _openai(app).responses.create(model=app.model, input=EASY, **extra)
+            await app.openai().responses.create(model=app.model, input=EASY, **extra)
         assert app.engine.calls == []
     assert info.value.body["param"] == param  # type: ignore[index]
 
@@ -72,14 +57,7 @@ async def test_messages_refusals_are_400s_in_anthropics_envelope(
     scripted_app: Callable[..., Any], extra: dict[str, Any], words: str
 ) -> None:
     async with scripted_app(_never) as app:
-        # The Anthropic SDK speaks through httpx2 (its own fork of httpx).
-        transport = httpx2.ASGITransport(app=app.asgi)
-        claude = anthropic.AsyncAnthropic(
-            base_url="http://scripted",
-            api_key="unused",
-            max_retries=0,
-            http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
-        )
+        claude = app.anthropic()
         with pytest.raises(anthropic.BadRequestError) as info:
             await claude.messages.create(model=app.model, max_tokens=64, messages=MESSAGES, **extra)
         assert app.engine.calls == []
@@ -93,7 +71,7 @@ async def test_an_option_of_another_strategy_is_a_400_naming_it(
     scripted_app: Callable[..., Any],
 ) -> None:
     async with scripted_app(_never) as app:
-        client = _openai(app)
+        client = app.openai()
         with pytest.raises(openai.BadRequestError) as foreign:
             await client.chat.completions.create(
                 model=app.model,

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import openai
 import pytest
 
@@ -63,27 +62,6 @@ def _prompt(tokens: Any, request: GenerateRequest) -> str:
     return str(tokens.decode(list(request.prompt_token_ids)))
 
 
-def _openai(app: Any) -> openai.AsyncOpenAI:
-    http = app.client
-    return openai.AsyncOpenAI(
-        base_url=str(http.base_url).rstrip("/") + "/v1",
-        api_key="x",
-        max_retries=0,
-        http_client=http,
-    )
-
-
-def _claude(app: Any) -> anthropic.AsyncAnthropic:
-    # The Anthropic SDK speaks through httpx2 (its own fork of httpx).
-    transport = httpx2.ASGITransport(app=app.asgi)
-    return anthropic.AsyncAnthropic(
-        base_url="http://scripted",
-        api_key="unused",
-        max_retries=0,
-        http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
-    )
-
-
 # -- chat ------------------------------------------------------------------------------
 
 
@@ -92,7 +70,7 @@ async def test_chat_streams_a_call_in_openais_pieces(
 ) -> None:
     messages: Any = [{"role": "user", "content": QUESTION}]
     async with scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app:
-        client = _openai(app)
+        client = app.openai()
         stream = await client.chat.completions.create(
             model=app.model, messages=messages, tools=[CALCULATOR], stream=True
         )
@@ -121,7 +99,7 @@ async def test_responses_a_function_call_item_then_the_answer_from_its_output(
 ) -> None:
     handler = _answers(tools_tokens, CALL, "<think>\n</think>\n\\boxed{4}")
     async with scripted_app(handler, tokens=tools_tokens) as app:
-        client = _openai(app)
+        client = app.openai()
         first = await client.responses.create(
             model=app.model, input=QUESTION, tools=[RESPONSES_TOOL]
         )
@@ -154,7 +132,7 @@ async def test_responses_streamed_call_arrives_as_the_sdk_accumulates_it(
 ) -> None:
     async with (
         scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app,
-        _openai(app).responses.stream(
+        app.openai().responses.stream(
             model=app.model, input=QUESTION, tools=[RESPONSES_TOOL]
         ) as stream,
     ):
@@ -172,7 +150,7 @@ async def test_responses_named_tool_choice_is_the_engines_grammar(
 ) -> None:
     answer = f"<think>\n</think>\n{json.dumps(ARGS)}"
     async with scripted_app(_answers(tools_tokens, answer), tokens=tools_tokens) as app:
-        r = await _openai(app).responses.create(
+        r = await app.openai().responses.create(
             model=app.model,
             input=QUESTION,
             tools=[RESPONSES_TOOL],
@@ -207,7 +185,7 @@ async def test_responses_bad_tools_are_400s_naming_the_field(
 ) -> None:
     async with scripted_app(_answers(None, "")) as app:
         with pytest.raises(openai.BadRequestError) as info:
-            await _openai(app).responses.create(**{"model": app.model, "input": QUESTION, **extra})
+            await app.openai().responses.create(**{"model": app.model, "input": QUESTION, **extra})
         assert app.engine.calls == []
     assert info.value.body["param"] == param  # type: ignore[index]
 
@@ -220,7 +198,7 @@ async def test_messages_a_tool_use_block_then_the_answer_from_its_result(
 ) -> None:
     handler = _answers(tools_tokens, CALL, "<think>\n</think>\n\\boxed{4}")
     async with scripted_app(handler, tokens=tools_tokens) as app:
-        claude = _claude(app)
+        claude = app.anthropic()
         turns: list[Any] = [{"role": "user", "content": QUESTION}]
         first = await claude.messages.create(
             model=app.model, max_tokens=256, messages=turns, tools=[ANTHROPIC_TOOL]
@@ -255,7 +233,7 @@ async def test_messages_streamed_tool_use_arrives_as_the_sdk_accumulates_it(
 ) -> None:
     async with (
         scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app,
-        _claude(app).messages.stream(
+        app.anthropic().messages.stream(
             model=app.model,
             max_tokens=256,
             messages=[{"role": "user", "content": QUESTION}],
@@ -275,7 +253,7 @@ async def test_messages_any_tool_choice_is_the_engines_grammar(
 ) -> None:
     answer = f'<think>\n</think>\n[{{"name": "{TOOL_NAME}", "parameters": {json.dumps(ARGS)}}}]'
     async with scripted_app(_answers(tools_tokens, answer), tokens=tools_tokens) as app:
-        r = await _claude(app).messages.create(
+        r = await app.anthropic().messages.create(
             model=app.model,
             max_tokens=256,
             messages=[{"role": "user", "content": QUESTION}],
@@ -313,7 +291,7 @@ async def test_messages_bad_tools_are_400s_in_anthropics_envelope(
     body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": QUESTION}]}
     async with scripted_app(_answers(None, "")) as app:
         with pytest.raises(anthropic.BadRequestError) as info:
-            await _claude(app).messages.create(**{**body, "model": app.model, **extra})
+            await app.anthropic().messages.create(**{**body, "model": app.model, **extra})
         assert app.engine.calls == []
     error = info.value.body
     assert isinstance(error, dict) and error["error"]["type"] == "invalid_request_error"
