@@ -90,6 +90,8 @@ def request_of(
         body["expansions"] = args.dvts_expansions
     if strategy in SEARCHES and args.confidence is not None:
         body["confidence"] = args.confidence
+    if strategy in SEARCHES:
+        body.update(args.option)
     return headers, body
 
 
@@ -110,7 +112,7 @@ async def run_cell(
                 r = await client.chat.completions.create(
                     model=model,
                     messages=[{"role": "user", "content": q.prompt}],
-                    temperature=1.0,
+                    temperature=args.temperature,
                     extra_headers=headers,
                     extra_body=body,
                 )
@@ -225,7 +227,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "# Step search with a PRM against the sampling strategies (thinkgate bench search)",
             "",
             f"{args.questions} held-out testbed questions ({args.split} split, {args.min_ops}-"
-            f"{args.max_ops} operations, seed {args.seed}), temperature 1, "
+            f"{args.max_ops} operations, seed {args.seed}), temperature {args.temperature:g}, "
             f"{args.concurrency} questions in flight, the testbed `base` model in process "
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
@@ -234,8 +236,10 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "a path's lowest step reward as its score (the default `aggregate`) and a "
             "PRM-weighted vote over the finished paths (the default `select`); step "
             "rewards times the generator's confidence, option `confidence` = "
-            f"{'the server default' if args.confidence is None else args.confidence}. "
-            f"Total {minutes:.1f} min.",
+            f"{'the server default' if args.confidence is None else args.confidence}"
+            + (f"; every search also given {json.dumps(args.option)}" if args.option else "")
+            + (f"; served with {' '.join(args.serve_args)}" if args.serve_args else "")
+            + f". Total {minutes:.1f} min.",
             "",
             "## Accuracy %",
             head,
@@ -261,7 +265,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "",
             *[f"- {line}" for line in goal(cells)],
             "",
-            "![accuracy against generated tokens](search.png)",
+            f"![accuracy against generated tokens]({Path(args.out).name}.png)",
             "",
             f"Machine: {machine()}. Commit {sha}.",
             "",
@@ -269,6 +273,22 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "",
         ]
     )
+
+
+def beside(prefix: Path, suffix: str) -> Path:
+    """``prefix`` + ``suffix``: a prefix may hold a dot (``search-temperature-0.5``),
+    which ``Path.with_suffix`` would replace."""
+    return prefix.with_name(prefix.name + suffix)
+
+
+def search_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -284,15 +304,38 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the searches' option confidence (alpha of the generator's step confidence; "
         "default: the server's)",
     )
+    p.add_argument(
+        "--option",
+        action="append",
+        type=search_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a body option of every search request, the value as JSON "
+        "(e.g. resample_temperature=1000: particle filtering without the PRM's say)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="every request's (the goal is read at 1; 0 with N = 1 is greedy decoding)",
+    )
     p.add_argument("--ns", default="4,8,16,32")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--beam-expansions", type=int, default=2)
     p.add_argument("--dvts-expansions", type=int, default=4)
     p.add_argument("--url", help="a running thinkgate server (default: start one)")
+    p.add_argument(
+        "--serve-arg",
+        dest="serve_args",
+        action="append",
+        default=[],
+        help="an argument of the server this bench starts (e.g. --serve-arg=--prm-model=DIR)",
+    )
     p.add_argument("--out", default=str(RESULTS / "search"), help="path prefix of the results")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.option = dict(args.option)
     return args
 
 
@@ -316,7 +359,7 @@ async def run_all(url: str, args: argparse.Namespace, questions: Sequence[Questi
             bar.set_postfix(strategy=name, n=n, acc=f"{cell.accuracy:.0f}")
             bar.update(1)
             # Written after every cell: a long run that stops still leaves its figures.
-            out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
+            beside(out, ".json").write_text(json.dumps(raw, indent=1))
     bar.close()
     return cells
 
@@ -331,12 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = asyncio.run(run_all(args.url, args, questions))
     else:
         log = RESULTS / "logs" / "search-thinkgate.log"
-        with thinkgate(model_path("base"), "--max-n", "16", log=log) as url:
+        with thinkgate(model_path("base"), "--max-n", "16", *args.serve_args, log=log) as url:
             cells = asyncio.run(run_all(url, args, questions))
     out = Path(args.out)
     text = report(cells, args, (time.monotonic() - t0) / 60)
-    out.with_suffix(".md").write_text(text)
-    plot(cells, out.with_suffix(".png"))
+    beside(out, ".md").write_text(text)
+    plot(cells, beside(out, ".png"))
     print(text)
     return 0
 

@@ -18,7 +18,7 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed import model_path
@@ -37,6 +37,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--split", default="test", choices=("test", "validation"))
+    p.add_argument(
+        "--prm",
+        action="append",
+        type=Path,
+        default=None,
+        help="a PRM directory to score beside the shipped one (repeatable)",
+    )
     p.add_argument("--out", default=str(OUT))
     return p.parse_args(argv)
 
@@ -107,21 +114,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         "generator: mean logprob of the line": measure(conf("mean")),
         "generator: lowest logprob in the line": measure(conf("min")),
     }
-    prm = load_prm(model_path("prm"), step_tag_id=STEP_TAG_ID)
     tags = codec.encode(chat_prompt(questions[0].prompt)).count(STEP_TAG_ID)
-    rewards = [
-        r[: row.lines]
-        for r, row in zip(prm_rewards(prm, rows, prompt_tags=tags), rows, strict=True)
-    ]
-    del prm
-    table["PRM"] = measure(rewards)
+
+    def score_with(directory: Path) -> list[list[float]]:
+        prm = load_prm(directory, step_tag_id=STEP_TAG_ID)
+        got = [
+            r[: row.lines]
+            for r, row in zip(prm_rewards(prm, rows, prompt_tags=tags), rows, strict=True)
+        ]
+        del prm
+        return got
+
     mean = conf("mean")
-    combined: Callable[[float], list[list[float]]] = lambda a: [  # noqa: E731
-        [p * math.exp(a * c) for p, c in zip(r, s, strict=False)]
-        for r, s in zip(rewards, mean, strict=True)
-    ]
+
+    def combined(rewards: list[list[float]], a: float) -> list[list[float]]:
+        return [
+            [p * math.exp(a * c) for p, c in zip(r, s, strict=False)]
+            for r, s in zip(rewards, mean, strict=True)
+        ]
+
+    rewards = score_with(model_path("prm"))
+    table["PRM"] = measure(rewards)
     for alpha in ALPHAS:
-        table[f"PRM x exp({alpha} x mean logprob)"] = measure(combined(alpha))
+        table[f"PRM x exp({alpha} x mean logprob)"] = measure(combined(rewards, alpha))
+    for other in args.prm or []:
+        theirs = score_with(other)
+        table[f"PRM {other}"] = measure(theirs)
+        table[f"PRM {other} x exp(1.0 x mean logprob)"] = measure(combined(theirs, 1.0))
     minutes = (time.monotonic() - t0) / 60
     lines = [
         "# Wrong steps: the generator's own confidence beside the PRM "

@@ -30,7 +30,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from testbed.engine import Completion, to_completion
 from testbed.metrics import auroc
-from testbed.prm_labels import question_ops, step_labels
+from testbed.prm_labels import expected_ops, question_ops, step_labels
 from testbed.reward import BestWeights, RewardSettings, sample_hf, sample_vllm
 from testbed.task import Question, apply_op, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt, save_tokenizer
@@ -86,6 +86,12 @@ class PrmSettings:
     # log-probability of its operator and operand where it wrote them (teaches the added
     # layers to compare a line's operand with the question's next one).
     operand_aux_weight: float = 1.0
+    # An exact dense target in place of `base`'s belief: at every tag after a computing
+    # line (while the lines before it are right), a 20-way probe names the question's
+    # operation the line must end with. `base`'s own log-probability (above) is high
+    # exactly where `base` errs by habit (a skipped `-0`), so regressing it teaches the
+    # PRM `base`'s blind spots; the question's operation does not.
+    expected_op_weight: float = 0.0
     # Each training row cut after a random step (after its first wrong step 0 or 1 lines
     # on, 7 times in 10, when it has one): the steps after an error teach nothing new and
     # short rows make a step about twice as cheap.
@@ -135,6 +141,14 @@ class Example:
     positions: tuple[int, ...]
     labels: tuple[bool, ...]
     lines: int  # how many of the positions close thinking lines (the rest: the end tag)
+    # Per position, the class (``op_class``) of the question's operation the line must
+    # end with (``prm_labels.expected_ops``), -1 where there is none: a training target.
+    expected: tuple[int, ...] = ()
+
+
+def op_class(op: tuple[str, int] | None) -> int:
+    """One of 20 classes (operator x operand digit), -1 for None."""
+    return -1 if op is None else (0 if op[0] == "+" else 10) + op[1]
 
 
 def example(codec: CharCodec, completion: Completion) -> Example:
@@ -152,15 +166,18 @@ def example(codec: CharCodec, completion: Completion) -> Example:
     labels = step_labels(completion.question, lines)
     positions = [len(prompt) + i for i, t in enumerate(thinking) if t == tag]
     out_labels = list(labels.lines)
+    expected = [op_class(op) for op in expected_ops(completion.question, lines)]
     after = think_end + 1
     if after < len(gen) and gen[after] == tag:
         positions.append(len(prompt) + after)
         out_labels.append(labels.complete)
+        expected.append(-1)
     return Example(
         ids=tuple(prompt + gen),
         positions=tuple(positions),
         labels=tuple(out_labels),
         lines=len(labels.lines),
+        expected=tuple(expected),
     )
 
 
@@ -279,7 +296,12 @@ def _cut(row: Example, rng: random.Random) -> Example:
         k = min(len(row.positions) - 1, wrong[0] + rng.randint(0, 1))
     else:
         k = rng.randrange(len(row.positions))
-    return replace(row, positions=row.positions[: k + 1], labels=row.labels[: k + 1])
+    return replace(
+        row,
+        positions=row.positions[: k + 1],
+        labels=row.labels[: k + 1],
+        expected=row.expected[: k + 1],
+    )
 
 
 def _digit_logprobs(
@@ -453,10 +475,12 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     digits = torch.tensor(codec.encode("0123456789"), dtype=torch.long)
     probe = torch.nn.Linear(net.config.hidden_size, 1)
     operand_probe = torch.nn.Linear(net.config.hidden_size, 1)
+    expected_probe = torch.nn.Linear(net.config.hidden_size, 20)
     trainable = [
         *(p for p in net.parameters() if p.requires_grad),
         *probe.parameters(),
         *operand_probe.parameters(),
+        *expected_probe.parameters(),
     ]
     optim = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=0.01)
     loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([settings.wrong_weight, 1.0]))
@@ -525,6 +549,13 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
                 fit = operand_probe(hidden[shaped]).squeeze(-1)
                 loss = loss + settings.operand_aux_weight * torch.nn.functional.mse_loss(
                     fit, op_logp
+                )
+        if settings.expected_op_weight > 0:
+            want = torch.tensor([c for r in rows for c in r.expected], dtype=torch.long)
+            has = want >= 0
+            if bool(has.any()):
+                loss = loss + settings.expected_op_weight * torch.nn.functional.cross_entropy(
+                    expected_probe(hidden[has]), want[has]
                 )
         optim.zero_grad(set_to_none=True)
         loss.backward()

@@ -75,6 +75,30 @@ def step_labels(question: Question, lines: list[str]) -> StepLabels:
     return StepLabels(lines=tuple(out), complete=ok and consumed == len(ops))
 
 
+def expected_ops(question: Question, lines: list[str]) -> tuple[tuple[str, int] | None, ...]:
+    """Per line, the question's operation that a computing line must end with (the last
+    of the ones it should consume, by how many it writes), while every line before it
+    is right; None for other lines, lines after the first wrong one, and lines that write
+    more operations than the question has left. An exact target from the question alone,
+    whatever the line wrote: what a PRM needs to see a skipped or repeated operation."""
+    ops = question_ops(question)
+    value = int(question.expr[0])
+    consumed = 0
+    previous: _Compute | None = None
+    ok = True
+    out: list[tuple[str, int] | None] = []
+    for line in lines:
+        target: tuple[str, int] | None = None
+        if ok and classify_line(line) in ("step", "merged"):
+            k = len(_parse_compute(line).ops)
+            if k > 0 and consumed + k <= len(ops):
+                target = ops[consumed + k - 1]
+        out.append(target)
+        if ok:
+            ok, value, consumed, previous = _step(line, ops, value, consumed, previous)
+    return tuple(out)
+
+
 def _step(
     line: str,
     ops: list[tuple[str, int]],

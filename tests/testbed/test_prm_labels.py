@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 from testbed.engine import to_completion
-from testbed.prm import STEP_TAG, corrupt, corrupt_operand, example
-from testbed.prm_labels import step_labels
+from testbed.prm import STEP_TAG, corrupt, corrupt_operand, example, op_class
+from testbed.prm_labels import expected_ops, step_labels
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
 from testbed.traces import FULL, THOROUGH, line_is_correct, make_trace
@@ -53,6 +53,28 @@ def test_a_check_is_true_arithmetic_undoing_the_last_computing_line() -> None:
     assert labels("check 1-8=3", "3+8=1") == ((False, False), False)  # nothing to check
     # A merged line's check undoes its last operation: 3 - 7 = 6, the middle value.
     assert labels("3+8=1", "1-5+7=3", "check 3-7=6") == ((True, True, True), True)
+
+
+def test_the_expected_operation_is_the_questions_whatever_the_line_wrote() -> None:
+    # 3+8-5+7: a line ends with the question's operation at its own count of them.
+    assert expected_ops(Q, ["3+8=1", "1-5=6", "6+7=3"]) == (("+", 8), ("-", 5), ("+", 7))
+    # A skipped `-5` is still asked for `-5` (what the line should have taken); after the
+    # first wrong line nothing is asked: the count of consumed operations is lost.
+    assert expected_ops(Q, ["3+8=1", "1+7=8", "8+7=5"]) == (("+", 8), ("-", 5), None)
+    # A merged line ends with its second operation; checks and other lines ask nothing.
+    assert expected_ops(Q, ["3+8=1", "check 1-8=3", "1-5+7=3"]) == (("+", 8), None, ("+", 7))
+    assert expected_ops(Q, ["hmm", "3+8=1"]) == (None, None)
+    # More operations than the question has left: nothing to name.
+    assert expected_ops(Q, ["3+8=1", "1-5=6", "6+7=3", "3+1=4"])[3] is None
+
+
+def test_the_example_carries_one_expected_class_per_step_tag() -> None:
+    codec = CharCodec()
+    text = "3+8=1\n1+7=8\n</think>\n\\boxed{8}<|im_end|>"
+    row = example(codec, to_completion(codec, Q, codec.encode(text)))
+    assert len(row.expected) == len(row.positions) == 3  # two lines and the end tag
+    assert row.expected == (op_class(("+", 8)), op_class(("-", 5)), -1)
+    assert op_class(("+", 0)) == 0 and op_class(("-", 9)) == 19 and op_class(None) == -1
 
 
 def test_other_and_empty_lines_are_wrong() -> None:

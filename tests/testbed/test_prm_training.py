@@ -28,6 +28,7 @@ def test_prm_training_smoke_exports_vllms_layout(tmp_path: Path) -> None:
             max_steps=2,
             eval_every=1,
             batch_size=4,
+            expected_op_weight=1.0,  # the exact-operation probe's loss runs too (not exported)
         ),
         out,
         progress_bar=False,
