@@ -90,7 +90,9 @@ class PrmSettings:
     # line (while the lines before it are right), a 20-way probe names the question's
     # operation the line must end with. `base`'s own log-probability (above) is high
     # exactly where `base` errs by habit (a skipped `-0`), so regressing it teaches the
-    # PRM `base`'s blind spots; the question's operation does not.
+    # PRM `base`'s blind spots; the question's operation does not. Off: tried for 38
+    # minutes it marked wrong lines in `base`'s samples better but lost the arithmetic
+    # check on hand-made pairs (models/prm/README.md).
     expected_op_weight: float = 0.0
     # Each training row cut after a random step (after its first wrong step 0 or 1 lines
     # on, 7 times in 10, when it has one): the steps after an error teach nothing new and
