@@ -60,19 +60,41 @@ class StepLabels:
     complete: bool
 
 
-def step_labels(question: Question, lines: list[str]) -> StepLabels:
-    """Labels of ``lines`` (the thinking split at newlines, without the newlines)."""
+@dataclass(frozen=True, slots=True)
+class _Walked:
+    """One line of the walk: whether every line before it was right, the operations
+    consumed before it, and whether it (and every line before it) is right."""
+
+    line: str
+    ok_before: bool
+    consumed_before: int
+    ok: bool
+
+
+def _walk(question: Question, lines: list[str]) -> tuple[list[_Walked], int]:
+    """Each line's place in the exact walk, and the operations consumed at the end."""
     ops = question_ops(question)
     value = int(question.expr[0])
     consumed = 0
     previous: _Compute | None = None
     ok = True
-    out: list[bool] = []
+    out: list[_Walked] = []
     for line in lines:
+        before, consumed_before = ok, consumed
         if ok:
             ok, value, consumed, previous = _step(line, ops, value, consumed, previous)
-        out.append(ok)
-    return StepLabels(lines=tuple(out), complete=ok and consumed == len(ops))
+        out.append(_Walked(line=line, ok_before=before, consumed_before=consumed_before, ok=ok))
+    return out, consumed
+
+
+def step_labels(question: Question, lines: list[str]) -> StepLabels:
+    """Labels of ``lines`` (the thinking split at newlines, without the newlines)."""
+    walked, consumed = _walk(question, lines)
+    ok = all(w.ok for w in walked)
+    return StepLabels(
+        lines=tuple(w.ok for w in walked),
+        complete=ok and consumed == len(question_ops(question)),
+    )
 
 
 def expected_ops(question: Question, lines: list[str]) -> tuple[tuple[str, int] | None, ...]:
@@ -82,20 +104,14 @@ def expected_ops(question: Question, lines: list[str]) -> tuple[tuple[str, int] 
     more operations than the question has left. An exact target from the question alone,
     whatever the line wrote: what a PRM needs to see a skipped or repeated operation."""
     ops = question_ops(question)
-    value = int(question.expr[0])
-    consumed = 0
-    previous: _Compute | None = None
-    ok = True
     out: list[tuple[str, int] | None] = []
-    for line in lines:
+    for w in _walk(question, lines)[0]:
         target: tuple[str, int] | None = None
-        if ok and classify_line(line) in ("step", "merged"):
-            k = len(_parse_compute(line).ops)
-            if k > 0 and consumed + k <= len(ops):
-                target = ops[consumed + k - 1]
+        if w.ok_before and classify_line(w.line) in ("step", "merged"):
+            k = len(_parse_compute(w.line).ops)
+            if k > 0 and w.consumed_before + k <= len(ops):
+                target = ops[w.consumed_before + k - 1]
         out.append(target)
-        if ok:
-            ok, value, consumed, previous = _step(line, ops, value, consumed, previous)
     return tuple(out)
 
 
