@@ -258,7 +258,14 @@ def run(args: argparse.Namespace) -> list[Side]:
     peers = [p for p in args.peers.split(",") if p]
     sides: list[Side] = []
     with ExitStack() as stack:
-        gen = stack.enter_context(replica(log=LOGS / "search-peers-replica.log"))
+        # No reasoning parser on the shared generator (``thinkgate replica`` names one for
+        # its default model, for JSON answers' grammar): with it vLLM's chat route moves
+        # the thinking into ``reasoning``, and its_hub, which reads ``content`` and sends
+        # it back as the next prompt, grows empty steps and never answers (0% correct).
+        # thinkgate's token-id route does not read it.
+        gen = stack.enter_context(
+            replica("--reasoning-parser=", log=LOGS / "search-peers-replica.log")
+        )
         prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
         prm_vllm = stack.enter_context(
             replica("--prm", "--prm-server", "vllm", log=LOGS / "search-peers-prm-vllm.log")
@@ -348,7 +355,8 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         f"operations, seed {args.seed}), {args.concurrency} questions in flight per side, "
         f"{args.rounds} interleaved rounds per cell (each starts with the next side). "
         "`thinkgate` and `its_hub` use one `thinkgate replica` (vLLM's own server, float32, "
-        "512-token context, 1 ms engine spin); the testbed PRM as each deploys it: "
+        "512-token context, 1 ms engine spin, no reasoning parser: its_hub reads the "
+        "thinking from `content`); the testbed PRM as each deploys it: "
         "`thinkgate` on `thinkgate replica --prm` (thinkgate's PRM server: vLLM's pooling "
         "engine, `/pooling` wire, prefix cache), `its_hub` on `thinkgate replica --prm "
         "--prm-server vllm` (vLLM's own server: STEP pooling, no cache)"

@@ -56,6 +56,12 @@ class ProcessRewardModel:
     ) -> list[list[float]]:
         """One batched call: for each path (a list of steps), one reward per step.
 
+        Paths with the same ids are sent once: resampled particles and sibling candidates
+        often write the same line, and a PRM engine that caches prefixes would otherwise
+        see a copy reuse blocks of one still running, whose rewards it has not read yet,
+        and compute the copy again whole (measured behind servers at 16 questions in
+        flight: more PRM tokens than with no cache at all).
+
         A step's own ids may contain the tag (a step cut mid-way holds no delimiter, a
         real model's step may hold a newline): every tag the PRM reads after the prompt
         counts, and the step's reward is the one at the tag closing it (the last of
@@ -71,12 +77,14 @@ class ProcessRewardModel:
                     raise BackendError(
                         f"a path of {len(seq)} tokens exceeds the PRM's context ({self.max_len})"
                     )
-        raw = await self.model.step_rewards(sequences)
-        if len(raw) != len(sequences):
-            raise BackendError(f"the PRM returned {len(raw)} results for {len(sequences)} paths")
+        distinct = list(dict.fromkeys(tuple(seq) for seq in sequences))
+        raw = await self.model.step_rewards(distinct)
+        if len(raw) != len(distinct):
+            raise BackendError(f"the PRM returned {len(raw)} results for {len(distinct)} paths")
+        of = dict(zip(distinct, raw, strict=True))
         out: list[list[float]] = []
-        for steps, rewards in zip(paths, raw, strict=True):
-            rewards = [float(r) for r in rewards[skip:]]
+        for steps, seq in zip(paths, sequences, strict=True):
+            rewards = [float(r) for r in of[tuple(seq)][skip:]]
             per_step: list[float] = []
             at = 0
             for step in steps:

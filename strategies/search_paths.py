@@ -298,7 +298,9 @@ async def score(
     rewards = await prm.score_paths(prompt, [paths[i].steps for i in todo])
     ledger.prm_s += time.perf_counter() - t0
     ledger.prm_calls += 1
-    ledger.prm_tokens += sum(len(prm.sequence(prompt, paths[i].steps)) for i in todo)
+    # What the PRM was asked: copies of a path go once (ProcessRewardModel.score_paths).
+    asked = {tuple(prm.sequence(prompt, paths[i].steps)) for i in todo}
+    ledger.prm_tokens += sum(len(seq) for seq in asked)
     out = list(paths)
     for i, r in zip(todo, rewards, strict=True):
         p = paths[i]

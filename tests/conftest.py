@@ -45,6 +45,10 @@ SERVER_FLAGS: tuple[str, ...] = ()
 STARTUP_TIMEOUT_S = 600.0  # vLLM takes ~40 s on CPU alone; the CI box is shared
 LOG_TAIL_LINES = 60
 LEAVE_AFTER_S = 0.3  # post_and_leave: how long a leaving client stays after its body
+# Every server the suite starts inherits this environment: a stalled body is answered
+# after 10 s instead of the default 30 (the live test of that limit waits it out), which
+# no test body comes near on loopback.
+os.environ.setdefault("THINKGATE_BODY_READ_TIMEOUT_S", "10")
 
 
 @dataclass

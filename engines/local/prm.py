@@ -46,6 +46,7 @@ import itertools
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -91,6 +92,16 @@ def rewards_from_rows(rows: object, *, tags: int) -> list[float]:
             "'{\"step_tag_id\": N}'; thinkgate replica --prm passes it)"
         )
     return [float(r[RIGHT_LABEL]) for r in rows]
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one call cost: tokens of its sequences, and those the engine computed (the
+    rest came from its cache). The engine's running counters cannot say it for a call
+    once calls overlap: a difference taken around one counts its neighbours too."""
+
+    asked: int = 0
+    scored: int = 0
 
 
 class PrmEngine:
@@ -151,7 +162,10 @@ class PrmEngine:
             llm = AsyncLLM.from_engine_args(args)
         return cls(llm, model=model, step_tag_id=tag, max_model_len=max_model_len)
 
-    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+    async def step_rewards(
+        self, sequences: Sequence[Sequence[int]], tally: Tally | None = None
+    ) -> list[list[float]]:
+        tally = Tally() if tally is None else tally
         for seq in sequences:
             if not seq:
                 raise BackendError("cannot score an empty sequence")
@@ -164,14 +178,16 @@ class PrmEngine:
         batch = next(self._ids)
         return list(
             await asyncio.gather(
-                *(self._one(f"prm-{batch}-{i}", seq) for i, seq in enumerate(sequences))
+                *(self._one(f"prm-{batch}-{i}", seq, tally) for i, seq in enumerate(sequences))
             )
         )
 
-    async def _one(self, request_id: str, sequence: Sequence[int]) -> list[float]:
+    async def _one(self, request_id: str, sequence: Sequence[int], tally: Tally) -> list[float]:
         tags = [i for i, t in enumerate(sequence) if t == self.step_tag_id]
         keys = _prefix_keys(sequence, tags)
-        rows, first = await self._rows(request_id, sequence, cached=True)
+        self.asked_tokens += len(sequence)
+        tally.asked += len(sequence)
+        rows, first = await self._rows(request_id, sequence, tally, cached=True)
         rewards: list[float] = []
         for at, key in zip(tags, keys, strict=True):
             if at >= first:
@@ -180,23 +196,28 @@ class PrmEngine:
             else:
                 got = self._store.get(key)
                 if got is None:  # computed elsewhere, or forgotten here: compute it all
-                    return await self._uncached(f"{request_id}-full", sequence, tags, keys)
+                    return await self._uncached(f"{request_id}-full", sequence, tags, keys, tally)
                 self._store.move_to_end(key)
                 reward = got
             rewards.append(reward)
         return rewards
 
     async def _uncached(
-        self, request_id: str, sequence: Sequence[int], tags: list[int], keys: list[bytes]
+        self,
+        request_id: str,
+        sequence: Sequence[int],
+        tags: list[int],
+        keys: list[bytes],
+        tally: Tally,
     ) -> list[float]:
-        rows, _ = await self._rows(request_id, sequence, cached=False)
+        rows, _ = await self._rows(request_id, sequence, tally, cached=False)
         rewards = [_right(rows[at]) for at in tags]
         for key, reward in zip(keys, rewards, strict=True):
             self._remember(key, reward)
         return rewards
 
     async def _rows(
-        self, request_id: str, sequence: Sequence[int], *, cached: bool
+        self, request_id: str, sequence: Sequence[int], tally: Tally, *, cached: bool
     ) -> tuple[list[object], int]:
         """The pooled rows of the tokens vLLM computed, and the position of the first."""
         from vllm import PoolingParams
@@ -207,8 +228,8 @@ class PrmEngine:
         if not isinstance(rows, list) or not 0 < len(rows) <= len(sequence):
             raise BackendError("the PRM answered in an unexpected shape (want a row per token)")
         first = len(sequence) - len(rows)
-        self.asked_tokens += len(sequence)
         self.scored_tokens += len(rows)
+        tally.scored += len(rows)
         return rows, first
 
     def _remember(self, key: bytes, reward: float) -> None:

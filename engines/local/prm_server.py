@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from core.errors import GatewayError, InvalidRequest
-from engines.local.prm import RIGHT_LABEL, PrmEngine
+from engines.local.prm import RIGHT_LABEL, PrmEngine, Tally
 
 MAX_INPUTS: Final = 1024  # sequences per request: one search step of many paths fits
 
@@ -144,15 +144,14 @@ def build_app(
                         f"an input has {len(seq)} tokens; the PRM's context is {prm.max_model_len}",
                         param="input",
                     )
-            asked, scored = prm.asked_tokens, prm.scored_tokens
-            rewards = await prm.step_rewards(sequences)
+            tally = Tally()
+            rewards = await prm.step_rewards(sequences, tally)
         except GatewayError as exc:
             return _error(exc)
-        asked, scored = prm.asked_tokens - asked, prm.scored_tokens - scored
         counters.requests += 1
         counters.sequences += len(sequences)
-        counters.asked_tokens += asked
-        counters.scored_tokens += scored
+        counters.asked_tokens += tally.asked
+        counters.scored_tokens += tally.scored
         data = [
             {"index": i, "object": "pooling", "data": [_row(r) for r in per_tag]}
             for i, per_tag in enumerate(rewards)
@@ -169,9 +168,7 @@ def build_app(
                     "prompt_tokens": tokens,
                     "total_tokens": tokens,
                     "completion_tokens": 0,
-                    # Concurrent requests share the counters: this is approximate when
-                    # several run at once, exact alone.
-                    "prompt_tokens_details": {"cached_tokens": max(0, asked - scored)},
+                    "prompt_tokens_details": {"cached_tokens": max(0, tally.asked - tally.scored)},
                 },
             }
         )

@@ -13,7 +13,7 @@ import pytest
 
 import testbed
 from core.errors import BackendUnavailable
-from engines.local.prm import RemotePrm
+from engines.local.prm import RemotePrm, Tally
 from engines.local.prm_server import MAX_INPUTS, Tokenizer, build_app
 from testbed.tokenizer import CharCodec
 
@@ -26,16 +26,17 @@ class FakePrm:
 
     def __init__(self) -> None:
         self.max_model_len = 64
-        self.asked_tokens = 0
-        self.scored_tokens = 0
         self.calls: list[list[list[int]]] = []
         self.dead = False
         self.closed = False
 
-    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+    async def step_rewards(
+        self, sequences: Sequence[Sequence[int]], tally: Tally | None = None
+    ) -> list[list[float]]:
         self.calls.append([list(s) for s in sequences])
-        self.asked_tokens += sum(len(s) for s in sequences)
-        self.scored_tokens += sum(max(1, len(s) // 10) for s in sequences)
+        tally = Tally() if tally is None else tally
+        tally.asked += sum(len(s) for s in sequences)
+        tally.scored += sum(max(1, len(s) // 10) for s in sequences)
         return [[0.01 * i for i, t in enumerate(s) if t == TAG] for s in sequences]
 
     async def health(self) -> None:

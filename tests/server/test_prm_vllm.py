@@ -8,6 +8,7 @@ server reads its prefix cache (a grown path costs it the new tokens only).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 import testbed
-from engines.local.prm import PrmEngine, RemotePrm
+from engines.local.prm import PrmEngine, RemotePrm, Tally
 from strategies.prm import ProcessRewardModel
 from testbed.task import Question
 from testbed.tokenizer import CharCodec, chat_prompt
@@ -114,8 +115,19 @@ async def test_a_grown_path_costs_the_prm_only_its_new_tokens(engine: PrmEngine)
     assert scored < asked / 2, (scored, asked)  # the prompt and three steps were cached
     sequence = prm.sequence(prompt, steps)
     tags = [i for i, t in enumerate(sequence) if t == TAG]
-    fresh = await engine._uncached("fresh", sequence, tags, [b"x"] * len(tags))
+    fresh = await engine._uncached("fresh", sequence, tags, [b"x"] * len(tags), Tally())
     assert grown == pytest.approx(fresh[-len(grown) :], abs=1e-4)
+    # Calls at once: each one's tally holds its own tokens (what thinkgate's PRM server
+    # reports per response and sums in /metrics), though the engine's counters mix them.
+    other = prm.sequence(prompt, [steps[0], CODEC.encode("1-5=4")])
+    tallies = (Tally(), Tally())
+    asked = engine.asked_tokens
+    await asyncio.gather(
+        engine.step_rewards([sequence], tallies[0]), engine.step_rewards([other], tallies[1])
+    )
+    assert (tallies[0].asked, tallies[1].asked) == (len(sequence), len(other))
+    assert engine.asked_tokens - asked == len(sequence) + len(other)
+    assert 0 < tallies[1].scored < len(other)  # the prompt and the first step were cached
 
 
 @pytest.fixture(scope="module")

@@ -216,8 +216,10 @@ async def test_beam_search_keeps_the_right_steps(testbed_tokens: Any) -> None:
     assert info["steps"] == 4 and len(progress) == 4
     # A reward per line, and one for the end of thinking (it reached the answer).
     assert info["chosen_step_rewards"] == [0.9, 0.9, 0.9, 0.9]
-    # One PRM call per step, all candidates batched in it.
-    assert prm.batches == [4, 4, 4, 4]
+    # One PRM call per step, all candidates batched in it, a path written twice sent
+    # once (4 candidates a step; the last step's four are one closing).
+    assert prm.batches == [3, 3, 3, 1]
+    assert info["prm_calls"] == 4
     # Identical beams share one engine request (the root, and the two right lines).
     first = ctx.engine.calls[0]  # type: ignore[attr-defined]
     assert first.sampling.n == 4 and first.sampling.stop_token_ids == (47, 4)
