@@ -2,7 +2,8 @@
 side on the same vLLM engine and the same PRM, interleaved.
 
 One vLLM server generates for both (``thinkgate replica``: vLLM's own OpenAI server with
-the token-in/token-out routes; the testbed's engine settings). The testbed PRM is served
+the token-in/token-out routes; the testbed's engine settings; no reasoning parser, since
+its_hub reads the thinking from the chat ``content``). The testbed PRM is served
 the way each side deploys it: thinkgate's PRM server for thinkgate (``thinkgate replica
 --prm``: vLLM's pooling engine behind vLLM's ``/pooling`` wire, with the prefix cache),
 vLLM's own server for its_hub (``thinkgate replica --prm --prm-server vllm``: STEP

@@ -176,17 +176,21 @@ class PrmEngine:
                 )
         await self.health()
         batch = next(self._ids)
-        return list(
-            await asyncio.gather(
-                *(self._one(f"prm-{batch}-{i}", seq, tally) for i, seq in enumerate(sequences))
-            )
+        # Copies go once: run together, a copy would read blocks of the other from vLLM's
+        # cache before that one's rewards are kept here, and be computed again whole.
+        distinct = list(dict.fromkeys(tuple(seq) for seq in sequences))
+        asked = sum(len(seq) for seq in sequences)
+        self.asked_tokens += asked
+        tally.asked += asked
+        rewards = await asyncio.gather(
+            *(self._one(f"prm-{batch}-{i}", seq, tally) for i, seq in enumerate(distinct))
         )
+        of = dict(zip(distinct, rewards, strict=True))
+        return [list(of[tuple(seq)]) for seq in sequences]
 
     async def _one(self, request_id: str, sequence: Sequence[int], tally: Tally) -> list[float]:
         tags = [i for i, t in enumerate(sequence) if t == self.step_tag_id]
         keys = _prefix_keys(sequence, tags)
-        self.asked_tokens += len(sequence)
-        tally.asked += len(sequence)
         rows, first = await self._rows(request_id, sequence, tally, cached=True)
         rewards: list[float] = []
         for at, key in zip(tags, keys, strict=True):

@@ -122,11 +122,15 @@ async def test_a_grown_path_costs_the_prm_only_its_new_tokens(engine: PrmEngine)
     other = prm.sequence(prompt, [steps[0], CODEC.encode("1-5=4")])
     tallies = (Tally(), Tally())
     asked = engine.asked_tokens
-    await asyncio.gather(
-        engine.step_rewards([sequence], tallies[0]), engine.step_rewards([other], tallies[1])
+    twice, _ = await asyncio.gather(
+        engine.step_rewards([sequence, sequence], tallies[0]),
+        engine.step_rewards([other], tallies[1]),
     )
-    assert (tallies[0].asked, tallies[1].asked) == (len(sequence), len(other))
-    assert engine.asked_tokens - asked == len(sequence) + len(other)
+    assert (tallies[0].asked, tallies[1].asked) == (2 * len(sequence), len(other))
+    assert engine.asked_tokens - asked == 2 * len(sequence) + len(other)
+    # A copy in a call is computed once (here all cached but the last token) and gets
+    # the same rewards.
+    assert twice[0] == twice[1] and tallies[0].scored < len(sequence)
     assert 0 < tallies[1].scored < len(other)  # the prompt and the first step were cached
 
 
