@@ -188,12 +188,14 @@ def test_elastic_mixture_has_concise_and_cut_traces() -> None:
 def test_train_and_export_smoke(tmp_path: Path) -> None:
     out = tmp_path / "base"
     result = train_causal(
-        TrainSettings(variant="base", max_steps=3, batch_size=4, minutes=1.0),
+        # Eager: compiling cost this test 70 s of a cold inductor cache on the 2-core CI
+        # box, and could not fail it (a failed compile falls back to eager, train.py).
+        TrainSettings(variant="base", max_steps=3, batch_size=4, minutes=1.0, compile=False),
         out,
         progress_bar=False,
     )
-    # The one-minute cap counts from the end of the first step, which compiles the model
-    # (79 s with a cold inductor cache on 2 cores, as on a fresh CI machine).
+    # The one-minute cap counts from the end of the first step (which compiles the model
+    # on the default path).
     assert result.steps == 3 and result.tokens > 0
     assert result.first_step_s is not None and 0 < result.first_step_s < result.wall_s
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
@@ -201,7 +203,7 @@ def test_train_and_export_smoke(tmp_path: Path) -> None:
     config = json.loads((out / "config.json").read_text())
     assert config["tie_word_embeddings"] is False
     assert config["head_dim"] == 64 and config["num_key_value_heads"] == 2
-    # The default path: compiled forward, bf16 matmuls where the CPU has them natively.
+    # bf16 matmuls where the CPU has them natively.
     assert result.precision == ("bf16" if native_bf16() else "fp32")
     gen = json.loads((out / "generation_config.json").read_text())
     assert CharCodec().eos_id in gen["eos_token_id"]
