@@ -57,10 +57,9 @@ class ProcessRewardModel:
         """One batched call: for each path (a list of steps), one reward per step.
 
         Paths with the same ids are sent once: resampled particles and sibling candidates
-        often write the same line, and a PRM engine that caches prefixes would otherwise
-        see a copy reuse blocks of one still running, whose rewards it has not read yet,
-        and compute the copy again whole (measured behind servers at 16 questions in
-        flight: more PRM tokens than with no cache at all).
+        often write the same line (a copy costs the PRM a whole path where it reads no
+        cache, and where it does, a copy run beside its original may read the original's
+        blocks before their rewards are kept and be computed again whole).
 
         A step's own ids may contain the tag (a step cut mid-way holds no delimiter, a
         real model's step may hold a newline): every tag the PRM reads after the prompt

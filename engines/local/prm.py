@@ -176,7 +176,7 @@ class PrmEngine:
                 )
         await self.health()
         batch = next(self._ids)
-        # Copies go once: run together, a copy would read blocks of the other from vLLM's
+        # Copies go once: run together, a copy may read the other's blocks from vLLM's
         # cache before that one's rewards are kept here, and be computed again whole.
         distinct = list(dict.fromkeys(tuple(seq) for seq in sequences))
         asked = sum(len(seq) for seq in sequences)
