@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.out_paths import beside
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
 from testbed import model_path
@@ -273,12 +274,6 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "",
         ]
     )
-
-
-def beside(prefix: Path, suffix: str) -> Path:
-    """``prefix`` + ``suffix``: a prefix may hold a dot (``search-temperature-0.5``),
-    which ``Path.with_suffix`` would replace."""
-    return prefix.with_name(prefix.name + suffix)
 
 
 def search_option(text: str) -> tuple[str, Any]:

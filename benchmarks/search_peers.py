@@ -55,6 +55,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.out_paths import beside
 from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve, thinkgate
 from strategies.answers import equivalent
 from testbed import model_path
@@ -329,7 +330,7 @@ def run(args: argparse.Namespace) -> list[Side]:
                     )
                     bar.set_postfix(peer=peer, alg=algorithm, n=n, qps=f"{sides[-1].qps:.2f}")
                     bar.update(1)
-                    Path(args.out).with_suffix(".json").write_text(
+                    beside(Path(args.out), ".json").write_text(
                         json.dumps([asdict(s) for s in sides], indent=1)
                     )
         bar.close()
@@ -473,8 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sides = run(args)
     out = Path(args.out)
     text = report(sides, args, (time.monotonic() - t0) / 60)
-    out.with_suffix(".md").write_text(text)
-    plot(sides, out.with_suffix(".png"))
+    beside(out, ".md").write_text(text)
+    plot(sides, beside(out, ".png"))
     print(text)
     return 0
 

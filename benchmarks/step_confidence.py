@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.out_paths import beside
 from testbed import model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,8 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     text = "\n".join(lines)
     out = Path(args.out)
-    out.with_suffix(".md").write_text(text)
-    out.with_suffix(".json").write_text(json.dumps(table, indent=1))
+    beside(out, ".md").write_text(text)
+    beside(out, ".json").write_text(json.dumps(table, indent=1))
     print(text)
     return 0
 

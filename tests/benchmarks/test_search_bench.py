@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.search import beside, parse, request_of
+from benchmarks.out_paths import beside
+from benchmarks.search import parse, request_of
 
 
 def test_options_go_to_every_search_request_and_to_no_sampling_one() -> None:
