@@ -69,6 +69,7 @@ GEN_COUNTERS = (
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
     "vllm:request_success_total",
+    "vllm:prefix_cache_hits_total",
 )
 
 
@@ -88,6 +89,7 @@ class Side:
     vllm_prompt_tokens: float  # counted by vLLM, per question
     vllm_generated_tokens: float
     vllm_requests: float
+    vllm_cached_tokens: float = 0.0  # prompt tokens vLLM read from its prefix cache
     prm_tokens: float = 0.0  # tokens the PRM's engine computed, per question (its server's count)
 
 
@@ -237,6 +239,7 @@ def side_of(
         vllm_prompt_tokens=d["vllm:prompt_tokens_total"] / q,
         vllm_generated_tokens=d["vllm:generation_tokens_total"] / q,
         vllm_requests=d["vllm:request_success_total"] / q,
+        vllm_cached_tokens=d["vllm:prefix_cache_hits_total"] / q,
         prm_tokens=prm_tokens / q,
     )
 
@@ -266,7 +269,11 @@ def run(args: argparse.Namespace) -> list[Side]:
         # it back as the next prompt, grows empty steps and never answers (0% correct).
         # thinkgate's token-id route does not read it.
         gen = stack.enter_context(
-            replica("--reasoning-parser=", log=LOGS / "search-peers-replica.log")
+            replica(
+                "--reasoning-parser=",
+                *args.generator_flags.split(),
+                log=LOGS / "search-peers-replica.log",
+            )
         )
         prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
         prm_vllm = stack.enter_context(
@@ -372,7 +379,7 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         f"Beam search: thinkgate N beams x {args.expansions} candidates, "
         f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
         "",
-        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt / generated | PRM tokens computed per question |",  # noqa: E501
+        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt (of which from its prefix cache) / generated | PRM tokens computed per question |",  # noqa: E501
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     peers = list(dict.fromkeys(s.peer for s in sides))
@@ -385,6 +392,7 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
                 "in process"
                 if peer == "thinkgate-local"
                 else f"{_mean(mine, 'vllm_requests'):.0f} / {_mean(mine, 'vllm_prompt_tokens'):.0f}"
+                f" ({_mean(mine, 'vllm_cached_tokens'):.0f})"
                 f" / {_mean(mine, 'vllm_generated_tokens'):.0f}"
             )
             ratio = "" if peer == "its_hub" else f"**{_med(ratios)}**"
@@ -463,6 +471,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--out", default=str(RESULTS / "search-peers"))
+    p.add_argument(
+        "--generator-flags",
+        default="",
+        help="more vLLM flags for the shared generator replica (one string)",
+    )
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args

@@ -17,6 +17,8 @@ class LocalEngineSettings:
     dtype: str
     max_num_seqs: int
     batched_tokens: int
+    # The KV cache's block, the prefix cache's unit; None: engines.local.prefix_cache's.
+    block_size: int | None = None
     enforce_eager: bool
     engine_spin_ms: float | None
     gpu_memory_utilization: float

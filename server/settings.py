@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     max_num_batched_tokens: int | None = None
     """Local engine; None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
     request with a chunked prefill crashes the CPU engine)."""
+    block_size: int | None = Field(default=None, ge=1)
+    """Local engine: tokens per KV cache block, the unit vLLM's prefix cache reuses; None: 32
+    on a CPU host (vLLM's 128 there recomputes up to 127 tokens of every path a step search
+    resubmits), vLLM's own elsewhere."""
     engine_spin_ms: float | None = Field(default=None, ge=0)
     """Local engine: milliseconds vLLM's engine processes spin waiting for each other's next
     step before they sleep; None: 1 on a CPU host (vLLM's 1000 there takes a core from the
@@ -338,6 +342,7 @@ class Settings(BaseSettings):
             dtype=self.dtype,
             max_num_seqs=self.max_num_seqs,
             batched_tokens=self.batched_tokens,
+            block_size=self.block_size,
             enforce_eager=self.enforce_eager,
             engine_spin_ms=self.engine_spin_ms,
             gpu_memory_utilization=self.gpu_memory_utilization,

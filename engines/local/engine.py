@@ -31,6 +31,7 @@ from core.engine import (
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
 from engines.local import engine_wait, process_group, stopping
 from engines.local.grammar import GRAMMAR_CONFIG
+from engines.local.prefix_cache import block_size
 from engines.local.vllm_logprobs import (
     client_logprobs,
     client_prompt_logprobs,
@@ -116,6 +117,7 @@ class LocalEngine:
     def start(cls, settings: EngineSettings) -> LocalEngine:
         """Build the engine (tens of seconds on CPU); raises if the model cannot serve."""
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         local = settings.local
@@ -142,6 +144,7 @@ class LocalEngine:
             # engine (seen on vLLM 0.32 CPU), so every prefill fits one step.
             max_num_batched_tokens=max(local.batched_tokens, settings.max_model_len),
             enable_chunked_prefill=False,
+            block_size=block_size(local.block_size, on_cpu=current_platform.is_cpu()),
             enforce_eager=local.enforce_eager,
             gpu_memory_utilization=local.gpu_memory_utilization,
             tensor_parallel_size=local.tensor_parallel_size,

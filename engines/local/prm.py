@@ -58,6 +58,7 @@ from engines.http_errors import post_json
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
+from engines.local.prefix_cache import block_size
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -67,7 +68,6 @@ log = structlog.get_logger("thinkgate.prm")
 RIGHT_LABEL: Final = 1  # Qwen2ForProcessRewardModel: softmax over (wrong, right)
 VLLM_DEFAULT_STEP_TAG: Final = 151651  # vLLM's default for the architecture: `<extra_0>`
 STORE_SIZE: Final = 500_000  # rewards kept by prefix (LRU): ~100 MB at most
-CPU_BLOCK: Final = 32  # the prefix cache's block on CPU (vLLM's CPU default, 128, reuses less)
 
 
 def step_tag_of(model_dir: str | Path) -> int:
@@ -146,7 +146,7 @@ class PrmEngine:
             # ALL pooling reads the prefix cache (STEP cannot): see the module's notes.
             pooler_config=PoolerConfig(tok_pooling_type="ALL"),
             enable_prefix_caching=True,
-            block_size=CPU_BLOCK if current_platform.is_cpu() else None,
+            block_size=block_size(None, on_cpu=current_platform.is_cpu()),
             dtype=dtype,  # type: ignore[arg-type]
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,

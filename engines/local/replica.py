@@ -52,6 +52,7 @@ from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS
 from engines.local import engine_wait
 from engines.local.grammar import GRAMMAR_CONFIG
+from engines.local.prefix_cache import CPU_BLOCK
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 from kernels.processors import Runner, model_setup, spec_for
 
@@ -155,6 +156,8 @@ def build_command(
             cmd.append("--no-enable-chunked-prefill")
         if not _has(rest, "--max-num-batched-tokens"):
             cmd += ["--max-num-batched-tokens", "32768"]
+        if not _has(rest, "--block-size"):
+            cmd += ["--block-size", str(CPU_BLOCK)]
     return [*cmd, *rest]
 
 

@@ -139,6 +139,44 @@ def test_a_follow_up_call_lands_where_its_prompt_is_cached(remote_stack: RemoteS
     assert grew == [0, 2], grew  # both calls on one server
 
 
+def _vllm_counts(stack: RemoteStack) -> dict[str, float]:
+    """Prompt tokens and prefix-cache hits summed over the replicas' ``/metrics``, and the
+    block size each reports (``vllm:cache_config_info``)."""
+    out = {"prompt": 0.0, "hits": 0.0}
+    for r in stack.replicas:
+        for line in httpx.get(f"{r.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith("vllm:prompt_tokens_total"):
+                out["prompt"] += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:prefix_cache_hits_total"):
+                out["hits"] += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:cache_config_info"):
+                out[f"block {r.url}"] = float(line.split('block_size="', 1)[1].split('"', 1)[0])
+    return out
+
+
+def test_a_step_search_reads_its_paths_from_the_replicas_prefix_cache(
+    remote_stack: RemoteStack,
+) -> None:
+    """Every step resubmits each path whole: the replicas (``thinkgate replica`` on CPU:
+    32-token blocks) compute only its tail. With vLLM's CPU default of 128-token blocks a
+    testbed path (prompt and a few steps, under 128 tokens) would reuse nothing."""
+    before = _vllm_counts(remote_stack)
+    answer = httpx.post(
+        f"{remote_stack.gateway.base_url}/v1/chat/completions",
+        json=_chat(remote_stack.gateway.model, temperature=1.0, seed=3),
+        headers={"X-Strategy": "beam-search", "X-Budget-Samples": "2"},
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["thinkgate"]["steps"] >= 3
+    after = _vllm_counts(remote_stack)
+    assert {k: v for k, v in after.items() if k.startswith("block")} == {
+        f"block {r.url}": 32.0 for r in remote_stack.replicas
+    }
+    prompt, hits = after["prompt"] - before["prompt"], after["hits"] - before["hits"]
+    assert hits > 0.4 * prompt, (hits, prompt)
+
+
 def test_pets_offline_rounds_spread_over_the_servers(remote_stack: RemoteStack) -> None:
     base = remote_stack.gateway.base_url
     before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}

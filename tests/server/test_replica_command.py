@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import testbed
+from engines.local.prefix_cache import CPU_BLOCK, block_size
 from engines.local.replica import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +42,8 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     assert json.loads(_after(cmd, "--hf-overrides")[0]) == {"architectures": ["BGQwen2ForCausalLM"]}
     # CPU safety: no chunked prefill (a seeded chunked prefill kills the CPU engine).
     assert "--no-enable-chunked-prefill" in cmd and _after(cmd, "--dtype") == ["float32"]
+    # The prefix cache in 32-token blocks (vLLM's CPU default, 128, reuses half as much).
+    assert _after(cmd, "--block-size") == ["32"]
     assert _after(cmd, "--served-model-name") == ["testbed-base"]
     # JSON answers: the grammar waits for </think>, and is compact as the gateway's own.
     assert _after(cmd, "--reasoning-parser") == ["deepseek_r1"]
@@ -59,6 +62,7 @@ def test_model_runner_v2_gets_the_v2_classes() -> None:
         "kernels.guidance.vllm_v2:BudgetGuidanceLogitsProcessorV2",
     ]
     assert "--no-enable-chunked-prefill" not in cmd and "--dtype" not in cmd
+    assert "--block-size" not in cmd  # vLLM's GPU default
 
 
 def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
@@ -74,7 +78,7 @@ def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
 def test_user_flags_win_and_no_processors_means_none() -> None:
     cmd = build_command(
         None,
-        ["--max-model-len", "256", "--dtype", "bfloat16"],
+        ["--max-model-len", "256", "--dtype", "bfloat16", "--block-size", "128"],
         processors=(),
         runner="v1",
         cpu=True,
@@ -82,6 +86,7 @@ def test_user_flags_win_and_no_processors_means_none() -> None:
     assert "--logits-processors" not in cmd and "--hf-overrides" not in cmd
     assert cmd.count("--max-model-len") == 1 and _after(cmd, "--max-model-len") == ["256"]
     assert cmd.count("--dtype") == 1 and _after(cmd, "--dtype") == ["bfloat16"]
+    assert cmd.count("--block-size") == 1 and _after(cmd, "--block-size") == ["128"]
     mine = build_command(None, ["--shutdown-timeout", "5"], runner="v1", cpu=True)
     assert mine.count("--shutdown-timeout") == 1 and _after(mine, "--shutdown-timeout") == ["5"]
 
@@ -121,3 +126,9 @@ def test_the_router_command_carries_the_flags_a_gateway_needs(
     line = capsys.readouterr().out.strip()
     assert line.startswith("RUST_LOG=warn ") and "--policy sticky_least_loaded" in line
     assert line.endswith("--port 8100")
+
+
+def test_engines_take_32_token_blocks_on_cpu_unless_told() -> None:
+    assert block_size(None, on_cpu=True) == CPU_BLOCK == 32
+    assert block_size(None, on_cpu=False) is None  # vLLM's own (16 on GPUs)
+    assert block_size(128, on_cpu=True) == 128
