@@ -43,11 +43,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,7 +57,7 @@ from typing import Any
 import httpx
 
 from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve, thinkgate
+from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve, thinkgate, tree_cpu_s
 from strategies.answers import equivalent
 from testbed import model_path
 from testbed.task import Question, make_questions
@@ -91,6 +92,12 @@ class Side:
     vllm_requests: float
     vllm_cached_tokens: float = 0.0  # prompt tokens vLLM read from its prefix cache
     prm_tokens: float = 0.0  # tokens the PRM's engine computed, per question (its server's count)
+    # CPU seconds per question: the generator replica, the side's PRM server, and the
+    # side's own process (thinkgate's gateway, with its engines when in process; its_hub's
+    # driver process, its library included).
+    cpu_generator: float = 0.0
+    cpu_prm: float = 0.0
+    cpu_front: float = 0.0
 
 
 @contextmanager
@@ -223,6 +230,7 @@ def side_of(
     before: dict[str, float],
     after: dict[str, float],
     prm_tokens: float,
+    cpu: Mapping[str, float],
 ) -> Side:
     q = len(rows)
     d = {k: after[k] - before[k] for k in GEN_COUNTERS}
@@ -241,6 +249,9 @@ def side_of(
         vllm_requests=d["vllm:request_success_total"] / q,
         vllm_cached_tokens=d["vllm:prefix_cache_hits_total"] / q,
         prm_tokens=prm_tokens / q,
+        cpu_generator=cpu["generator"] / q,
+        cpu_prm=cpu["prm"] / q,
+        cpu_front=cpu["front"] / q,
     )
 
 
@@ -280,7 +291,7 @@ def run(args: argparse.Namespace) -> list[Side]:
             replica("--prm", "--prm-server", "vllm", log=LOGS / "search-peers-prm-vllm.log")
         )
         prm_of = {"its_hub": prm_vllm, "its_hub-cached-prm": prm}
-        gateways: dict[str, str] = {}
+        gateways: dict[str, ServerUrl] = {}
         if "thinkgate" in peers:
             gateways["thinkgate"] = stack.enter_context(
                 thinkgate(
@@ -309,6 +320,7 @@ def run(args: argparse.Namespace) -> list[Side]:
                     before = counters(gen)
                     scorer = prm_of.get(peer, prm)
                     prm_before = counters(scorer, PRM_COUNTERS)
+                    cpu_before = _cpu(gen, scorer, gateways.get(peer))
                     if peer in gateways:
                         wall, rows = asyncio.run(
                             thinkgate_side(
@@ -327,13 +339,15 @@ def run(args: argparse.Namespace) -> list[Side]:
                         )
                         wall = summary["wall_s"]
                         rows = [json.loads(x) for x in out.read_text().splitlines() if x]
+                    cpu_after = _cpu(gen, scorer, gateways.get(peer))
+                    cpu = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
                     after = counters(gen)
                     prm_after = counters(scorer, PRM_COUNTERS)
                     computed = sum(prm_after[k] - prm_before[k] for k in PRM_COUNTERS)
                     if peer == "thinkgate-local":
                         computed = float("nan")  # in its own process: not counted here
                     sides.append(
-                        side_of(peer, algorithm, n, rnd, wall, rows, before, after, computed)
+                        side_of(peer, algorithm, n, rnd, wall, rows, before, after, computed, cpu)
                     )
                     bar.set_postfix(peer=peer, alg=algorithm, n=n, qps=f"{sides[-1].qps:.2f}")
                     bar.update(1)
@@ -342,6 +356,18 @@ def run(args: argparse.Namespace) -> list[Side]:
                     )
         bar.close()
     return sides
+
+
+def _cpu(gen: ServerUrl, prm: ServerUrl, gateway: ServerUrl | None) -> dict[str, float]:
+    """CPU seconds so far of the generator's and the PRM's servers, and of the side's own
+    process: the gateway's tree, or (its_hub) the driver subprocesses this process has
+    waited for."""
+    if gateway is not None:
+        front = tree_cpu_s(gateway.pid)
+    else:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        front = children.ru_utime + children.ru_stime
+    return {"generator": tree_cpu_s(gen.pid), "prm": tree_cpu_s(prm.pid), "front": front}
 
 
 def _med(xs: Sequence[float]) -> str:
@@ -379,8 +405,8 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         f"Beam search: thinkgate N beams x {args.expansions} candidates, "
         f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
         "",
-        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt (of which from its prefix cache) / generated | PRM tokens computed per question |",  # noqa: E501
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt (of which from its prefix cache) / generated | PRM tokens computed per question | CPU s per question: generator / PRM / own process (sum) |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     peers = list(dict.fromkeys(s.peer for s in sides))
     for algorithm, n in cells:
@@ -399,10 +425,16 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
             prm_work = (
                 "in process" if peer == "thinkgate-local" else f"{_mean(mine, 'prm_tokens'):.0f}"
             )
+            cpu = [_mean(mine, k) for k in ("cpu_generator", "cpu_prm", "cpu_front")]
+            spent = (
+                f"in process: {cpu[2]:.2f}"
+                if peer == "thinkgate-local"
+                else f"{cpu[0]:.2f} / {cpu[1]:.2f} / {cpu[2]:.2f} ({sum(cpu):.2f})"
+            )
             lines.append(
                 f"| {algorithm} | {n} | {peer} | {_med([s.qps for s in mine])} | {ratio} | "
                 f"{_mean(mine, 'accuracy'):.1f} | {_mean(mine, 'prompt_tokens'):.0f} | "
-                f"{_mean(mine, 'completion_tokens'):.0f} | {counted} | {prm_work} |"
+                f"{_mean(mine, 'completion_tokens'):.0f} | {counted} | {prm_work} | {spent} |"
             )
     lines += [
         "",
@@ -410,7 +442,11 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         "once; every generated token, pruned candidates included), its_hub's per call "
         "`usage` summed by the driver (its_hub itself reports none for these algorithms: "
         "each step's call bills the whole text so far as prompt). vLLM's counts come from "
-        "its `/metrics` around each side's run.",
+        "its `/metrics` around each side's run. CPU seconds are read around each side's "
+        "run from the processes' own counters (each server with its engine processes; "
+        "its_hub's driver process, its library included; the bench's thin HTTP client for "
+        "thinkgate is not counted): with the box saturated, the sums bound the ratio of "
+        "questions per second.",
         "",
         "![questions per second](search-peers.png)",
         "",

@@ -33,6 +33,26 @@ class ServerUrl(str):
         return self
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) of a process and its living descendants: a server
+    with its engine processes."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -44,6 +44,7 @@ from core.errors import (
 )
 from engines.http_errors import transport_error
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
+from engines.remote.client_shards import PER_SHARD, ClientShards
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
 from engines.remote.wire import PATHS, body, deltas, samples, upstream_error
 from engines.settings import EngineSettings, RemoteEngineSettings
@@ -82,12 +83,15 @@ class RemoteEngine:
         tokens: ModelTokens,
         probe: str,
         client: httpx.AsyncClient,
+        shards: ClientShards | None = None,
     ) -> None:
         self._settings = settings
         self.model_name = model_name
         self.tokens = tokens
         self._probe = probe
-        self._client = client
+        self._client = client  # health checks and verification
+        # Generation calls, many at once: pools kept small (engines/remote/client_shards.py).
+        self._shards = shards or ClientShards.single(client)
         self.upstreams = [Upstream(url=url) for url in settings.urls]
         self._reference: ServerFacts | None = None
         self._prefixes = PrefixIndex()
@@ -108,22 +112,27 @@ class RemoteEngine:
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
         tokens = TokenizerTokens.for_settings(settings)
         remote = settings.remote
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
-            # Admission control bounds concurrency; the pool must not queue behind it.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+
+        def make() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
+                # Admission control bounds concurrency; a pool must not queue behind it.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=PER_SHARD),
+            )
+
+        client = make()
         engine = cls(
             remote,
             model_name=settings.model_name,
             tokens=tokens,
             probe=probe_text(tokens, settings.think_start, settings.think_end),
             client=client,
+            shards=ClientShards(make),
         )
         try:
             await engine._first_admission()
         except BaseException:
-            await client.aclose()
+            await engine.aclose()
             raise
         engine._watcher = asyncio.get_running_loop().create_task(engine._watch())
         return engine
@@ -268,6 +277,7 @@ class RemoteEngine:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
+        await self._shards.aclose()
         await self._client.aclose()
 
     # --- what strategies and routes read
@@ -488,11 +498,12 @@ class RemoteEngine:
         assert up.facts is not None
         payload = self._body(up, request, stream=False)
         try:
-            answer = await self._client.post(
-                f"{up.url}{PATHS[up.facts.protocol]}",
-                content=orjson.dumps(payload),
-                headers=_headers(request),
-            )
+            async with self._shards.client() as client:
+                answer = await client.post(
+                    f"{up.url}{PATHS[up.facts.protocol]}",
+                    content=orjson.dumps(payload),
+                    headers=_headers(request),
+                )
             data = answer.json() if answer.content else {}
         except (*BROKEN, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
@@ -517,12 +528,15 @@ class RemoteEngine:
         payload = self._body(up, request, stream=True)
         finished: set[int] = set()
         try:
-            async with self._client.stream(
-                "POST",
-                f"{up.url}{PATHS[protocol]}",
-                content=orjson.dumps(payload),
-                headers=_headers(request),
-            ) as answer:
+            async with (
+                self._shards.client() as client,
+                client.stream(
+                    "POST",
+                    f"{up.url}{PATHS[protocol]}",
+                    content=orjson.dumps(payload),
+                    headers=_headers(request),
+                ) as answer,
+            ):
                 if answer.status_code != 200:
                     raw = await answer.aread()
                     _raise_for_status(up, answer.status_code, _loads(raw))

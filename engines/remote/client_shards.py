@@ -1,0 +1,76 @@
+"""httpx clients side by side for the remote engine's generation calls.
+
+httpcore 1.0's pool walks every connection it holds whenever a request starts or ends,
+counting idle connections once per connection (quadratic) and polling each idle socket
+(encode/httpcore#1035, unmerged in 1.0.9). Past about 20 connections in one pool the walk
+costs more than the request: on 2 cores, one pool at 32 requests in flight took 7 ms of
+client CPU per request, two pools 1.8 ms, one pool at 16 in flight 1.9 ms; behind
+``--engine remote``, particle filtering at 16 questions in flight spent about half of the
+gateway's busy samples in that walk (py-spy). So a shard takes at most ``per_shard``
+requests at once: a call goes to the least busy shard, and a new shard opens when every
+shard is full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Final
+
+import httpx
+
+PER_SHARD: Final = 8  # requests at once per pool: well under the walk's knee (16-32)
+MAX_SHARDS: Final = 64  # beyond 512 calls in flight the least busy shard takes more
+
+
+class ClientShards:
+    """Pools of at most ``per_shard`` calls each, opened on demand."""
+
+    def __init__(
+        self,
+        make: Callable[[], httpx.AsyncClient],
+        *,
+        per_shard: int = PER_SHARD,
+        max_shards: int = MAX_SHARDS,
+        owned: bool = True,
+    ) -> None:
+        self._make = make
+        self._owned = owned  # closed by aclose
+        self._per_shard = per_shard
+        self._max_shards = max_shards
+        self._clients: list[httpx.AsyncClient] = []
+        self._busy: list[int] = []
+
+    @classmethod
+    def single(cls, client: httpx.AsyncClient) -> ClientShards:
+        """One given client for every call (tests with a mock transport); not closed here."""
+        return cls(lambda: client, max_shards=1, owned=False)
+
+    @property
+    def shards(self) -> int:
+        return len(self._clients)
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client for one call, counted busy until the block ends."""
+        i = self._pick()
+        self._busy[i] += 1
+        try:
+            yield self._clients[i]
+        finally:
+            self._busy[i] -= 1
+
+    def _pick(self) -> int:
+        if self._busy:
+            i = min(range(len(self._busy)), key=self._busy.__getitem__)
+            if self._busy[i] < self._per_shard or len(self._clients) >= self._max_shards:
+                return i
+        self._clients.append(self._make())
+        self._busy.append(0)
+        return len(self._clients) - 1
+
+    async def aclose(self) -> None:
+        clients, self._clients, self._busy = self._clients, [], []
+        if self._owned:
+            for c in clients:
+                await c.aclose()
