@@ -10,8 +10,10 @@ is a 504; an error status the service answers, or an answer that is not JSON, is
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 import httpx
+import orjson
 
 from core.errors import BackendError, BackendTimeout, BackendUnavailable, GatewayError
 
@@ -27,14 +29,17 @@ def transport_error(source: str, exc: httpx.HTTPError) -> GatewayError:
     )
 
 
+JSON_HEADERS: Final = {"content-type": "application/json"}
+
+
 async def post_json(
     client: httpx.AsyncClient, url: str, body: Mapping[str, object], source: str
 ) -> object:
     """POST ``body`` to ``url`` and read the JSON answer; failures as ``transport_error``."""
     try:
-        response = await client.post(url, json=body)
+        response = await client.post(url, content=orjson.dumps(body), headers=JSON_HEADERS)
         response.raise_for_status()
-        return response.json()
+        return orjson.loads(response.content)
     except httpx.HTTPError as exc:
         raise transport_error(source, exc) from exc
     except ValueError as exc:

@@ -54,6 +54,7 @@ import httpx
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
+from engines.client_shards import PER_SHARD, ClientShards
 from engines.http_errors import post_json
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
@@ -287,10 +288,17 @@ class RemotePrm:
         self.url = base_url.rstrip("/") + "/pooling"
         self.step_tag_id = step_tag_id
         self.model = model
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
-            limits=httpx.Limits(max_connections=16),
-        )
+        if client is not None:
+            self._shards = ClientShards.single(client)
+        else:
+            timeout = httpx.Timeout(timeout_s, connect=min(5.0, timeout_s))
+            # Many searches score at once: small pools (engines/client_shards.py).
+            self._shards = ClientShards(
+                lambda: httpx.AsyncClient(
+                    timeout=timeout,
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=PER_SHARD),
+                )
+            )
 
     async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         if not sequences:
@@ -301,7 +309,8 @@ class RemotePrm:
         }
         if self.model is not None:
             body["model"] = self.model
-        data = await post_json(self._client, self.url, body, "PRM server")
+        async with self._shards.client() as client:
+            data = await post_json(client, self.url, body, "PRM server")
         try:
             items = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
             pooled = [item["data"] for item in items]
@@ -317,4 +326,4 @@ class RemotePrm:
         ]
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._shards.aclose()

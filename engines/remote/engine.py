@@ -42,9 +42,9 @@ from core.errors import (
     InvalidRequest,
     UpstreamError,
 )
+from engines.client_shards import PER_SHARD, ClientShards
 from engines.http_errors import transport_error
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
-from engines.remote.client_shards import PER_SHARD, ClientShards
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
 from engines.remote.wire import PATHS, body, deltas, samples, upstream_error
 from engines.settings import EngineSettings, RemoteEngineSettings
@@ -90,7 +90,7 @@ class RemoteEngine:
         self.tokens = tokens
         self._probe = probe
         self._client = client  # health checks and verification
-        # Generation calls, many at once: pools kept small (engines/remote/client_shards.py).
+        # Generation calls, many at once: pools kept small (engines/client_shards.py).
         self._shards = shards or ClientShards.single(client)
         self.upstreams = [Upstream(url=url) for url in settings.urls]
         self._reference: ServerFacts | None = None

@@ -1,5 +1,5 @@
 """The remote engine's generation calls spread over small httpx pools
-(engines/remote/client_shards.py): least busy first, a new pool only when all are full."""
+(engines/client_shards.py): least busy first, a new pool only when all are full."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from engines.remote.client_shards import ClientShards
+from engines.client_shards import ClientShards
 
 
 def _make(made: list[httpx.AsyncClient]) -> httpx.AsyncClient:

@@ -1,4 +1,5 @@
-"""httpx clients side by side for the remote engine's generation calls.
+"""httpx clients side by side for calls made many at once (the remote engine's generation,
+the PRM server's scoring).
 
 httpcore 1.0's pool walks every connection it holds whenever a request starts or ends,
 counting idle connections once per connection (quadratic) and polling each idle socket
