@@ -448,7 +448,7 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         "thinkgate is not counted): with the box saturated, the sums bound the ratio of "
         "questions per second.",
         "",
-        "![questions per second](search-peers.png)",
+        f"![questions per second]({beside(Path(args.out), '.png').name})",
         "",
         f"Machine: {machine()}; both sides share its 2 cores with the two vLLM servers, so "
         f"only same-round ratios are compared. Commit {sha}.",
