@@ -24,6 +24,15 @@ PER_SHARD: Final = 8  # requests at once per pool: well under the walk's knee (1
 MAX_SHARDS: Final = 64  # beyond 512 calls in flight the least busy shard takes more
 
 
+def pooled_client(timeout: httpx.Timeout) -> httpx.AsyncClient:
+    """One shard's client: connections unbounded (the gateway's admission control bounds
+    the calls; a pool must not queue behind it), ``PER_SHARD`` kept alive."""
+    return httpx.AsyncClient(
+        timeout=timeout,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=PER_SHARD),
+    )
+
+
 class ClientShards:
     """Pools of at most ``per_shard`` calls each, opened on demand."""
 
@@ -41,6 +50,11 @@ class ClientShards:
         self._max_shards = max_shards
         self._clients: list[httpx.AsyncClient] = []
         self._busy: list[int] = []
+
+    @classmethod
+    def with_timeout(cls, timeout: httpx.Timeout) -> ClientShards:
+        """Shards of ``pooled_client``, opened on demand."""
+        return cls(lambda: pooled_client(timeout))
 
     @classmethod
     def single(cls, client: httpx.AsyncClient) -> ClientShards:

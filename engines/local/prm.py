@@ -54,7 +54,7 @@ import httpx
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
-from engines.client_shards import PER_SHARD, ClientShards
+from engines.client_shards import ClientShards
 from engines.http_errors import post_json
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
@@ -288,17 +288,12 @@ class RemotePrm:
         self.url = base_url.rstrip("/") + "/pooling"
         self.step_tag_id = step_tag_id
         self.model = model
-        if client is not None:
-            self._shards = ClientShards.single(client)
-        else:
-            timeout = httpx.Timeout(timeout_s, connect=min(5.0, timeout_s))
-            # Many searches score at once: small pools (engines/client_shards.py).
-            self._shards = ClientShards(
-                lambda: httpx.AsyncClient(
-                    timeout=timeout,
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=PER_SHARD),
-                )
-            )
+        # Many searches score at once: small pools (engines/client_shards.py).
+        self._shards = (
+            ClientShards.single(client)
+            if client is not None
+            else ClientShards.with_timeout(httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+        )
 
     async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         if not sequences:

@@ -42,7 +42,7 @@ from core.errors import (
     InvalidRequest,
     UpstreamError,
 )
-from engines.client_shards import PER_SHARD, ClientShards
+from engines.client_shards import ClientShards, pooled_client
 from engines.http_errors import transport_error
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
@@ -112,22 +112,15 @@ class RemoteEngine:
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
         tokens = TokenizerTokens.for_settings(settings)
         remote = settings.remote
-
-        def make() -> httpx.AsyncClient:
-            return httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
-                # Admission control bounds concurrency; a pool must not queue behind it.
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=PER_SHARD),
-            )
-
-        client = make()
+        timeout = httpx.Timeout(None, connect=remote.connect_timeout_s)
+        client = pooled_client(timeout)
         engine = cls(
             remote,
             model_name=settings.model_name,
             tokens=tokens,
             probe=probe_text(tokens, settings.think_start, settings.think_end),
             client=client,
-            shards=ClientShards(make),
+            shards=ClientShards.with_timeout(timeout),
         )
         try:
             await engine._first_admission()

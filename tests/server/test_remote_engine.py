@@ -9,6 +9,7 @@ in the modules marked ``engines("local", "remote")``.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -144,13 +145,13 @@ def _vllm_counts(stack: RemoteStack) -> dict[str, float]:
     block size each reports (``vllm:cache_config_info``)."""
     out = {"prompt": 0.0, "hits": 0.0}
     for r in stack.replicas:
-        for line in httpx.get(f"{r.url}/metrics", timeout=10).text.splitlines():
-            if line.startswith("vllm:prompt_tokens_total"):
-                out["prompt"] += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("vllm:prefix_cache_hits_total"):
-                out["hits"] += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("vllm:cache_config_info"):
-                out[f"block {r.url}"] = float(line.split('block_size="', 1)[1].split('"', 1)[0])
+        counts = r.metrics()
+        out["prompt"] += counts["vllm:prompt_tokens_total"]
+        out["hits"] += counts["vllm:prefix_cache_hits_total"]
+        text = httpx.get(f"{r.url}/metrics", timeout=10).text
+        block = re.search(r'^vllm:cache_config_info\{[^}]*block_size="(\d+)"', text, re.M)
+        if block is not None:
+            out[f"block {r.url}"] = float(block.group(1))
     return out
 
 
