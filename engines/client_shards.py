@@ -2,14 +2,15 @@
 the PRM server's scoring).
 
 httpcore 1.0's pool walks every connection it holds whenever a request starts or ends,
-counting idle connections once per connection (quadratic) and polling each idle socket
-(encode/httpcore#1035, unmerged in 1.0.9). Past about 20 connections in one pool the walk
-costs more than the request: on 2 cores, one pool at 32 requests in flight took 7 ms of
-client CPU per request, two pools 1.8 ms, one pool at 16 in flight 1.9 ms; behind
+counting idle connections once per idle connection (quadratic) and polling each idle
+socket (encode/httpcore#1035, unmerged in 1.0.9). With many connections kept alive the
+walk outgrows the request: one pool keeping 64 alive took 4.2 ms of client CPU per call
+at 32 calls in flight and 11.7 ms at 64, against 1.5 and 1.2 ms through these shards
+(``thinkgate bench client-pools``: benchmarks/results/client-pools.md); behind
 ``--engine remote``, particle filtering at 16 questions in flight spent about half of the
 gateway's busy samples in that walk (py-spy). So a shard takes at most ``per_shard``
-requests at once: a call goes to the least busy shard, and a new shard opens when every
-shard is full.
+calls at once and keeps as many alive: a call goes to the least busy shard, and a new
+shard opens when every shard is full.
 """
 
 from __future__ import annotations
