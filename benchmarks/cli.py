@@ -35,7 +35,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
-    "client-pools": ("benchmarks.client_pools", "client CPU per call: one httpx pool vs shards"),
+    "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),
 }
 
 

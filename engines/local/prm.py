@@ -54,7 +54,7 @@ import httpx
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
-from engines.client_shards import ClientShards
+from engines.calls import Timeouts, calls_over
 from engines.http_errors import post_json
 from engines.local import engine_wait, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
@@ -288,12 +288,8 @@ class RemotePrm:
         self.url = base_url.rstrip("/") + "/pooling"
         self.step_tag_id = step_tag_id
         self.model = model
-        # Many searches score at once: small pools (engines/client_shards.py).
-        self._shards = (
-            ClientShards.single(client)
-            if client is not None
-            else ClientShards.with_timeout(httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
-        )
+        # Many searches score at once: aiohttp's cheap calls (engines/calls.py).
+        self._calls = calls_over(client, Timeouts.of(timeout_s))
 
     async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         if not sequences:
@@ -304,8 +300,7 @@ class RemotePrm:
         }
         if self.model is not None:
             body["model"] = self.model
-        async with self._shards.client() as client:
-            data = await post_json(client, self.url, body, "PRM server")
+        data = await post_json(self._calls, self.url, body, "PRM server")
         try:
             items = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
             pooled = [item["data"] for item in items]
@@ -321,4 +316,4 @@ class RemotePrm:
         ]
 
     async def aclose(self) -> None:
-        await self._shards.aclose()
+        await self._calls.aclose()

@@ -42,7 +42,7 @@ from core.errors import (
     InvalidRequest,
     UpstreamError,
 )
-from engines.client_shards import ClientShards, pooled_client
+from engines.calls import AiohttpCalls, CallFailed, Calls, HttpxCalls, Timeouts
 from engines.http_errors import transport_error
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
@@ -57,7 +57,7 @@ AFFINITY_HEADER: Final = "X-Session-ID"
 # A connection that breaks as it opens can surface from httpcore's anyio backend as an
 # AttributeError (it reads the peer name of a socket already gone: ``'NoneType' object
 # has no attribute 'getpeername'``, seen with a replica SIGKILLed under load): a broken
-# connection like any httpx error, not a crash of the request.
+# connection like any httpx error, not a crash of the health check.
 BROKEN: Final = (httpx.HTTPError, AttributeError)
 RETRY_PAUSE_S: Final = 0.25  # before placing a failed call again where it failed
 RETRY_PAUSE_MAX_S: Final = 2.0
@@ -83,15 +83,15 @@ class RemoteEngine:
         tokens: ModelTokens,
         probe: str,
         client: httpx.AsyncClient,
-        shards: ClientShards | None = None,
+        calls: Calls | None = None,
     ) -> None:
         self._settings = settings
         self.model_name = model_name
         self.tokens = tokens
         self._probe = probe
         self._client = client  # health checks and verification
-        # Generation calls, many at once: pools kept small (engines/client_shards.py).
-        self._shards = shards or ClientShards.single(client)
+        # Generation calls, many at once: aiohttp's cheap calls (engines/calls.py).
+        self._calls = calls or HttpxCalls(client)
         self.upstreams = [Upstream(url=url) for url in settings.urls]
         self._reference: ServerFacts | None = None
         self._prefixes = PrefixIndex()
@@ -112,15 +112,14 @@ class RemoteEngine:
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
         tokens = TokenizerTokens.for_settings(settings)
         remote = settings.remote
-        timeout = httpx.Timeout(None, connect=remote.connect_timeout_s)
-        client = pooled_client(timeout)
+        client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=remote.connect_timeout_s))
         engine = cls(
             remote,
             model_name=settings.model_name,
             tokens=tokens,
             probe=probe_text(tokens, settings.think_start, settings.think_end),
             client=client,
-            shards=ClientShards.with_timeout(timeout),
+            calls=AiohttpCalls(Timeouts(connect=remote.connect_timeout_s, read=None)),
         )
         try:
             await engine._first_admission()
@@ -270,7 +269,7 @@ class RemoteEngine:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        await self._shards.aclose()
+        await self._calls.aclose()
         await self._client.aclose()
 
     # --- what strategies and routes read
@@ -491,16 +490,13 @@ class RemoteEngine:
         assert up.facts is not None
         payload = self._body(up, request, stream=False)
         try:
-            async with self._shards.client() as client:
-                answer = await client.post(
-                    f"{up.url}{PATHS[up.facts.protocol]}",
-                    content=orjson.dumps(payload),
-                    headers=_headers(request),
-                )
-            data = answer.json() if answer.content else {}
-        except (*BROKEN, ValueError) as exc:
+            answer = await self._calls.post(
+                f"{up.url}{PATHS[up.facts.protocol]}", orjson.dumps(payload), _headers(request)
+            )
+            data = orjson.loads(answer.content) if answer.content else {}
+        except (CallFailed, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
-        _raise_for_status(up, answer.status_code, data)
+        _raise_for_status(up, answer.status, data)
         s = request.sampling
         return samples(
             up.facts.protocol,
@@ -521,19 +517,13 @@ class RemoteEngine:
         payload = self._body(up, request, stream=True)
         finished: set[int] = set()
         try:
-            async with (
-                self._shards.client() as client,
-                client.stream(
-                    "POST",
-                    f"{up.url}{PATHS[protocol]}",
-                    content=orjson.dumps(payload),
-                    headers=_headers(request),
-                ) as answer,
-            ):
-                if answer.status_code != 200:
-                    raw = await answer.aread()
-                    _raise_for_status(up, answer.status_code, _loads(raw))
-                async for line in answer.aiter_lines():
+            async with self._calls.stream(
+                f"{up.url}{PATHS[protocol]}", orjson.dumps(payload), _headers(request)
+            ) as answer:
+                if answer.status != 200:
+                    raw = await answer.read()
+                    _raise_for_status(up, answer.status, _loads(raw))
+                async for line in answer.lines():
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
@@ -554,7 +544,7 @@ class RemoteEngine:
                         if delta.finish_reason is not None:
                             finished.add(delta.index)
                         yield delta
-        except BROKEN as exc:
+        except CallFailed as exc:
             raise _transport_failure(up, exc) from exc
         if len(finished) != request.sampling.n:
             raise UpstreamFailed(
@@ -623,10 +613,8 @@ def _transport_failure(up: Upstream, exc: Exception) -> UpstreamFailed:
     """A connection that could not open or broke, or an answer that is not JSON: the
     server is gone or going (503, ejected), whatever the wire error's own status."""
     source = f"vLLM server {up.url}"
-    if isinstance(exc, httpx.HTTPError):
+    if isinstance(exc, CallFailed):
         message = transport_error(source, exc).message
-    elif isinstance(exc, AttributeError):
-        message = f"{source}: the connection broke as it opened ({exc})"
     else:
         message = f"{source} answered with invalid JSON: {exc}"
     return UpstreamFailed(BackendUnavailable(message), eject=True)

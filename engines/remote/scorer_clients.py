@@ -3,8 +3,8 @@
 and an external verifier (``VerifierClient``, what ``strategies.scorers.VerifierScorer``
 calls). Transport only: texts or token ids in, numbers out; what a sample's texts are
 and whether the numbers fit the samples is the scorers' business. Both post through
-``engines.http_errors.post_json``, the one place an HTTP failure is mapped onto the
-error tree (the remote engine maps its transport failures there too).
+``engines.http_errors.post_json`` (over ``engines.calls``), the one place an HTTP failure
+is mapped onto the error tree (the remote engine maps its transport failures there too).
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ from collections.abc import Sequence
 import httpx
 
 from core.errors import BackendError
+from engines.calls import Timeouts, calls_over
 from engines.http_errors import post_json
-
-
-def _timeout(seconds: float) -> httpx.Timeout:
-    return httpx.Timeout(seconds, connect=min(5.0, seconds))
 
 
 class RemoteClassify:
@@ -38,15 +35,13 @@ class RemoteClassify:
     ) -> None:
         self.url = base_url.rstrip("/") + "/classify"
         self.model = model
-        self._client = client or httpx.AsyncClient(
-            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
-        )
+        self._calls = calls_over(client, Timeouts.of(timeout_s))
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
         body: dict[str, object] = {"input": [list(s) for s in sequences], "use_activation": False}
         if self.model is not None:
             body["model"] = self.model
-        data = await post_json(self._client, self.url, body, "reward server")
+        data = await post_json(self._calls, self.url, body, "reward server")
         try:
             rows = sorted(data["data"], key=lambda r: r["index"])  # type: ignore[index]
             return [float(r["probs"][0]) for r in rows]
@@ -54,7 +49,7 @@ class RemoteClassify:
             raise BackendError("reward server answered in an unexpected shape") from exc
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._calls.aclose()
 
 
 class VerifierClient:
@@ -66,15 +61,13 @@ class VerifierClient:
         self, url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
     ) -> None:
         self.url = url
-        self._client = client or httpx.AsyncClient(
-            timeout=_timeout(timeout_s), limits=httpx.Limits(max_connections=16)
-        )
+        self._calls = calls_over(client, Timeouts.of(timeout_s))
 
     async def verify(
         self, prompt: str, responses: Sequence[str], reasoning: Sequence[str]
     ) -> list[float]:
         body = {"prompt": prompt, "responses": list(responses), "reasoning": list(reasoning)}
-        data = await post_json(self._client, self.url, body, "verifier")
+        data = await post_json(self._calls, self.url, body, "verifier")
         scores = data.get("scores") if isinstance(data, dict) else None
         if not isinstance(scores, list) or not all(
             isinstance(s, int | float) and not isinstance(s, bool) for s in scores
@@ -83,4 +76,4 @@ class VerifierClient:
         return [float(s) for s in scores]
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._calls.aclose()

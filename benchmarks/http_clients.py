@@ -1,10 +1,11 @@
-"""``thinkgate bench client-pools``: client CPU per call, one httpx pool against shards.
+"""``thinkgate bench http-clients``: client CPU per call, httpx against aiohttp.
 
 An echo server (uvicorn, each answer after ``--latency-ms``, standing in for an engine)
 in its own process; this process keeps ``C`` calls in flight for ``--seconds`` through
-one ``httpx.AsyncClient`` (as the remote engine did) or through ``ClientShards`` (pools
-of at most 8 calls: engines/client_shards.py), alternating, and reads its own CPU time
-per call. Writes benchmarks/results/client-pools.md.
+one ``httpx.AsyncClient`` (64 connections kept alive: the remote engine's client before
+``engines.calls``) or through ``engines.calls.AiohttpCalls`` (what the remote engine and
+the PRM client use), alternating, and reads its own CPU time per call. Writes
+benchmarks/results/http-clients.md.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 from benchmarks.out_paths import beside
 from benchmarks.servers import ROOT, free_port, machine
-from engines.client_shards import ClientShards
+from engines.calls import AiohttpCalls, Calls, HttpxCalls, Timeouts
 
 RESULTS = ROOT / "benchmarks" / "results"
-KINDS = ("one pool", "shards")
-ONE_POOL_KEEPALIVE = 64  # the remote engine's single pool kept 64 connections alive
+KINDS = ("httpx", "aiohttp")
+KEEPALIVE = 64  # the remote engine's httpx pool kept 64 connections alive
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,25 +64,24 @@ def serve_echo(port: int, latency_ms: float) -> None:
     uvicorn.run(_echo, host="127.0.0.1", port=port, log_level="warning")
 
 
-async def measure(
-    url: str, shards: ClientShards, in_flight: int, seconds: float
-) -> tuple[float, float]:
+async def measure(url: str, kind: str, in_flight: int, seconds: float) -> tuple[float, float]:
     """(client CPU ms per call, calls per second) with ``in_flight`` calls kept going."""
     calls = 0
     stop = time.monotonic() + seconds
 
+    client: Calls = _calls(kind)
+
     async def loop() -> None:
         nonlocal calls
         while time.monotonic() < stop:
-            async with shards.client() as client:
-                answer = await client.post(url, content=b'{"prompt": [1, 2, 3]}')
-            answer.json()
+            answer = await client.post(url, b'{"prompt": [1, 2, 3]}', HEADERS_OUT)
+            orjson.loads(answer.content)
             calls += 1
 
     cpu = time.process_time()
     await asyncio.gather(*(loop() for _ in range(in_flight)))
     cpu = time.process_time() - cpu
-    await shards.aclose()
+    await client.aclose()
     return 1e3 * cpu / calls, calls / seconds
 
 
@@ -96,20 +97,35 @@ def _wait_ready(url: str, timeout_s: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-def _shards(kind: str, timeout: httpx.Timeout) -> ClientShards:
-    if kind == "shards":
-        return ClientShards.with_timeout(timeout)
-    # One pool for every call, as the remote engine had it before the shards.
+HEADERS_OUT = {"content-type": "application/json"}
+
+
+def _calls(kind: str) -> Calls:
+    if kind == "aiohttp":
+        return AiohttpCalls(Timeouts(connect=None, read=None))
+    # One pool for every call, as the remote engine had it before engines.calls (made in
+    # the running loop: httpx binds its pool to it).
     one = httpx.AsyncClient(
-        timeout=timeout,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=ONE_POOL_KEEPALIVE),
+        timeout=httpx.Timeout(None),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE),
     )
-    return ClientShards(lambda: one, max_shards=1)
+    return _Owned(one)
+
+
+class _Owned(HttpxCalls):
+    """httpx calls that close their client."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        super().__init__(client)
+        self._own = client
+
+    async def aclose(self) -> None:
+        await self._own.aclose()
 
 
 def run(args: argparse.Namespace) -> list[Row]:
     port = free_port()
-    code = f"from benchmarks.client_pools import serve_echo; serve_echo({port}, {args.latency_ms})"
+    code = f"from benchmarks.http_clients import serve_echo; serve_echo({port}, {args.latency_ms})"
     server = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     url = f"http://127.0.0.1:{port}/x"
     rows: list[Row] = []
@@ -118,8 +134,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         for in_flight in (int(c) for c in args.in_flight.split(",")):
             for rnd in range(args.rounds):
                 for kind in KINDS if rnd % 2 == 0 else KINDS[::-1]:
-                    shards = _shards(kind, httpx.Timeout(None))
-                    ms, rate = asyncio.run(measure(url, shards, in_flight, args.seconds))
+                    ms, rate = asyncio.run(measure(url, kind, in_flight, args.seconds))
                     rows.append(Row(in_flight=in_flight, kind=kind, cpu_ms=ms, calls_s=rate))
                     print(f"{in_flight:4d} in flight, {kind}: {ms:.2f} ms CPU per call", flush=True)
     finally:
@@ -136,34 +151,33 @@ def _cell(rows: Sequence[Row], in_flight: int, kind: str) -> tuple[list[float], 
 
 def report(rows: Sequence[Row], args: argparse.Namespace) -> str:
     lines = [
-        "# Client CPU per call: one httpx pool against pools of at most 8",
+        "# Client CPU per call: httpx against aiohttp",
         "",
-        "`thinkgate bench client-pools`: an echo server answering after "
+        "`thinkgate bench http-clients`: an echo server answering after "
         f"{args.latency_ms:g} ms (uvicorn, its own process); this process keeps the calls in "
-        f"flight for {args.seconds:g} s per cell through one httpx pool (unbounded "
-        f"connections, {ONE_POOL_KEEPALIVE} kept alive: the remote engine's until the shards) "
-        "or through `ClientShards` "
-        "(engines/client_shards.py: a new pool whenever every pool holds 8 calls), "
-        f"{args.rounds} alternating rounds; CPU per call: median (range).",
+        f"flight for {args.seconds:g} s per cell through one `httpx.AsyncClient` (unbounded "
+        f"connections, {KEEPALIVE} kept alive: the remote engine's before `engines.calls`) "
+        "or through `engines.calls.AiohttpCalls` (what the remote engine's generation and "
+        f"the PRM client use), {args.rounds} alternating rounds; CPU per call: median (range).",
         "",
-        "| calls in flight | one pool: ms CPU per call | shards | one pool / shards | "
-        "one pool: calls/s | shards: calls/s |",
+        "| calls in flight | httpx: ms CPU per call | aiohttp | httpx / aiohttp | "
+        "httpx: calls/s | aiohttp: calls/s |",
         "|---|---|---|---|---|---|",
     ]
     for c in dict.fromkeys(r.in_flight for r in rows):
-        one, one_rate = _cell(rows, c, "one pool")
-        sharded, sharded_rate = _cell(rows, c, "shards")
-        ratio = statistics.median(one) / statistics.median(sharded)
+        slow, slow_rate = _cell(rows, c, "httpx")
+        fast, fast_rate = _cell(rows, c, "aiohttp")
+        ratio = statistics.median(slow) / statistics.median(fast)
         lines.append(
-            f"| {c} | {_med(one)} | {_med(sharded)} | {ratio:.2f}x | "
-            f"{one_rate:.0f} | {sharded_rate:.0f} |"
+            f"| {c} | {_med(slow)} | {_med(fast)} | {ratio:.2f}x | "
+            f"{slow_rate:.0f} | {fast_rate:.0f} |"
         )
     lines += [
         "",
         f"Machine: {machine()}. The server shares the cores, so calls per second move with "
         "the client's CPU; the CPU per call is this process's alone.",
         "",
-        "Command: `.venv/bin/python -m benchmarks.client_pools " + " ".join(args.argv) + "`",
+        "Command: `.venv/bin/python -m benchmarks.http_clients " + " ".join(args.argv) + "`",
         "",
     ]
     return "\n".join(lines)
@@ -174,12 +188,12 @@ def _med(xs: Sequence[float]) -> str:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="thinkgate bench client-pools")
+    p = argparse.ArgumentParser(prog="thinkgate bench http-clients")
     p.add_argument("--in-flight", default="8,16,32,64")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--latency-ms", type=float, default=50.0)
-    p.add_argument("--out", default=str(RESULTS / "client-pools"))
+    p.add_argument("--out", default=str(RESULTS / "http-clients"))
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args

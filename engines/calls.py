@@ -1,0 +1,238 @@
+"""The HTTP client of the calls the gateway makes many at once: generation on vLLM servers
+(``--engine remote``) and step scoring on a PRM server (``--prm-url``).
+
+Why aiohttp and not httpx here: a particle-filtering question behind servers is about a
+hundred small calls (a step of every path, then the PRM), and httpx spent 1.4-1.7 ms of
+the gateway's CPU on each (its pool, anyio streams, h11; 10 ms at 64 in flight through
+one pool, 1.2-1.5 ms through pools of 8), aiohttp 0.23-0.31 ms, against the same echo
+server at 8 to 64 calls in flight (``thinkgate bench http-clients``:
+benchmarks/results/http-clients.md). On a host whose cores also run the engines, that
+CPU is taken from them. Health checks, admission and the reward/verifier clients stay on
+httpx: they are rare.
+
+``Calls`` is what the remote engine and ``RemotePrm`` use: ``AiohttpCalls`` in the server,
+``HttpxCalls`` over a given ``httpx.AsyncClient`` (tests that script the wire with
+``httpx.MockTransport``). Both raise ``CallFailed`` when no answer comes (a connection
+that cannot open or breaks, a read past its time); an error status is an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, Protocol
+
+import httpx
+
+if TYPE_CHECKING:
+    import aiohttp
+
+FailureKind = Literal["connect", "timeout", "broken"]
+
+# Below uvicorn's 5 s keep-alive (vLLM's server): the gateway drops an idle connection
+# before the server does, so a call never goes out on a socket the server is closing.
+KEEPALIVE_S: Final = 4.0
+
+
+class CallFailed(Exception):
+    """No answer: ``connect`` (could not open), ``timeout`` (a read ran past its time),
+    ``broken`` (the connection broke off)."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds to open a connection, and to wait for each read (None: no limit)."""
+
+    connect: float | None
+    read: float | None
+
+    @classmethod
+    def of(cls, seconds: float) -> Timeouts:
+        """A scorer's: ``seconds`` per read, at most 5 of them to connect."""
+        return cls(connect=min(5.0, seconds), read=seconds)
+
+
+class StreamedAnswer(Protocol):
+    status: int
+
+    async def read(self) -> bytes: ...
+
+    def lines(self) -> AsyncIterator[str]: ...
+
+
+class Calls(Protocol):
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Answer: ...
+
+    def stream(
+        self, url: str, content: bytes, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[StreamedAnswer]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def calls_over(client: httpx.AsyncClient | None, timeouts: Timeouts) -> Calls:
+    """The given client's calls (tests), else the server's own."""
+    return AiohttpCalls(timeouts) if client is None else HttpxCalls(client)
+
+
+# --- aiohttp (the server's)
+
+
+class AiohttpCalls:
+    """One aiohttp session (opened on first use, in the running loop), connections
+    unbounded: the gateway's admission control bounds the calls, a pool must not queue
+    behind it."""
+
+    def __init__(self, timeouts: Timeouts) -> None:
+        self._timeouts = timeouts
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_S
+                ),
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=None,
+                    sock_connect=self._timeouts.connect,
+                    sock_read=self._timeouts.read,
+                ),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Answer:
+        with _mapped():
+            async with self._open().post(url, data=content, headers=dict(headers)) as r:
+                return Answer(status=r.status, content=await r.read())
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, content: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[StreamedAnswer]:
+        with _mapped():
+            async with self._open().post(url, data=content, headers=dict(headers)) as r:
+                yield _AiohttpStream(r)
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+class _AiohttpStream:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._r = response
+        self.status = response.status
+
+    async def read(self) -> bytes:
+        with _mapped():
+            return await self._r.read()
+
+    async def lines(self) -> AsyncIterator[str]:
+        with _mapped():
+            async for raw in self._r.content:
+                yield raw.decode().rstrip("\r\n")
+
+
+class _mapped:
+    """aiohttp's failures as ``CallFailed`` (a context manager, so generators use it too)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
+        if exc is None or isinstance(exc, (CallFailed, GeneratorExit, asyncio.CancelledError)):
+            return False
+        failure = _failure(exc)
+        if failure is None:
+            return False
+        raise failure from exc
+
+
+def _failure(exc: BaseException) -> CallFailed | None:
+    import aiohttp
+
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+        return CallFailed("connect", text)
+    if isinstance(exc, aiohttp.SocketTimeoutError | TimeoutError):
+        return CallFailed("timeout", text)
+    if isinstance(exc, aiohttp.ClientError | ConnectionError):
+        return CallFailed("broken", text)
+    return None
+
+
+# --- httpx (a given client: tests with a mock transport)
+
+
+class HttpxCalls:
+    """``Calls`` over a given ``httpx.AsyncClient``; closing leaves the client open."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Answer:
+        try:
+            r = await self._client.post(url, content=content, headers=dict(headers))
+        except (httpx.HTTPError, AttributeError) as exc:
+            raise _httpx_failure(exc) from exc
+        return Answer(status=r.status_code, content=r.content)
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, content: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[StreamedAnswer]:
+        try:
+            async with self._client.stream(
+                "POST", url, content=content, headers=dict(headers)
+            ) as r:
+                yield _HttpxStream(r)
+        except (httpx.HTTPError, AttributeError) as exc:
+            raise _httpx_failure(exc) from exc
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _HttpxStream:
+    def __init__(self, response: httpx.Response) -> None:
+        self._r = response
+        self.status = response.status_code
+
+    async def read(self) -> bytes:
+        return await self._r.aread()
+
+    async def lines(self) -> AsyncIterator[str]:
+        async for line in self._r.aiter_lines():
+            yield line
+
+
+def _httpx_failure(exc: Exception) -> CallFailed:
+    # A connection that breaks as it opens can surface from httpcore's anyio backend as
+    # an AttributeError (the peer name of a socket already gone).
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return CallFailed("connect", text)
+    if isinstance(exc, httpx.TimeoutException):
+        return CallFailed("timeout", text)
+    return CallFailed("broken", text)
