@@ -113,8 +113,9 @@ class AiohttpCalls:
                     sock_connect=self._timeouts.connect,
                     sock_read=self._timeouts.read,
                 ),
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
+                # Ask for no compression (the bodies are small and local; a proxy in front
+                # of the fleet would otherwise gzip them), and decode it if it comes anyway.
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
         return self._session
 

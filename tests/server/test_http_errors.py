@@ -6,6 +6,7 @@ cancelled."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -128,6 +129,33 @@ async def test_aiohttp_answers_and_error_statuses(
     finally:
         await calls.aclose()
     assert len(seen) == 3
+
+
+async def test_aiohttp_asks_for_no_compression_and_reads_it_anyway(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    """A proxy in front of the fleet may gzip what it is not told to leave alone."""
+    heads: list[bytes] = []
+
+    async def gzipping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head.lower())
+        body = gzip.compress(b'{"ok": true}')
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\nconnection: close\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    url = await serve(gzipping)
+    calls = AiohttpCalls(Timeouts(connect=2, read=2))
+    try:
+        assert await post_json(calls, url, {}, "svc") == {"ok": True}
+    finally:
+        await calls.aclose()
+    assert b"accept-encoding" not in heads[0]
 
 
 async def test_aiohttp_refused_is_connect() -> None:
