@@ -1,5 +1,6 @@
 """The HTTP client of the calls the gateway makes many at once: generation on vLLM servers
-(``--engine remote``) and step scoring on a PRM server (``--prm-url``).
+(``--engine remote``) and step scoring on a PRM server (``--prm-url``); the reward and
+verifier clients (``engines/remote/scorer_clients.py``) post through it too.
 
 Why aiohttp and not httpx here: a particle-filtering question behind servers is about a
 hundred small calls (a step of every path, then the PRM), and httpx spent 1.4-1.7 ms of
@@ -7,13 +8,14 @@ the gateway's CPU on each (its pool, anyio streams, h11; 10 ms at 64 in flight t
 one pool, 1.2-1.5 ms through pools of 8), aiohttp 0.23-0.31 ms, against the same echo
 server at 8 to 64 calls in flight (``thinkgate bench http-clients``:
 benchmarks/results/http-clients.md). On a host whose cores also run the engines, that
-CPU is taken from them. Health checks, admission and the reward/verifier clients stay on
+CPU is taken from them. The remote engine's health checks and start-up checks stay on
 httpx: they are rare.
 
-``Calls`` is what the remote engine and ``RemotePrm`` use: ``AiohttpCalls`` in the server,
-``HttpxCalls`` over a given ``httpx.AsyncClient`` (tests that script the wire with
-``httpx.MockTransport``). Both raise ``CallFailed`` when no answer comes (a connection
-that cannot open or breaks, a read past its time); an error status is an answer.
+``Calls`` is what the remote engine, ``RemotePrm`` and the scorer clients use:
+``AiohttpCalls`` in the server, ``HttpxCalls`` over a given ``httpx.AsyncClient`` (tests
+that script the wire with ``httpx.MockTransport``). Both raise ``CallFailed`` when no
+answer comes (a connection that cannot open or breaks, a read past its time); an error
+status is an answer.
 """
 
 from __future__ import annotations
