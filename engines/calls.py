@@ -20,7 +20,6 @@ status is an answer.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -104,7 +103,7 @@ class AiohttpCalls:
     def _open(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        if self._session is None or self._session.closed:
+        if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_S
@@ -164,12 +163,11 @@ class _mapped:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> Literal[False]:
-        if exc is None or isinstance(exc, (CallFailed, GeneratorExit, asyncio.CancelledError)):
-            return False
-        failure = _failure(exc)
-        if failure is None:
-            return False
-        raise failure from exc
+        # Anything else (a cancellation, the caller's own errors) passes through as it is.
+        failure = None if exc is None else _failure(exc)
+        if failure is not None:
+            raise failure from exc
+        return False
 
 
 def _failure(exc: BaseException) -> CallFailed | None:
@@ -225,9 +223,8 @@ class _HttpxStream:
     async def read(self) -> bytes:
         return await self._r.aread()
 
-    async def lines(self) -> AsyncIterator[str]:
-        async for line in self._r.aiter_lines():
-            yield line
+    def lines(self) -> AsyncIterator[str]:
+        return self._r.aiter_lines()
 
 
 def _httpx_failure(exc: Exception) -> CallFailed:

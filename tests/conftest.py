@@ -241,10 +241,15 @@ class Replica:
         if self.process is not None:
             _stop(self.process)
 
-    def metrics(self) -> dict[str, float]:
-        """vLLM's own /metrics samples (``vllm:num_requests_running{...}`` etc.)."""
+    def metrics_text(self) -> str:
+        """vLLM's own /metrics, as it answers."""
+        return httpx.get(f"{self.url}/metrics", timeout=10).text
+
+    def metrics(self, text: str | None = None) -> dict[str, float]:
+        """vLLM's own /metrics samples summed by name over their labels
+        (``vllm:num_requests_running`` etc.); ``text``: an answer already read."""
         out: dict[str, float] = {}
-        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+        for line in (self.metrics_text() if text is None else text).splitlines():
             if line and not line.startswith("#"):
                 key, _, value = line.rpartition(" ")
                 out[key.split("{")[0]] = out.get(key.split("{")[0], 0.0) + float(value)

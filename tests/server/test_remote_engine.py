@@ -145,10 +145,10 @@ def _vllm_counts(stack: RemoteStack) -> dict[str, float]:
     block size each reports (``vllm:cache_config_info``)."""
     out = {"prompt": 0.0, "hits": 0.0}
     for r in stack.replicas:
-        counts = r.metrics()
+        text = r.metrics_text()
+        counts = r.metrics(text)
         out["prompt"] += counts["vllm:prompt_tokens_total"]
         out["hits"] += counts["vllm:prefix_cache_hits_total"]
-        text = httpx.get(f"{r.url}/metrics", timeout=10).text
         block = re.search(r'^vllm:cache_config_info\{[^}]*block_size="(\d+)"', text, re.M)
         if block is not None:
             out[f"block {r.url}"] = float(block.group(1))
