@@ -25,6 +25,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "router": ("benchmarks.router", "behind vllm-router vs own balancer; a replica killed"),
     "reliability": ("benchmarks.reliability", "overload, faults, drain, restarts, fuzz, soak"),
     "engine-wait": ("benchmarks.engine_wait", "vLLM's 1 s engine spin vs 1 ms, on CPU"),
+    "executor": ("benchmarks.executor", "model in the engine core vs a worker process, CPU"),
     "stream-gaps": ("benchmarks.stream_gaps", "token gaps: engine ring recheck 20 ms vs 2 ms"),
     "confidence": ("benchmarks.confidence", "DeepConf: accuracy vs tokens, online early stop"),
     "confidence-grid": ("benchmarks.confidence_grid", "DeepConf defaults chosen on validation"),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from engines.local import executor
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -62,10 +64,21 @@ def free_port() -> int:
 
 @contextmanager
 def serve(
-    cmd: Sequence[str], *, ready_path: str, log: Path, timeout_s: float = 900.0, port: int
+    cmd: Sequence[str],
+    *,
+    ready_path: str,
+    log: Path,
+    timeout_s: float = 900.0,
+    port: int,
+    cpu_engine_in_core: bool = False,
 ) -> Iterator[ServerUrl]:
-    """Run ``cmd`` (a server on 127.0.0.1:``port``) until the block ends; yields its URL."""
+    """Run ``cmd`` (a server on 127.0.0.1:``port``) until the block ends; yields its URL.
+    ``cpu_engine_in_core``: a vLLM server gets the executor ``thinkgate serve`` and
+    ``thinkgate replica`` use on CPU (engines/local/executor.py), so that both sides of a
+    comparison run the same engine."""
     env = dict(os.environ)
+    if cpu_engine_in_core:
+        executor.replica_env(env, on_cpu=executor.on_cpu())
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +156,7 @@ def vllm_server(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]
         "--enforce-eager",
         *args,
     ]
-    with serve(cmd, ready_path="/health", log=log, port=port) as url:
+    with serve(cmd, ready_path="/health", log=log, port=port, cpu_engine_in_core=True) as url:
         yield url
 
 

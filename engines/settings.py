@@ -21,6 +21,7 @@ class LocalEngineSettings:
     block_size: int | None = None
     enforce_eager: bool
     engine_spin_ms: float | None
+    executor: Literal["auto", "uni", "mp"] = "auto"
     gpu_memory_utilization: float
     tensor_parallel_size: int
     seed: int

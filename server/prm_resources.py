@@ -152,6 +152,7 @@ async def process_reward_model(
         gpu_memory_utilization=settings.prm_gpu_memory_utilization,
         seed=settings.seed,
         spin_ms=settings.engine_spin_ms,
+        executor_choice=settings.executor,
     )
     stack.push_async_callback(prm.aclose)
     log.info("prm.local", path=str(path), step_tag_id=prm.step_tag_id)

@@ -127,6 +127,7 @@ async def _reward_model(
         gpu_memory_utilization=settings.reward_gpu_memory_utilization,
         seed=settings.seed,
         spin_ms=settings.engine_spin_ms,
+        executor_choice=settings.executor,
     )
     stack.push_async_callback(reward.aclose)
     log.info("scoring.reward.local", path=str(path))

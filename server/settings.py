@@ -123,8 +123,14 @@ class Settings(BaseSettings):
     resubmits), vLLM's own elsewhere."""
     engine_spin_ms: float | None = Field(default=None, ge=0)
     """Local engine: milliseconds vLLM's engine processes spin waiting for each other's next
-    step before they sleep; None: 1 on a CPU host (vLLM's 1000 there takes a core from the
+    step before they sleep (only where a worker process runs the model: ``--executor mp``,
+    tensor parallelism); None: 1 on a CPU host (vLLM's 1000 there takes a core from the
     work), vLLM's own elsewhere. vLLM's processes read it from THINKGATE_ENGINE_SPIN_MS."""
+    executor: Literal["auto", "uni", "mp"] = "auto"
+    """Local engines (generator, reward, PRM): where vLLM runs the model. ``uni``: inside
+    the engine core process; ``mp``: in a worker process of its own (vLLM's CPU default,
+    every step handed over twice through shared memory); ``auto``: ``uni`` on a CPU host
+    with one worker, vLLM's own choice elsewhere."""
     enforce_eager: bool = True
     """Local engine: no CUDA graphs / compilation (what CPU needs; off on GPU for speed)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
@@ -333,6 +339,10 @@ class Settings(BaseSettings):
             raise ValueError("engine 'remote' needs vllm_urls (--vllm-urls URL[,URL...])")
         if len(set(self.vllm_urls)) != len(self.vllm_urls):
             raise ValueError("vllm_urls lists a server twice")
+        if self.executor == "uni" and self.tensor_parallel_size > 1:
+            raise ValueError(
+                "executor 'uni' runs one worker; tensor_parallel_size > 1 needs 'mp' or 'auto'"
+            )
         return self
 
     @property
@@ -345,6 +355,7 @@ class Settings(BaseSettings):
             block_size=self.block_size,
             enforce_eager=self.enforce_eager,
             engine_spin_ms=self.engine_spin_ms,
+            executor=self.executor,
             gpu_memory_utilization=self.gpu_memory_utilization,
             tensor_parallel_size=self.tensor_parallel_size,
             seed=self.seed,

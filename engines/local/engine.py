@@ -29,7 +29,7 @@ from core.engine import (
     TokenLogprob,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
-from engines.local import engine_wait, process_group, stopping
+from engines.local import engine_wait, executor, process_group, stopping
 from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.prefix_cache import block_size
 from engines.local.vllm_logprobs import (
@@ -148,6 +148,11 @@ class LocalEngine:
             enforce_eager=local.enforce_eager,
             gpu_memory_utilization=local.gpu_memory_utilization,
             tensor_parallel_size=local.tensor_parallel_size,
+            distributed_executor_backend=executor.backend(
+                local.executor,
+                on_cpu=current_platform.is_cpu(),
+                world_size=local.tensor_parallel_size,
+            ),
             seed=local.seed,
             trust_remote_code=settings.trust_remote_code,
             disable_log_stats=True,

@@ -91,13 +91,9 @@ def export(spin_ms: float | None) -> None:
     (they read it at start-up). ``None``: :data:`CPU_DEFAULT_MS` on a CPU host, else vLLM's
     own. The same variable is the server's setting, so a value set there arrives here."""
     if spin_ms is None:
-        if not _on_cpu():
+        from engines.local.executor import on_cpu
+
+        if not on_cpu():
             return
         spin_ms = CPU_DEFAULT_MS
     os.environ[ENV] = f"{spin_ms:g}"
-
-
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())

@@ -56,7 +56,7 @@ import structlog
 from core.errors import BackendError, BackendUnavailable
 from engines.calls import Timeouts, calls_over
 from engines.http_errors import post_json
-from engines.local import engine_wait, process_group, stopping
+from engines.local import engine_wait, executor, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
 from engines.local.prefix_cache import block_size
@@ -131,6 +131,7 @@ class PrmEngine:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         spin_ms: float | None = None,
+        executor_choice: executor.Choice = "auto",
     ) -> PrmEngine:
         """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
         ``step_tag_id`` None: the directory's own (``step_tag_of``)."""
@@ -155,6 +156,9 @@ class PrmEngine:
             enforce_eager=enforce_eager,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
+            distributed_executor_backend=executor.backend(
+                executor_choice, on_cpu=current_platform.is_cpu(), world_size=1
+            ),
             disable_log_stats=True,
         )
         log.info("prm.starting", model=model, step_tag_id=tag)

@@ -282,7 +282,7 @@ def main(argv: Sequence[str]) -> int:
     import uvicorn
     from vllm.platforms import current_platform
 
-    from engines.local import engine_wait
+    from engines.local import engine_wait, executor
 
     args = parse_args(argv)
     dtype = args.dtype or ("float32" if current_platform.is_cpu() else "auto")
@@ -296,6 +296,8 @@ def main(argv: Sequence[str]) -> int:
         seed=args.seed,
         # The replica command sets the spin in the environment; None: the CPU default.
         spin_ms=float(os.environ[engine_wait.ENV]) if os.environ.get(engine_wait.ENV) else None,
+        # vLLM's own switch, which the replica command sets on CPU unless told otherwise.
+        executor_choice="mp" if os.environ.get(executor.MULTIPROCESSING_ENV) == "1" else "auto",
     )
     app = build_app(
         prm,

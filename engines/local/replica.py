@@ -50,7 +50,7 @@ from typing import Literal
 
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS
-from engines.local import engine_wait
+from engines.local import engine_wait, executor
 from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.prefix_cache import CPU_BLOCK
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
@@ -96,15 +96,9 @@ def _has(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
-
-
 def detect_runner(model: str, passthrough: Sequence[str]) -> Runner:
     """The model runner vLLM will pick for these arguments (what its config decides)."""
-    if _on_cpu():
+    if executor.on_cpu():
         return "v1"
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -129,7 +123,7 @@ def build_command(
     path = model if model is not None else defaults.installed().model
     rest = list(passthrough)
     chosen = runner or detect_runner(path, rest)
-    on_cpu = _on_cpu() if cpu is None else cpu
+    on_cpu = executor.on_cpu() if cpu is None else cpu
     setup = model_setup(processors, path)
     names = setup.names
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
@@ -193,7 +187,7 @@ def build_prm_command(
         cmd += ["--pooler-config", json.dumps({"step_tag_id": step_tag_of(path)})]
     if length is not None and not _has(rest, "--max-model-len"):
         cmd += ["--max-model-len", str(length)]
-    if _on_cpu() if cpu is None else cpu:
+    if executor.on_cpu() if cpu is None else cpu:
         if not _has(rest, "--dtype"):
             cmd += ["--dtype", "float32"]
         if not _has(rest, "--enforce-eager") and not _has(rest, "--no-enforce-eager"):
@@ -285,10 +279,10 @@ def main(argv: Sequence[str]) -> int:
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # vLLM's engine processes spin a whole core while they wait for each other: on a CPU
     # host that core is taken from the work (engines/local/engine_wait.py).
-    shown: list[str] = []
-    if engine_wait.ENV not in env and _on_cpu():
+    shown = executor.replica_env(env, on_cpu=executor.on_cpu())
+    if engine_wait.ENV not in env and executor.on_cpu():
         env[engine_wait.ENV] = f"{engine_wait.CPU_DEFAULT_MS:g}"
-        shown = [f"{engine_wait.ENV}={env[engine_wait.ENV]}"]
+        shown.append(f"{engine_wait.ENV}={env[engine_wait.ENV]}")
     print(shlex.join([*shown, *cmd]), flush=True)
     if args.dry_run:
         return 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
-from engines.local import engine_wait, process_group, stopping
+from engines.local import engine_wait, executor, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
 
@@ -50,6 +50,7 @@ class RewardEngine:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         spin_ms: float | None = None,
+        executor_choice: executor.Choice = "auto",
     ) -> RewardEngine:
         """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
 
@@ -57,6 +58,7 @@ class RewardEngine:
         generation engine; on CPU each engine has its own ``VLLM_CPU_KVCACHE_SPACE``.
         """
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
@@ -69,6 +71,9 @@ class RewardEngine:
             enforce_eager=enforce_eager,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
+            distributed_executor_backend=executor.backend(
+                executor_choice, on_cpu=current_platform.is_cpu(), world_size=1
+            ),
             disable_log_stats=True,
         )
         log.info("reward.starting", model=model)

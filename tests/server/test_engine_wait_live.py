@@ -39,3 +39,17 @@ def test_engine_processes_rest_once_the_work_is_done(live_server: Any, openai_cl
     time.sleep(0.8)
     used = sum(sum(p.cpu_times()[:2]) - before[p.pid] for p in procs)
     assert used < 0.25, f"engine processes used {used:.2f} s of CPU in 0.8 s of idleness"
+
+
+def test_the_models_run_inside_their_engine_cores(live_server: Any) -> None:
+    """On CPU each engine's model runs in its engine core process (engines/local/executor.py):
+    the generator, the reward model and the PRM each have a core and no worker process,
+    so no step crosses a shared-memory ring."""
+    titles = [
+        " ".join(p.cmdline())
+        for p in psutil.Process(live_server.process.pid).children(recursive=True)
+    ]
+    cores = [t for t in titles if t.startswith("VLLM::EngineCore")]
+    workers = [t for t in titles if "Worker" in t]
+    assert len(cores) == 3, titles
+    assert not workers, titles

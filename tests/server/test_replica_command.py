@@ -96,7 +96,11 @@ def test_cli_prints_the_exact_command() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "server.cli", "replica", "--dry-run", "--port", "8123"],
         cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "THINKGATE_ENGINE_SPIN_MS"},
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("THINKGATE_ENGINE_SPIN_MS", "VLLM_ENABLE_V1_MULTIPROCESSING")
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -104,9 +108,10 @@ def test_cli_prints_the_exact_command() -> None:
     )
     line = done.stdout.strip().splitlines()[-1]
     assert "vllm.entrypoints.openai.api_server" in line and line.endswith("--port 8123")
-    # On CPU the engine processes get the short spin (engines/local/engine_wait.py), shown so
-    # that a team copying the command gets it too.
-    assert line.startswith("THINKGATE_ENGINE_SPIN_MS=1 ")
+    # On CPU the model runs in the engine core (engines/local/executor.py) and the engine
+    # processes get the short spin (engines/local/engine_wait.py), shown so that a team
+    # copying the command gets both too.
+    assert line.startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 THINKGATE_ENGINE_SPIN_MS=1 ")
     assert "--enable-scale-out" in line and "kernels.elastic.vllm_v1:ElasticLogitsProcessor" in line
 
 
