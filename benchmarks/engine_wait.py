@@ -1,7 +1,8 @@
 """``thinkgate bench engine-wait``: vLLM's 1 s engine spin against thinkgate's 1 ms, on CPU.
 
 The gateway is started alternately with ``--engine-spin-ms 1000`` (vLLM's own behaviour)
-and ``--engine-spin-ms 1`` (thinkgate's CPU default, ``engines/local/engine_wait.py``), pairs
+and ``--engine-spin-ms 1`` (thinkgate's CPU default, ``engines/local/engine_wait.py``), both
+with ``--executor mp`` (the worker process whose ring the spin is about), pairs
 A B A B. Each server gets the same load: requests one at a time, then ``--concurrency``
 clients (half streaming, half JSON, 64 tokens each with ``ignore_eos``). Reported per
 run: latency p50/p99/max, wall time for the batch, and the CPU the vLLM engine processes
@@ -66,7 +67,16 @@ def _engine_cpu_s(server: Server) -> float:
 
 
 def measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
-    flags = ("--engine-spin-ms", f"{spin_ms:g}", "--max-inflight-requests", "64")
+    # The spin is that of the ring between an engine core and its worker process, which
+    # only ``--executor mp`` has on CPU (engines/local/executor.py).
+    flags = (
+        "--engine-spin-ms",
+        f"{spin_ms:g}",
+        "--executor",
+        "mp",
+        "--max-inflight-requests",
+        "64",
+    )
     with running(f"engine-wait-{spin_ms:g}", *flags) as server:
         alone, _ = asyncio.run(_load(server.url, 1, args.alone))
         asyncio.run(_load(server.url, args.concurrency, 2 * args.concurrency))  # warm-up

@@ -12,7 +12,8 @@ users would run instead, on the same held-out testbed questions, in one run.
                    samples out of optillm), same server
 
 vLLM's server runs with the same engine settings as thinkgate's engine (float32, 512-token
-context, 64 sequences, no chunked prefill, eager, the 1 ms engine spin for both) and
+context, 64 sequences, no chunked prefill, eager, the model in the engine core on CPU
+for both) and
 no reasoning parser: on the testbed model ``</think>`` is a special token, which vLLM
 drops from the text unless ``skip_special_tokens`` is false, so its ``deepseek_r1``
 parser (which splits the text) puts the whole answer into ``reasoning`` and returns
@@ -522,8 +523,9 @@ def write_report(args: argparse.Namespace, rows: Sequence[Row], seconds: float, 
         "in flight per peer, one run, a warm-up question first. thinkgate serves the testbed "
         "`base` model in process (`thinkgate serve --reward-model none --max-n 16`); "
         "its_hub and optillm front vLLM's own OpenAI server on the "
-        "same model and engine settings (float32, 512-token context, 64 sequences, 1 ms "
-        "engine spin), without a reasoning parser: vLLM's `deepseek_r1` parser returns "
+        "same model and engine settings (float32, 512-token context, 64 sequences, the "
+        "model in the engine core on CPU), without a reasoning parser: vLLM's "
+        "`deepseek_r1` parser returns "
         "`content: null` on this model (`</think>` is a special token, dropped from the "
         "text it splits) and neither peer can ask for `skip_special_tokens: false`, so "
         "they vote over the whole text, answer last. Tokens are means per question. "

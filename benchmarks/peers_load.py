@@ -126,7 +126,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
         f"{args.seed}) per cell, N = {args.samples} samples, temperature 1, max_tokens "
         f"{MAX_TOKENS}; both stacks up at once (thinkgate in process; vLLM's own server with "
         f"its_hub's IaaS self-consistency in front, the same engine settings: "
-        f"{' '.join(ENGINE_FLAGS)}); {args.rounds} rounds, every cell once per round in a "
+        f"{' '.join(ENGINE_FLAGS)}, the model in the engine core on CPU); {args.rounds} "
+        "rounds, every cell once per round in a "
         f"rotated order. Total {minutes:.1f} min.",
         "",
         "| clients | side | q/s (median, range) | / its_hub, same round (median, range) | "

@@ -4,7 +4,8 @@ ring rechecked every 20 ms (the old setting) and every 2 ms (thinkgate's CPU def
 With a short engine spin (``engines.local.engine_wait``) a sleeping reader of vLLM's
 shared-memory ring relies on a notification that is sometimes dropped; it then finds
 the step only at its next recheck. Per pair (``--pairs``, alternating order), one
-``thinkgate serve`` per setting (``THINKGATE_ENGINE_RECHECK_MS``), one warm-up, then
+``thinkgate serve --executor mp`` (the worker process whose ring it is) per setting
+(``THINKGATE_ENGINE_RECHECK_MS``), one warm-up, then
 ``--prompts`` streamed ``/v1/completions`` of ``--output-len`` tokens (``ignore_eos``,
 greedy, 32-token prompts) arriving at ``--rate`` a second; every inter-chunk gap is
 timed on the client (chunks carry their token count: ``continuous_usage_stats``).
@@ -112,7 +113,8 @@ def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
         for recheck in SETTINGS if pair % 2 == 0 else SETTINGS[::-1]:
             os.environ[engine_wait.RECHECK_ENV] = str(recheck)
             log = RESULTS / "logs" / f"stream-gaps-{recheck}.log"
-            flags = ("--reward-model", "none", "--served-model-name", model)
+            # The recheck is that of the core-worker ring: only ``--executor mp`` has one.
+            flags = ("--reward-model", "none", "--served-model-name", model, "--executor", "mp")
             with thinkgate(model, *flags, log=log) as url:
                 idle = idle_engine_cpu_share(url)
                 got = figures(asyncio.run(stream_all(url, model, args)))
