@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.paired import ratio_rows, run_rows, save
 from benchmarks.reliability import RESULTS, Server, body, pct, running
 from benchmarks.servers import machine
 
@@ -55,7 +55,8 @@ async def _load(url: str, concurrency: int, count: int) -> tuple[list[float], fl
         return list(latencies), time.perf_counter() - started
 
 
-def _engine_cpu_s(server: Server) -> float:
+def engine_cpu_s(server: Server) -> float:
+    """CPU seconds the server's vLLM engine processes have used so far."""
     total = 0.0
     for p in psutil.Process(server.proc.pid).children(recursive=True):
         try:
@@ -80,9 +81,9 @@ def measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
     with running(f"engine-wait-{spin_ms:g}", *flags) as server:
         alone, _ = asyncio.run(_load(server.url, 1, args.alone))
         asyncio.run(_load(server.url, args.concurrency, 2 * args.concurrency))  # warm-up
-        cpu_before = _engine_cpu_s(server)
+        cpu_before = engine_cpu_s(server)
         loaded, wall = asyncio.run(_load(server.url, args.concurrency, args.requests))
-        cpu = _engine_cpu_s(server) - cpu_before
+        cpu = engine_cpu_s(server) - cpu_before
     return {
         "spin_ms": spin_ms,
         "alone_p50_s": pct(alone, 0.5),
@@ -106,31 +107,10 @@ def report(runs: list[dict[str, float]], args: argparse.Namespace, command: str)
         f"'alone': {args.alone} requests one at a time. `engine_cpu_share`: CPU seconds of "
         "the vLLM engine processes per second of the loaded batch (1.0 = one core).",
         "",
-        "| run | spin ms | " + " | ".join(keys) + " |",
-        "|---|---|" + "---|" * len(keys),
     ]
-    for i, r in enumerate(runs, 1):
-        cells = " | ".join(f"{r[k]:.2f}" for k in keys)
-        lines.append(f"| {i} | {r['spin_ms']:g} | {cells} |")
+    lines += run_rows(runs, keys, "spin_ms")
     lines += ["", "Paired ratios, 1 ms / 1000 ms (median, min-max over pairs):", ""]
-    lines += ["| figure | median | min | max |", "|---|---|---|---|"]
-    for k in (
-        "alone_p50_s",
-        "alone_p99_s",
-        "p50_s",
-        "p99_s",
-        "max_s",
-        "wall_s",
-        "engine_cpu_share",
-    ):
-        ratios = [
-            short[k] / long[k]
-            for long, short in zip(runs[0::2], runs[1::2], strict=True)
-            if long[k] > 0
-        ]
-        if ratios:
-            med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
-            lines.append(f"| {k} | {med:.2f} | {lo:.2f} | {hi:.2f} |")
+    lines += ratio_rows(runs, keys)
     lines += [
         "",
         "The trade: a lone request waits for a wake-up at every step instead of spinning "
@@ -159,10 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for spin in SPINS_MS:
             runs.append(measure(spin, args))
             print(f"pair {pair + 1} spin {spin:g} ms: {runs[-1]}", flush=True)
-    text = report(runs, args, command.strip())
-    MD_PATH.write_text(text)
-    JSON_PATH.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=2) + "\n")
-    print(text)
+    save(report(runs, args, command.strip()), runs, MD_PATH, JSON_PATH)
     return 0
 
 

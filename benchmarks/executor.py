@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
-import psutil
 
-from benchmarks.reliability import RESULTS, Server, body, pct, running
+from benchmarks.engine_wait import engine_cpu_s
+from benchmarks.paired import ratio_rows, run_rows, save
+from benchmarks.reliability import RESULTS, body, pct, running
 from benchmarks.servers import machine
 from testbed.task import make_questions
 
@@ -99,26 +100,15 @@ def _strategy(
     return asyncio.run(_gather(clients, payloads, url, headers))
 
 
-def _engine_cpu_s(server: Server) -> float:
-    total = 0.0
-    for p in psutil.Process(server.proc.pid).children(recursive=True):
-        try:
-            if p.name().startswith("VLLM::"):
-                total += sum(p.cpu_times()[:2])
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
 def measure(choice: str, args: argparse.Namespace) -> dict[str, Any]:
     flags = ("--executor", choice, "--max-inflight-requests", "64")
     with running(f"executor-{choice}", *flags) as server:
         model = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["id"]
         _plain(server.url, 1, 2)  # warm-up
         alone, _ = _plain(server.url, 1, args.alone)
-        cpu_before = _engine_cpu_s(server)
+        cpu_before = engine_cpu_s(server)
         loaded, wall = _plain(server.url, args.concurrency, args.requests)
-        cpu = _engine_cpu_s(server) - cpu_before
+        cpu = engine_cpu_s(server) - cpu_before
         out: dict[str, Any] = {
             "executor": choice,
             "alone_p50_s": pct(alone, 0.5),
@@ -150,22 +140,11 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -
         "`engine_cpu_share`: CPU seconds of the vLLM engine processes per second of the loaded "
         "batch (1.0 = one core).",
         "",
-        "| run | executor | " + " | ".join(keys) + " |",
-        "|---|---|" + "---|" * len(keys),
     ]
-    for i, r in enumerate(runs, 1):
-        cells = " | ".join(f"{r[k]:.2f}" for k in keys)
-        lines.append(f"| {i} | {r['executor']} | {cells} |")
+    lines += run_rows(runs, keys, "executor")
     lines += ["", "Paired ratios, uni / mp (median, min-max over pairs):", ""]
-    lines += ["| figure | better | median | min | max |", "|---|---|---|---|---|"]
-    for k in keys:
-        ratios = [
-            uni[k] / mp[k] for mp, uni in zip(runs[0::2], runs[1::2], strict=True) if mp[k] > 0
-        ]
-        better = "lower" if k in LOWER_IS_BETTER else "higher" if k in HIGHER_IS_BETTER else ""
-        if ratios:
-            med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
-            lines.append(f"| {k} | {better} | {med:.2f} | {lo:.2f} | {hi:.2f} |")
+    better = {k: "lower" for k in LOWER_IS_BETTER} | {k: "higher" for k in HIGHER_IS_BETTER}
+    lines += ratio_rows(runs, keys, better)
     return "\n".join(lines) + "\n"
 
 
@@ -176,17 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--alone", type=int, default=8)
     parser.add_argument("--questions", type=int, default=12)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    command = ("thinkgate bench executor " + " ".join(argv or [])).strip()
+    command = ("thinkgate bench executor " + " ".join(argv)).strip()
     runs: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         for choice in CHOICES:
             runs.append(measure(choice, args))
             print(f"pair {pair + 1} {choice}: {runs[-1]}", flush=True)
-    text = report(runs, args, command)
-    MD_PATH.write_text(text)
-    JSON_PATH.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=2) + "\n")
-    print(text)
+    save(report(runs, args, command), runs, MD_PATH, JSON_PATH)
     return 0
 
 
