@@ -64,6 +64,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def _cpu_host_defaults() -> None:
+    """What this process's vLLM engines need on a CPU host (engines/local/cpu_host.py)."""
+    try:
+        from engines.local import cpu_host, executor
+
+        on_cpu = executor.on_cpu()
+    except ImportError:  # a gateway without vLLM (remote engine only): nothing to start
+        return
+    made = cpu_host.apply(os.environ, on_cpu=on_cpu)
+    if made:
+        import structlog
+
+        structlog.get_logger("thinkgate.cli").info("engine.cpu_defaults", set=made)
+
+
 def serve(argv: Sequence[str]) -> int:
     from server.settings import Settings
 
@@ -91,6 +106,7 @@ def serve(argv: Sequence[str]) -> int:
     from server.lifecycle import Lifecycle
 
     logs.configure(settings.log_level, json=settings.log_json)
+    _cpu_host_defaults()
     app = create_app(settings)
     lifecycle: Lifecycle = app.state.lifecycle
     config = uvicorn.Config(

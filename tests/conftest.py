@@ -38,6 +38,7 @@ import orjson
 import pytest
 
 import testbed
+from engines.local.cpu_host import DEFAULTS as CPU_HOST_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Flags beyond the server defaults (keep this short: defaults are the demo).
@@ -137,15 +138,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def start_server(log_path: Path, flags: tuple[str, ...] = ()) -> LiveServer:
+def start_server(log_path: Path, flags: tuple[str, ...] = (), *, bare: bool = False) -> LiveServer:
     """Start ``thinkgate serve`` on a free loopback port and wait until /ready.
 
+    ``bare``: without the CPU engine variables of ``scripts/env.sh``, as a user who runs
+    ``thinkgate serve`` directly starts it (the server sets its own defaults).
     The caller stops it with ``stop_server``. Fails the test (with the log tail) if the
     server exits or is not ready in ``STARTUP_TIMEOUT_S``.
     """
     port = _free_port()
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if bare:
+        for key in CPU_HOST_DEFAULTS:
+            env.pop(key, None)
+    else:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONUNBUFFERED"] = "1"  # vLLM logs to stdout: keep the log tail current
     if "--state-dir" not in flags:
@@ -430,7 +437,8 @@ def _server(kind: str) -> LiveServer:
     if kind == "router":
         return router_stack_instance().gateway
     if kind not in _CACHE:
-        _CACHE[kind] = start_server(_log_dir() / "thinkgate.log", SERVER_FLAGS)
+        # The shared server runs as a user starts it: no scripts/env.sh variables.
+        _CACHE[kind] = start_server(_log_dir() / "thinkgate.log", SERVER_FLAGS, bare=True)
     return _CACHE[kind]
 
 

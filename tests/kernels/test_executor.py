@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from engines.local import executor
+from engines.local import cpu_host, executor
 from server.settings import Settings
 
 
@@ -51,3 +51,11 @@ def test_settings_refuse_one_worker_for_tensor_parallelism() -> None:
         Settings(executor="uni", tensor_parallel_size=2)
     assert Settings(executor="mp", tensor_parallel_size=2).local.executor == "mp"
     assert Settings().local.executor == "auto"
+
+
+def test_cpu_host_defaults_fill_only_what_the_environment_lacks() -> None:
+    env = {"VLLM_CPU_KVCACHE_SPACE": "4"}
+    assert cpu_host.apply(env, on_cpu=True) == ["VLLM_CPU_OMP_THREADS_BIND=nobind"]
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    gpu: dict[str, str] = {}
+    assert cpu_host.apply(gpu, on_cpu=False) == [] and gpu == {}
