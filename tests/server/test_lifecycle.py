@@ -267,18 +267,28 @@ def test_sigterm_drains_in_flight_refuses_new_and_exits_0(restartable: Any) -> N
     server = restartable  # after the restart test: the drain also works on a new engine
     shm_before = _shm_segments()
     url, model = server.base_url, server.model
-    # Far longer than the drain (14 s, aborting at 7 s): 60 samples of 440 tokens on a
-    # 2-core CPU engine (fewer than its 64 rows: the short ones still get theirs).
+    # Streams, so that the test knows when they are admitted (first bytes); sent first,
+    # so that they have their rows before the long ones fill the engine.
+    # Long enough to be running when the signal comes, short enough to end in the drain.
+    short = [_body(model, stream=True, max_tokens=120) for _ in range(2)]
+    first, join_short = _in_flight(url, short)
+    _wait_streams_admitted(short, first)
+    # Far longer than the drain (14 s, aborting at 7 s) on any CPU box: 180 samples of
+    # 440 tokens, three waves of the engine's 64 rows (60 samples in one wave finished in
+    # 5.9 s on the 2-core CI box once the model ran in the engine core).
     endless = [
         _body(model, stream=s, max_tokens=440, strategy="self-consistency", budget={"samples": 10})
-        for s in (False, True, True, False, True, True)
+        for s in (False, True, True, False, True, True) * 3
     ]
-    # Streams, so that the test knows when they are admitted (first bytes).
-    short = [_body(model, stream=True, max_tokens=24) for _ in range(2)]
-    outcomes, join = _in_flight(url, short + endless)
-    # Act once the short ones are in and one long stream runs: waiting for every long one
-    # let the first ones finish before the last was admitted (CI: the drain found none).
-    _wait_streams_admitted(short, outcomes[:2])
+    rest, join_rest = _in_flight(url, endless)
+    outcomes = first + rest
+
+    def join(timeout_s: float) -> None:
+        join_short(timeout_s)
+        join_rest(timeout_s)
+
+    # Act once one long stream runs: waiting for every long one let the first ones
+    # finish before the last was admitted (CI: the drain found none).
     deadline = time.monotonic() + 60
     long_streams = [o for b, o in zip(endless, outcomes[2:], strict=True) if b["stream"]]
     while not any(o.first_byte_s is not None and o.ended_s is None for o in long_streams):
