@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -132,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=96)
     parser.add_argument("--alone", type=int, default=10)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    command = "thinkgate bench engine-wait " + " ".join(argv or [])
+    command = "thinkgate bench engine-wait " + " ".join(argv)
     runs: list[dict[str, float]] = []
     for pair in range(args.pairs):
         for spin in SPINS_MS:
