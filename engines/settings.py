@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+ExecutorChoice = Literal["auto", "uni", "mp"]
+"""Where a local engine runs its model (``engines.local.executor``): ``auto`` in the engine
+core on a CPU host with one worker, vLLM's own choice elsewhere; ``uni`` always in the
+core (one worker only); ``mp`` in a worker process."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalEngineSettings:
@@ -21,7 +26,7 @@ class LocalEngineSettings:
     block_size: int | None = None
     enforce_eager: bool
     engine_spin_ms: float | None
-    executor: Literal["auto", "uni", "mp"] = "auto"
+    executor: ExecutorChoice = "auto"
     gpu_memory_utilization: float
     tensor_parallel_size: int
     seed: int

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
-from engines.settings import LocalEngineSettings, RemoteEngineSettings
+from engines.settings import ExecutorChoice, LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 
 Effort = Literal["none", "minimal", "low", "medium", "high"]
@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     step before they sleep (only where a worker process runs the model: ``--executor mp``,
     tensor parallelism); None: 1 on a CPU host (vLLM's 1000 there takes a core from the
     work), vLLM's own elsewhere. vLLM's processes read it from THINKGATE_ENGINE_SPIN_MS."""
-    executor: Literal["auto", "uni", "mp"] = "auto"
+    executor: ExecutorChoice = "auto"
     """Local engines (generator, reward, PRM): where vLLM runs the model. ``uni``: inside
     the engine core process; ``mp``: in a worker process of its own (vLLM's CPU default,
     every step handed over twice through shared memory); ``auto``: ``uni`` on a CPU host

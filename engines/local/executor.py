@@ -22,14 +22,12 @@ its own process.
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
+
+from engines.settings import ExecutorChoice
 
 if TYPE_CHECKING:
     from vllm.v1.executor.abstract import Executor
-
-Choice = Literal["auto", "uni", "mp"]
-"""``auto``: the worker in the engine core on a CPU host with one worker, vLLM's own choice
-elsewhere; ``uni``: always in the core (one worker only); ``mp``: a worker process."""
 
 MULTIPROCESSING_ENV: Final = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
@@ -41,14 +39,16 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def in_core(choice: Choice, *, on_cpu: bool, world_size: int) -> bool:
+def in_core(choice: ExecutorChoice, *, on_cpu: bool, world_size: int) -> bool:
     """Whether the engine's worker runs inside its engine core process."""
     if choice == "uni":
         return True
     return choice == "auto" and on_cpu and world_size == 1
 
 
-def backend(choice: Choice, *, on_cpu: bool, world_size: int) -> type[Executor] | str | None:
+def backend(
+    choice: ExecutorChoice, *, on_cpu: bool, world_size: int
+) -> type[Executor] | str | None:
     """``distributed_executor_backend`` for an in-process engine's ``AsyncEngineArgs``
     (None: vLLM decides)."""
     if in_core(choice, on_cpu=on_cpu, world_size=world_size):

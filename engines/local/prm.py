@@ -60,6 +60,7 @@ from engines.local import engine_wait, executor, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
 from engines.local.prefix_cache import block_size
+from engines.settings import ExecutorChoice
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -131,7 +132,7 @@ class PrmEngine:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         spin_ms: float | None = None,
-        executor_choice: executor.Choice = "auto",
+        executor_choice: ExecutorChoice = "auto",
     ) -> PrmEngine:
         """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
         ``step_tag_id`` None: the directory's own (``step_tag_of``)."""

@@ -50,7 +50,7 @@ from typing import Literal
 
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS
-from engines.local import engine_wait, executor
+from engines.local import cpu_host, engine_wait, executor
 from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.prefix_cache import CPU_BLOCK
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
@@ -276,11 +276,12 @@ def main(argv: Sequence[str]) -> int:
     else:
         cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_host.DEFAULTS["VLLM_CPU_KVCACHE_SPACE"])
+    on_cpu = executor.on_cpu()
     # vLLM's engine processes spin a whole core while they wait for each other: on a CPU
     # host that core is taken from the work (engines/local/engine_wait.py).
-    shown = executor.replica_env(env, on_cpu=executor.on_cpu())
-    if engine_wait.ENV not in env and executor.on_cpu():
+    shown = executor.replica_env(env, on_cpu=on_cpu)
+    if engine_wait.ENV not in env and on_cpu:
         env[engine_wait.ENV] = f"{engine_wait.CPU_DEFAULT_MS:g}"
         shown.append(f"{engine_wait.ENV}={env[engine_wait.ENV]}")
     print(shlex.join([*shown, *cmd]), flush=True)

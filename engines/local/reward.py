@@ -22,6 +22,7 @@ from core.errors import BackendError, BackendUnavailable
 from engines.local import engine_wait, executor, process_group, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.pooling import encode_one
+from engines.settings import ExecutorChoice
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -50,7 +51,7 @@ class RewardEngine:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         spin_ms: float | None = None,
-        executor_choice: executor.Choice = "auto",
+        executor_choice: ExecutorChoice = "auto",
     ) -> RewardEngine:
         """Build the pooling engine (tens of seconds on CPU); raises if it cannot serve.
 

@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from engines.local import cpu_host, executor
+from engines.settings import ExecutorChoice
 from server.settings import Settings
 
 
@@ -21,7 +22,7 @@ from server.settings import Settings
     ],
 )
 def test_in_core_follows_the_choice_and_the_host(
-    choice: executor.Choice, on_cpu: bool, world_size: int, expected: bool
+    choice: ExecutorChoice, on_cpu: bool, world_size: int, expected: bool
 ) -> None:
     assert executor.in_core(choice, on_cpu=on_cpu, world_size=world_size) is expected
 
