@@ -292,19 +292,19 @@ def run(args: argparse.Namespace) -> list[Side]:
         )
         prm_of = {"its_hub": prm_vllm, "its_hub-cached-prm": prm}
         gateways: dict[str, ServerUrl] = {}
-        if "thinkgate" in peers:
-            gateways["thinkgate"] = stack.enter_context(
-                thinkgate(
-                    model_path("base"),
-                    "--engine",
-                    "remote",
-                    "--vllm-urls",
-                    gen,
-                    "--prm-url",
-                    prm,
-                    log=LOGS / "search-peers-thinkgate.log",
+        remote = ("--engine", "remote", "--vllm-urls", gen, "--prm-url", prm)
+        # thinkgate-per-path: the same, a step's paths sent as one call each (what the
+        # joint completions call replaced), for the A/B in one run.
+        for peer, extra in (
+            ("thinkgate", ()),
+            ("thinkgate-per-path", ("--no-remote-joint-calls",)),
+        ):
+            if peer in peers:
+                gateways[peer] = stack.enter_context(
+                    thinkgate(
+                        model_path("base"), *remote, *extra, log=LOGS / f"search-peers-{peer}.log"
+                    )
                 )
-            )
         if "thinkgate-local" in peers:
             # thinkgate's default deployment: the engine and the PRM in its own process.
             gateways["thinkgate-local"] = stack.enter_context(
@@ -399,6 +399,12 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         + (
             ", `its_hub-cached-prm` its_hub on thinkgate's PRM server"
             if any(s.peer == "its_hub-cached-prm" for s in sides)
+            else ""
+        )
+        + (
+            ", `thinkgate-per-path` thinkgate with `--no-remote-joint-calls` (each path's "
+            "step its own call, over the token-in route)"
+            if any(s.peer == "thinkgate-per-path" for s in sides)
             else ""
         )
         + "; `thinkgate-local` is `thinkgate serve` as deployed by "
@@ -499,8 +505,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--peers",
         default="thinkgate,thinkgate-local,its_hub",
-        help="thinkgate: in front of the same vLLM servers; thinkgate-local: its default "
-        "deployment (engine and PRM in process); its_hub (on vLLM's PRM server); "
+        help="thinkgate: in front of the same vLLM servers; thinkgate-per-path: the same "
+        "with --no-remote-joint-calls (a call per path per step); thinkgate-local: its "
+        "default deployment (engine and PRM in process); its_hub (on vLLM's PRM server); "
         "its_hub-cached-prm (its_hub on thinkgate's PRM server)",
     )
     p.add_argument("--ns", default="4,8")

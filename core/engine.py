@@ -8,9 +8,14 @@ builds them. ``engines`` implements it (``LocalEngine`` over vLLM's
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
+
+from core.errors import first_error
+
+T = TypeVar("T")
 
 FinishReason = Literal["stop", "length", "abort"]
 ExtraArg = int | float | str
@@ -230,6 +235,13 @@ class Engine(Protocol):
         """All ``n`` samples, finished, ordered by index."""
         ...
 
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        """What ``generate`` gives each of ``requests``, in order, the calls submitted
+        together (a step of every path of a search): an in-process engine schedules them
+        in one step anyway; a remote one sends those that can share a call as one.
+        Cancelling aborts every request."""
+        ...
+
     def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         """Deltas as tokens are sampled; every index ends with a finish_reason."""
         ...
@@ -244,3 +256,24 @@ class Engine(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+async def all_of(calls: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every call at once, results in order. The first failure cancels the others and
+    is raised itself: ``asyncio.TaskGroup`` would wrap it in an ``ExceptionGroup``, which
+    the error handler cannot map (a 503 would reach the client as a 500)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in calls]
+    except BaseExceptionGroup as failed:
+        raise first_error(failed) from failed
+    return [t.result() for t in tasks]
+
+
+async def generate_each(
+    generate: Callable[[GenerateRequest], Coroutine[Any, Any, list[Sample]]],
+    requests: Sequence[GenerateRequest],
+) -> list[list[Sample]]:
+    """``generate`` of every request at once: ``Engine.generate_batch`` for an engine
+    whose calls batch by themselves."""
+    return await all_of(generate(r) for r in requests)

@@ -27,6 +27,7 @@ from core.engine import (
     ModelTokens,
     Sample,
     SampleDelta,
+    generate_each,
 )
 from core.errors import BackendUnavailable
 
@@ -58,6 +59,8 @@ class ScriptedEngine:
         self._max_model_len = max_model_len
         self._processors = processors
         self.calls: list[GenerateRequest] = []
+        # Requests per ``generate_batch`` call, in order (a step search's rounds).
+        self.batches: list[int] = []
         self.dead = False
         # What load() reports: a test scripts the engine's load (None: unknown).
         self.loads: list[EngineLoad | None] = []
@@ -83,6 +86,10 @@ class ScriptedEngine:
                         f"sample {s.index}: {len(per_token)} {name} for {len(s.token_ids)} tokens"
                     )
         return sorted(samples, key=lambda s: s.index)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        self.batches.append(len(requests))
+        return await generate_each(self.generate, requests)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         samples = await self.generate(request)

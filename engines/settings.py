@@ -47,6 +47,7 @@ class RemoteEngineSettings:
     health_interval_s: float
     retries: int = 3
     server_rows: int = 64
+    joint_calls: bool = True  # generate_batch: requests alike share one call
 
 
 class EngineSettings(Protocol):

@@ -18,7 +18,7 @@ has to thread the count through its own bookkeeping.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 
 from core.base import Result, StrategyEvent, Usage
@@ -64,6 +64,9 @@ class RequestEngine:
 
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         return await self._engine.generate(self._keyed(request))
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        return await self._engine.generate_batch([self._keyed(r) for r in requests])
 
     def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         keyed = self._keyed(request)

@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     """Remote engine: sequences each vLLM server runs at once (its ``--max-num-seqs``;
     vLLM does not publish it). Adaptive strategies (DeepConf's rounds) size their draws
     by the rows this gateway's calls leave free."""
+    remote_joint_calls: bool = True
+    """Remote engine: a step of a search's paths goes as one ``/v1/completions`` call
+    with a list of prompts (requests alike but for ``n``, unseeded); off: one call per
+    path over the server's own protocol (for a router that does not take prompt lists)."""
     remote_retries: int = Field(default=3, ge=0)
     """Remote engine: how many more times a call whose server failed before the client
     saw its tokens is placed again: on another server, or through the router again (one
@@ -387,6 +391,7 @@ class Settings(BaseSettings):
             health_interval_s=self.health_interval_s,
             retries=self.remote_retries,
             server_rows=self.remote_server_rows,
+            joint_calls=self.remote_joint_calls,
         )
 
     @property

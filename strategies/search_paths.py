@@ -22,7 +22,6 @@ generated under the solution budget.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -145,11 +144,10 @@ def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> in
 async def _generate_all(
     ctx: StrategyContext, requests: Sequence[GenerateRequest]
 ) -> list[list[Sample]]:
-    """Every request at once, so the engine batches them. Cancelling the caller (the
-    client left) cancels each call, which aborts its engine request."""
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(ctx.engine.generate(r)) for r in requests]
-    return [t.result() for t in tasks]
+    """Every request of the step in one submission, so the engine batches them (a remote
+    engine sends one call where it can). Cancelling the caller (the client left)
+    aborts each request."""
+    return await ctx.engine.generate_batch(requests)
 
 
 def _sampling(ctx: StrategyContext, ledger: Ledger, **changes: object) -> SamplingConfig:

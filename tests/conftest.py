@@ -415,8 +415,9 @@ def router_stack_instance() -> RouterStack:
                 if time.monotonic() > deadline:
                     pytest.fail(f"vllm-router not ready: {log_path.read_text()[-2000:]}")
                 time.sleep(0.3)
+            prm = () if remote.prm is None else ("--prm-url", remote.prm.url)
             gateway = start_server(
-                _log_dir() / "gateway-router.log", (*REMOTE_FLAGS, "--vllm-urls", url)
+                _log_dir() / "gateway-router.log", (*REMOTE_FLAGS, "--vllm-urls", url, *prm)
             )
         except BaseException:
             _stop(router)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import structlog
@@ -27,6 +27,7 @@ from core.engine import (
     SamplingConfig,
     StructuredOutput,
     TokenLogprob,
+    generate_each,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
 from engines.local import engine_wait, executor, process_group, stopping
@@ -215,6 +216,10 @@ class LocalEngine:
         if len(done) != request.sampling.n:
             raise BackendError(f"engine returned {len(done)} of {request.sampling.n} samples")
         return [done[i] for i in sorted(done)]
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        # Requests added together land in the same engine step: vLLM batches them.
+        return await generate_each(self.generate, requests)
 
     async def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         from vllm.sampling_params import RequestOutputKind

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Final, Literal
 
 import structlog
@@ -71,6 +71,10 @@ class SupervisedEngine:
     async def generate(self, request: GenerateRequest) -> list[Sample]:
         self._check()
         return await self._engine.generate(request)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        self._check()
+        return await self._engine.generate_batch(requests)
 
     def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         # The engine's own generator, not a wrapper around it: no extra hop per token.

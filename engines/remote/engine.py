@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx
 import orjson
 import structlog
 
-from core.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta
+from core.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta, all_of
 from core.errors import (
     BackendUnavailable,
     GatewayError,
@@ -44,14 +44,16 @@ from core.errors import (
 )
 from engines.calls import AiohttpCalls, CallFailed, Calls, HttpxCalls, Timeouts
 from engines.http_errors import transport_error
+from engines.remote import joint
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
 from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
-from engines.remote.wire import PATHS, body, deltas, samples, upstream_error
+from engines.remote.wire import PATHS, Protocol, body, deltas, samples, upstream_error
 from engines.settings import EngineSettings, RemoteEngineSettings
 from engines.tokens import TokenizerTokens
 from kernels.processors import wanted_by
 
 log = structlog.get_logger("thinkgate.remote")
+T = TypeVar("T")
 
 AFFINITY_HEADER: Final = "X-Session-ID"
 # A connection that breaks as it opens can surface from httpcore's anyio backend as an
@@ -311,6 +313,38 @@ class RemoteEngine:
     # --- Engine protocol
 
     async def generate(self, request: GenerateRequest) -> list[Sample]:
+        return await self._retried(request, self._generate_on)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
+        """Requests that can share a call go as one ``/v1/completions`` call with all
+        their prompts (``joint``); placed, leased and retried as one request."""
+        if not self._settings.joint_calls:
+            return await all_of(self.generate(r) for r in requests)
+        groups = joint.calls(requests, self.max_model_len)
+        got = await all_of(self._joint(requests, group) for group in groups)
+        out: list[list[Sample]] = [[] for _ in requests]
+        for group, samples_ in zip(groups, got, strict=True):
+            for i, one in zip(group.members, samples_, strict=True):
+                out[i] = one
+        return out
+
+    async def _joint(
+        self, requests: Sequence[GenerateRequest], group: joint.Group
+    ) -> list[list[Sample]]:
+        parts = [requests[i] for i in group.members]
+        if len(parts) == 1:
+            return [await self.generate(parts[0])]
+        call = joint.JointCall.of(parts, group.max_tokens)
+
+        async def on(up: Upstream, lead: GenerateRequest) -> list[list[Sample]]:
+            return await self._joint_on(up, lead, call)
+
+        return await self._retried(call.lead(), on)
+
+    async def _retried(
+        self, request: GenerateRequest, call: Callable[[Upstream, GenerateRequest], Awaitable[T]]
+    ) -> T:
+        """``call`` on the best server, placed again on a failure the server caused."""
         last: UpstreamFailed | None = None
         tried: set[str] = set()
         for attempt in range(1 + self._settings.retries):
@@ -319,7 +353,7 @@ class RemoteEngine:
                 break
             try:
                 async with self._lease(up, request):
-                    return await self._generate_on(up, _rekeyed(request, attempt))
+                    return await call(up, _rekeyed(request, attempt))
             except UpstreamFailed as exc:
                 self._failed(up, exc)
                 tried.add(up.url)
@@ -469,7 +503,14 @@ class RemoteEngine:
 
     # --- one call on one server
 
-    def _body(self, up: Upstream, request: GenerateRequest, *, stream: bool) -> dict[str, Any]:
+    def _body(
+        self,
+        up: Upstream,
+        request: GenerateRequest,
+        *,
+        stream: bool,
+        protocol: Protocol | None = None,
+    ) -> dict[str, Any]:
         assert up.facts is not None
         room = up.facts.max_model_len - len(request.prompt_token_ids)
         if room < 1:
@@ -479,24 +520,31 @@ class RemoteEngine:
             )
         max_tokens = room if request.sampling.max_tokens is None else request.sampling.max_tokens
         return body(
-            up.facts.protocol,
+            protocol or up.facts.protocol,
             request,
             max_tokens=max_tokens,
             upstream_model=up.facts.model_id,
             stream=stream,
         )
 
-    async def _generate_on(self, up: Upstream, request: GenerateRequest) -> list[Sample]:
-        assert up.facts is not None
-        payload = self._body(up, request, stream=False)
+    async def _post(
+        self, up: Upstream, protocol: Protocol, payload: dict[str, Any], request: GenerateRequest
+    ) -> dict[str, Any]:
+        """A non-streamed call's answer, read as JSON; raises for a failed status."""
         try:
             answer = await self._calls.post(
-                f"{up.url}{PATHS[up.facts.protocol]}", orjson.dumps(payload), _headers(request)
+                f"{up.url}{PATHS[protocol]}", orjson.dumps(payload), _headers(request)
             )
             data = orjson.loads(answer.content) if answer.content else {}
         except (CallFailed, ValueError) as exc:
             raise _transport_failure(up, exc) from exc
         _raise_for_status(up, answer.status, data)
+        return data
+
+    async def _generate_on(self, up: Upstream, request: GenerateRequest) -> list[Sample]:
+        assert up.facts is not None
+        payload = self._body(up, request, stream=False)
+        data = await self._post(up, up.facts.protocol, payload, request)
         s = request.sampling
         return samples(
             up.facts.protocol,
@@ -508,6 +556,24 @@ class RemoteEngine:
                 None if s.prompt_logprobs is None else (s.prompt_logprobs, request.prompt_token_ids)
             ),
         )
+
+    async def _joint_on(
+        self, up: Upstream, lead: GenerateRequest, call: joint.JointCall
+    ) -> list[list[Sample]]:
+        # The body of the longest prompt checks that every prompt fits the context.
+        longest = replace(
+            lead,
+            prompt_token_ids=max(call.prompts, key=len),
+            sampling=replace(lead.sampling, n=call.n),
+        )
+        payload = self._body(up, longest, stream=False, protocol="completions")
+        payload["prompt"] = [list(p) for p in call.prompts]
+        data = await self._post(up, "completions", payload, lead)
+        s = lead.sampling
+        got = samples(
+            "completions", data, call.samples, top_k=s.top_logprobs, client_k=s.token_logprobs
+        )
+        return call.split(got)
 
     async def _stream_on(
         self, up: Upstream, request: GenerateRequest

@@ -178,6 +178,36 @@ def test_a_step_search_reads_its_paths_from_the_replicas_prefix_cache(
     assert hits > 0.4 * prompt, (hits, prompt)
 
 
+def test_each_step_of_every_path_is_one_call_to_a_replica(remote_stack: RemoteStack) -> None:
+    """An unseeded search sends a step of all its beams as one ``/v1/completions`` call
+    with every beam's prompt (a replica counts one call, the search one engine request
+    per distinct beam); the vLLM servers draw every sample billed."""
+    before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    generated = sum(_generated(r) for r in remote_stack.replicas)
+    answer = httpx.post(
+        f"{remote_stack.gateway.base_url}/v1/chat/completions",
+        # Eight operations: the beams' lines differ, so a step has several paths.
+        json=_chat(remote_stack.gateway.model, "Compute 3+8-5+7-2+9-4+6 mod 10.", temperature=1.0),
+        headers={"X-Strategy": "beam-search", "X-Budget-Samples": "4"},
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    info = body["thinkgate"]
+    after = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}
+    calls = sum(after[u] - before[u] for u in after)
+    # A step is one call, and so are the answers (when a path needs one after its
+    # thinking); never a call per path.
+    assert info["steps"] <= calls <= info["steps"] + 1, (calls, info)
+    assert calls < info["engine_requests"], (calls, info)
+    billed = body["usage"]["completion_tokens"]
+    _wait(
+        "vLLM's counters to show every billed token",
+        lambda: sum(_generated(r) for r in remote_stack.replicas) - generated == billed,
+        10,
+    )
+
+
 def test_pets_offline_rounds_spread_over_the_servers(remote_stack: RemoteStack) -> None:
     base = remote_stack.gateway.base_url
     before = {r.url: _server(remote_stack, r)["requests"] for r in remote_stack.replicas}

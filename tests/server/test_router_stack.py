@@ -111,6 +111,33 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
 
 
+def test_a_step_search_goes_through_the_router_one_call_per_step(
+    router_stack: RouterStack,
+) -> None:
+    """The router takes a step of all paths as one completions call with a list of
+    prompts (token ids) and hands every prompt's samples back."""
+    before = sum(_requests(r) for r in router_stack.replicas)
+    failures = _ready(router_stack)["servers"][0]["failures"]
+    answer = httpx.post(
+        f"{router_stack.gateway.base_url}/v1/chat/completions",
+        json={"model": router_stack.gateway.model, "messages": _question(4), "temperature": 1.0},
+        headers={"X-Strategy": "beam-search", "X-Budget-Samples": "3"},
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    info = answer.json()["thinkgate"]
+    assert info["steps"] >= 2 and info["complete_paths"] >= 1
+    assert _ready(router_stack)["servers"][0]["failures"] == failures  # nothing retried
+    # vLLM finished at least a request per prompt of each call: every path was drawn there.
+    _wait(
+        "the replicas' counts",
+        lambda: (
+            sum(_requests(r) for r in router_stack.replicas) - before >= info["engine_requests"]
+        ),
+        10,
+    )
+
+
 def test_a_replica_killed_behind_the_router_loses_nothing(
     router_stack: RouterStack, replicas_back: Any
 ) -> None:

@@ -223,6 +223,10 @@ async def test_beam_search_keeps_the_right_steps(testbed_tokens: Any) -> None:
     # Identical beams share one engine request (the root, and the two right lines).
     first = ctx.engine.calls[0]  # type: ignore[attr-defined]
     assert first.sampling.n == 4 and first.sampling.stop_token_ids == (47, 4)
+    # Each step of every beam is one submission (a remote engine's one call), then the
+    # answers: one per distinct finished path.
+    batches = ctx.engine.batches  # type: ignore[attr-defined]
+    assert len(batches) == info["steps"] + 1 and sum(batches) == len(ctx.engine.calls)  # type: ignore[attr-defined]
     # Usage: every generated token, pruned candidates and the answer included.
     assert result.usage.completion_tokens == world.generated
     assert sum(info["tokens_per_step"]) + info["answer_tokens"] == world.generated
@@ -485,6 +489,22 @@ async def test_client_gone_aborts_every_path(testbed_tokens: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await consumer
     assert world.cancelled == len(ctx.engine.calls)  # type: ignore[attr-defined]
+
+
+async def test_an_engine_error_in_a_step_is_raised_as_itself(testbed_tokens: Any) -> None:
+    """Not wrapped in the exception group of the step's concurrent calls: the error
+    handler maps it (a 503 stays a 503, not an unexpected 500)."""
+    world = World(testbed_tokens)
+
+    async def failing(request: GenerateRequest) -> Sequence[Sample]:
+        if len(world.requests) >= 2:
+            raise BackendUnavailable("the engine died")
+        return await world(request)
+
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=ArithmeticPrm(testbed_tokens))
+    ctx = replace(ctx, engine=ScriptedEngine(failing, tokens=testbed_tokens))
+    with pytest.raises(BackendUnavailable, match="the engine died"):
+        await _run(BeamSearch(), ctx)
 
 
 async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
