@@ -7,8 +7,10 @@ a gateway that starts several engines.
 * ``VLLM_CPU_OMP_THREADS_BIND``: vLLM's ``auto`` pins every engine to the same core; the
   engines of one gateway would share it. ``nobind`` leaves them to the scheduler.
 
-``thinkgate serve`` applies these where the environment does not say otherwise (what
-``scripts/env.sh`` sets for the quick start and the suite is the same).
+``thinkgate serve`` and ``thinkgate replica`` (whose replica and PRM replica share a box
+in the quick start, the suite and the benchmarks) apply these where the environment
+does not say otherwise (what ``scripts/env.sh`` sets for the quick start and the suite
+is the same).
 """
 
 from __future__ import annotations

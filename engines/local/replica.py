@@ -276,11 +276,13 @@ def main(argv: Sequence[str]) -> int:
     else:
         cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", cpu_host.DEFAULTS["VLLM_CPU_KVCACHE_SPACE"])
     on_cpu = executor.on_cpu()
+    # A replica and a PRM replica on one CPU host are two engines: vLLM's defaults give
+    # the first all the memory and pin both to one core (engines/local/cpu_host.py).
+    shown = cpu_host.apply(env, on_cpu=on_cpu)
     # vLLM's engine processes spin a whole core while they wait for each other: on a CPU
     # host that core is taken from the work (engines/local/engine_wait.py).
-    shown = executor.replica_env(env, on_cpu=on_cpu)
+    shown += executor.replica_env(env, on_cpu=on_cpu)
     if engine_wait.ENV not in env and on_cpu:
         env[engine_wait.ENV] = f"{engine_wait.CPU_DEFAULT_MS:g}"
         shown.append(f"{engine_wait.ENV}={env[engine_wait.ENV]}")

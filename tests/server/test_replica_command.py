@@ -99,7 +99,13 @@ def test_cli_prints_the_exact_command() -> None:
         env={
             k: v
             for k, v in os.environ.items()
-            if k not in ("THINKGATE_ENGINE_SPIN_MS", "VLLM_ENABLE_V1_MULTIPROCESSING")
+            if k
+            not in (
+                "THINKGATE_ENGINE_SPIN_MS",
+                "VLLM_ENABLE_V1_MULTIPROCESSING",
+                "VLLM_CPU_KVCACHE_SPACE",
+                "VLLM_CPU_OMP_THREADS_BIND",
+            )
         },
         capture_output=True,
         text=True,
@@ -108,10 +114,14 @@ def test_cli_prints_the_exact_command() -> None:
     )
     line = done.stdout.strip().splitlines()[-1]
     assert "vllm.entrypoints.openai.api_server" in line and line.endswith("--port 8123")
-    # On CPU the model runs in the engine core (engines/local/executor.py) and the engine
-    # processes get the short spin (engines/local/engine_wait.py), shown so that a team
-    # copying the command gets both too.
-    assert line.startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 THINKGATE_ENGINE_SPIN_MS=1 ")
+    # On CPU: a KV cache that leaves room for a second engine, no pinning to one core
+    # (engines/local/cpu_host.py), the model in the engine core (engines/local/executor.py)
+    # and the short spin (engines/local/engine_wait.py), shown so that a team copying the
+    # command gets them too.
+    assert line.startswith(
+        "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind "
+        "VLLM_ENABLE_V1_MULTIPROCESSING=0 THINKGATE_ENGINE_SPIN_MS=1 "
+    )
     assert "--enable-scale-out" in line and "kernels.elastic.vllm_v1:ElasticLogitsProcessor" in line
 
 
