@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from engines.local import executor
+from engines.local import cpu_host, executor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,9 +77,16 @@ def serve(
     ``thinkgate replica`` use on CPU (engines/local/executor.py), so that both sides of a
     comparison run the same engine."""
     env = dict(os.environ)
+    on_cpu = executor.on_cpu()
+    # Several engines share the box: vLLM's CPU defaults would give the first one the
+    # memory and pin them all to one core (engines/local/cpu_host.py), and each engine's
+    # torch would run a thread per core, spinning against the others' (scripts/env.sh
+    # sets the same for the suite).
+    if on_cpu:
+        cpu_host.apply(env, on_cpu=on_cpu)
+        env.setdefault("OMP_NUM_THREADS", "1")
     if cpu_engine_in_core:
-        executor.replica_env(env, on_cpu=executor.on_cpu())
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        executor.replica_env(env, on_cpu=on_cpu)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:

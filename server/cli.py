@@ -19,9 +19,12 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from server.settings import Settings
 
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
@@ -64,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def _cpu_host_defaults() -> None:
+def _cpu_host_defaults(settings: Settings) -> None:
     """What this process's vLLM engines need on a CPU host (engines/local/cpu_host.py)."""
     try:
         from engines.local import cpu_host, executor
@@ -72,11 +75,30 @@ def _cpu_host_defaults() -> None:
         on_cpu = executor.on_cpu()
     except ImportError:  # a gateway without vLLM (remote engine only): nothing to start
         return
-    made = cpu_host.apply(os.environ, on_cpu=on_cpu)
+    made = cpu_host.apply(os.environ, on_cpu=on_cpu, engines=in_process_engines(settings))
     if made:
         import structlog
 
         structlog.get_logger("thinkgate.cli").info("engine.cpu_defaults", set=made)
+
+
+def in_process_engines(settings: Settings) -> int:
+    """The vLLM engines ``thinkgate serve`` starts in its own process: the generator on
+    the local engine, and the reward model and the PRM where no URL stands for them and
+    they are not turned off ("none"). The testbed's defaults attach only in front of the
+    default model on the local engine (a named model leaves them out unless they are
+    named too)."""
+    local = settings.engine == "local"
+    n = 1 if local else 0
+    scorers = (settings.reward_url, settings.reward_model), (settings.prm_url, settings.prm_model)
+    for url, model in scorers:
+        if (
+            url is None
+            and model != "none"
+            and (model is not None or (local and settings.model is None))
+        ):
+            n += 1
+    return n
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -106,7 +128,7 @@ def serve(argv: Sequence[str]) -> int:
     from server.lifecycle import Lifecycle
 
     logs.configure(settings.log_level, json=settings.log_json)
-    _cpu_host_defaults()
+    _cpu_host_defaults(settings)
     app = create_app(settings)
     lifecycle: Lifecycle = app.state.lifecycle
     config = uvicorn.Config(

@@ -3,6 +3,8 @@ setting makes, and the switch a replica's vLLM server gets."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pydantic import ValidationError
 
@@ -60,3 +62,36 @@ def test_cpu_host_defaults_fill_only_what_the_environment_lacks() -> None:
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     gpu: dict[str, str] = {}
     assert cpu_host.apply(gpu, on_cpu=False) == [] and gpu == {}
+
+
+def test_several_engines_in_one_process_share_the_cores_as_torch_threads() -> None:
+    cores = len(os.sched_getaffinity(0))
+    env: dict[str, str] = {}
+    assert (
+        cpu_host.apply(env, on_cpu=True, engines=3)[-1] == f"OMP_NUM_THREADS={max(1, cores // 3)}"
+    )
+    one: dict[str, str] = {}
+    cpu_host.apply(one, on_cpu=True)  # one engine: torch's own default
+    assert "OMP_NUM_THREADS" not in one
+    mine = {"OMP_NUM_THREADS": "7"}
+    cpu_host.apply(mine, on_cpu=True, engines=3)
+    assert mine["OMP_NUM_THREADS"] == "7"
+
+
+@pytest.mark.parametrize(
+    ("flags", "engines"),
+    [
+        ({}, 3),  # the testbed default: generator, reward model, PRM
+        ({"prm_model": "none"}, 2),
+        ({"reward_url": "http://r:1"}, 2),
+        ({"model": "/models/other"}, 1),  # the testbed's scorers stay out
+        ({"model": "/models/other", "prm_model": "/models/prm"}, 2),
+        ({"engine": "remote", "vllm_urls": ("http://g:1",)}, 0),
+    ],
+)
+def test_serve_counts_the_engines_it_starts_in_process(
+    flags: dict[str, object], engines: int
+) -> None:
+    from server.cli import in_process_engines
+
+    assert in_process_engines(Settings(**flags)) == engines  # type: ignore[arg-type]
