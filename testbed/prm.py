@@ -45,14 +45,16 @@ EXPORT_RESERVE_S: Final = 20.0  # the last evaluation and the export, inside tot
 class PrmSettings:
     base: str
     seed: int = 0
-    minutes: float = 16.0  # of training
-    total_minutes: float = 21.0  # the whole run: training stops early to stay inside it
+    minutes: float = 27.0  # of training
+    total_minutes: float = 32.0  # the whole run: training stops early to stay inside it
     max_steps: int = 5000
     train_questions: int = 1200
     val_questions: int = 120
     samples_per_question: int = 4
-    min_ops: int = 4
-    max_ops: int = 12
+    # Past `base`'s own range (4-12): its skipped and repeated operations are commonest
+    # on the longest questions, where a search needs them caught.
+    min_ops: int = 6
+    max_ops: int = 14
     temperature: float = 1.0
     batch_size: int = 32
     lr: float = 1e-3
@@ -90,10 +92,11 @@ class PrmSettings:
     # line (while the lines before it are right), a 20-way probe names the question's
     # operation the line must end with. `base`'s own log-probability (above) is high
     # exactly where `base` errs by habit (a skipped `-0`), so regressing it teaches the
-    # PRM `base`'s blind spots; the question's operation does not. Off: tried for 38
-    # minutes it marked wrong lines in `base`'s samples better but lost the arithmetic
-    # check on hand-made pairs (models/prm/README.md).
-    expected_op_weight: float = 0.0
+    # PRM `base`'s blind spots; the question's operation does not. Alone (without the
+    # operand target) it lost the arithmetic check on hand-made pairs; with both targets
+    # beside the digit one it catches the skipped operation and keeps the check
+    # (models/prm/README.md).
+    expected_op_weight: float = 1.0
     # Each training row cut after a random step (after its first wrong step 0 or 1 lines
     # on, 7 times in 10, when it has one): the steps after an error teach nothing new and
     # short rows make a step about twice as cheap.

@@ -33,8 +33,8 @@ PAIRS = [
     (["3+8=1"], ["3+8=2"]),
     (["3+8=1", "1-5=6"], ["3+8=1", "1-5=4"]),
     (["3+8=1", "1-5+7=3"], ["3+8=1", "1-5+7=5"]),  # a merged line: base's usual error
-    # True arithmetic on the wrong operation (-5 skipped): base's commonest first error,
-    # which the shipped PRM does not catch here (OPERAND_PAIR).
+    # True arithmetic on the wrong operation (-5 skipped): base's commonest first error
+    # (OPERAND_PAIR).
     (["3+8=1", "1-5=6"], ["3+8=1", "1+7=8"]),
     (["3+8=1", "check 1-8=3", "1-5=6", "6+7=3"], ["3+8=1", "check 1-8=3", "1-5=6", "6+7=2"]),
 ]
@@ -85,16 +85,12 @@ async def test_in_process_prm_scores_exact_arithmetic_steps_right_above_wrong(
     prm = ProcessRewardModel(model=engine, step_tag_id=TAG, max_len=engine.max_model_len)
     rewards = await _score(prm)
     for i in range(len(PAIRS)):
-        if i != OPERAND_PAIR:
-            assert rewards[2 * i][-1] > rewards[2 * i + 1][-1] + 0.1, PAIRS[i]
+        assert rewards[2 * i][-1] > rewards[2 * i + 1][-1] + 0.1, PAIRS[i]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the PRM checks a line's arithmetic, not that it takes the question's "
-    "next operation (testbed/models/prm/README.md); passing means a PRM that does",
-)
 async def test_in_process_prm_catches_a_skipped_operation(engine: PrmEngine) -> None:
+    """True arithmetic on the wrong operation: the PRM checks a line takes the question's
+    next one (the exact-operation target it was trained with, models/prm/README.md)."""
     prm = ProcessRewardModel(model=engine, step_tag_id=TAG, max_len=engine.max_model_len)
     rewards = await _score(prm)
     right, wrong = rewards[2 * OPERAND_PAIR][-1], rewards[2 * OPERAND_PAIR + 1][-1]
