@@ -141,15 +141,6 @@ def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> in
     return cap
 
 
-async def _generate_all(
-    ctx: StrategyContext, requests: Sequence[GenerateRequest]
-) -> list[list[Sample]]:
-    """Every request of the step in one submission, so the engine batches them (a remote
-    engine sends one call where it can). Cancelling the caller (the client left)
-    aborts each request."""
-    return await ctx.engine.generate_batch(requests)
-
-
 def _sampling(ctx: StrategyContext, ledger: Ledger, **changes: object) -> SamplingConfig:
     base = ctx.request.sampling
     seed = None if base.seed is None else base.seed + ledger.seed_offset
@@ -248,7 +239,7 @@ async def expand(
             )
         )
     t0 = time.perf_counter()
-    results = await _generate_all(ctx, requests)
+    results = await ctx.engine.generate_batch(requests)
     ledger.engine_s += time.perf_counter() - t0
     out: list[list[Path]] = [[] for _ in parents]
     for key, req, samples in zip(keys, requests, results, strict=True):
@@ -373,7 +364,7 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
         )
         ledger.seed_offset += 1
     t0 = time.perf_counter()
-    results = await _generate_all(ctx, requests)
+    results = await ctx.engine.generate_batch(requests)
     ledger.engine_s += time.perf_counter() - t0
     got: dict[tuple[int, ...], Sample] = {}
     for head, req, samples in zip(todo, requests, results, strict=True):
