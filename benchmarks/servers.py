@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -62,6 +63,31 @@ def free_port() -> int:
         return port
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    # Once: a second SIGTERM must not cut short the servers' own shutdown below.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def _unwinds_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a supervisor, ``timeout``, ``kill``) ends the benchmark through its
+    ``finally`` blocks, which stop the servers it started: by default it would die at
+    once and leave them running in their own sessions. Only the main thread can set a
+    handler, and one set by the caller is left alone."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextmanager
 def serve(
     cmd: Sequence[str],
@@ -76,6 +102,30 @@ def serve(
     ``cpu_engine_in_core``: a vLLM server gets the executor ``thinkgate serve`` and
     ``thinkgate replica`` use on CPU (engines/local/executor.py), so that both sides of a
     comparison run the same engine."""
+    with (
+        _unwinds_on_sigterm(),
+        _started(
+            cmd,
+            ready_path=ready_path,
+            log=log,
+            timeout_s=timeout_s,
+            port=port,
+            cpu_engine_in_core=cpu_engine_in_core,
+        ) as url,
+    ):
+        yield url
+
+
+@contextmanager
+def _started(
+    cmd: Sequence[str],
+    *,
+    ready_path: str,
+    log: Path,
+    timeout_s: float,
+    port: int,
+    cpu_engine_in_core: bool,
+) -> Iterator[ServerUrl]:
     env = dict(os.environ)
     on_cpu = executor.on_cpu()
     # Several engines share the box: vLLM's CPU defaults would give the first one the
