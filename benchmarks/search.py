@@ -8,6 +8,8 @@ stays below 90%) once per strategy and N, temperature 1, through the OpenAI SDK:
 
   self-consistency   N samples, majority vote
   best-of-n          N samples, the outcome reward model's best answer class
+  best-of-n-prm      N samples, a PRM-weighted vote (best-of-n, ``scorer: prm``,
+                     ``select: vote``: each sample weighs its lowest step reward)
   deepconf           N samples at most, confidence early stop (its defaults)
   beam-search        N beams x ``--beam-expansions`` candidates a step, PRM-pruned
   particle-filtering N particles, resampled by PRM weight each step
@@ -16,8 +18,8 @@ stays below 90%) once per strategy and N, temperature 1, through the OpenAI SDK:
 Per cell: accuracy, generated (completion) tokens per question as billed in ``usage``
 (every sample and pruned candidate), the PRM's input tokens per question (reported by
 the search in its ``thinkgate`` object, not billed), and wall seconds. The goal it
-checks: a PRM search at some N reaches self-consistency@16's accuracy with at most half
-its generated tokens. Writes ``benchmarks/results/search.{md,json,png}``.
+checks: a PRM search (or the PRM-weighted vote) at some N reaches self-consistency@16's
+accuracy with at most half its generated tokens. Writes ``benchmarks/results/search.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.search [--questions 32] [--ns 4,8,16,32]
 """
@@ -46,12 +48,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 STRATEGIES = (
     "self-consistency",
     "best-of-n",
+    "best-of-n-prm",
     "deepconf",
     "beam-search",
     "particle-filtering",
     "dvts",
 )
 SEARCHES = ("beam-search", "particle-filtering", "dvts")
+PRM_GUIDED = (*SEARCHES, "best-of-n-prm")  # what the goal is checked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,9 @@ def request_of(
     body: dict[str, Any] = {}
     if strategy == "best-of-n":
         body["scorer"] = "reward"
+    elif strategy == "best-of-n-prm":
+        headers["X-Strategy"] = "best-of-n"
+        body.update(scorer="prm", select="vote")
     elif strategy == "beam-search":
         body["expansions"] = args.beam_expansions
     elif strategy == "dvts":
@@ -161,7 +168,7 @@ def goal(cells: Sequence[Cell]) -> list[str]:
         f"self-consistency@16: accuracy {sc16.accuracy:.1f}%, "
         f"{sc16.completion_tokens:.0f} generated tokens per question."
     ]
-    for name in SEARCHES:
+    for name in PRM_GUIDED:
         hits = [
             c for c in cells if c.strategy == name and c.accuracy >= sc16.accuracy and c.failed == 0
         ]
@@ -187,7 +194,7 @@ def plot(cells: Sequence[Cell], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for name in dict.fromkeys(c.strategy for c in cells):
         row = sorted((c for c in cells if c.strategy == name), key=lambda c: c.n)
-        style = "-o" if name in SEARCHES else "--s"
+        style = "-o" if name in PRM_GUIDED else "--s"
         ax.plot([c.completion_tokens for c in row], [c.accuracy for c in row], style, label=name)
         for c in row:
             ax.annotate(str(c.n), (c.completion_tokens, c.accuracy), fontsize=7, xytext=(3, 3),
@@ -237,7 +244,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "a path's lowest step reward as its score (the default `aggregate`) and a "
             "PRM-weighted vote over the finished paths (the default `select`); step "
             "rewards times the generator's confidence, option `confidence` = "
-            f"{'the server default' if args.confidence is None else args.confidence}"
+            f"{'the server default' if args.confidence is None else args.confidence}; "
+            "best-of-n-prm: N samples, each weighing its lowest step reward in a vote"
             + (f"; every search also given {json.dumps(args.option)}" if args.option else "")
             + (f"; served with {' '.join(args.serve_args)}" if args.serve_args else "")
             + f". Total {minutes:.1f} min.",

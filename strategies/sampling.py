@@ -36,8 +36,11 @@ from strategies.pool import (
     start_draw,
     validate_common,
 )
+from strategies.prm import RESOURCE_KEY as PRM_KEY
+from strategies.prm_scorer import PrmScorer
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import MeanLogprob, Scorer, ScorerSet
+from strategies.search_options import defaults_of as search_defaults_of
 from strategies.selection import AnswerClass, Selection, build_classes, select_weighted
 from strategies.voting import (
     VoteOptions,
@@ -54,6 +57,8 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     that provides it): the request is right, the server lacks it. ``logprob`` always
     exists."""
     name = option_scorer(ctx.request)
+    if name == "prm":
+        return _prm_scorer(ctx)
     scorers = ctx.resources.get(SCORERS_KEY) or ScorerSet()
     scorer = scorers.get(name)
     if scorer is not None:
@@ -67,11 +72,26 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     )
 
 
+def _prm_scorer(ctx: StrategyContext) -> Scorer:
+    """The step searches' PRM (a resource of its own), over the server's step delimiter."""
+    prm = ctx.resources.get(PRM_KEY)
+    if prm is None:
+        raise BackendUnavailable(
+            f"scorer 'prm' is not available on this server: {_PROVIDED_BY['prm']}",
+            param="scorer",
+            code="resource_unavailable",
+        )
+    delimiter = ctx.engine.tokens.encode(search_defaults_of(ctx).step_delimiter)
+    return PrmScorer(prm, delimiter=delimiter)
+
+
 # What attaches each optional scorer (``server.scoring``), for the 503 above.
 _PROVIDED_BY: Final = {
     "reward": "no reward model with the served model's tokenizer is attached (start it with "
     "--reward-model DIR or --reward-url URL)",
     "verifier": "no verifier is configured (start it with --verifier-url URL)",
+    "prm": "no process reward model with the served model's tokenizer is attached (start "
+    "it with --prm-model DIR or --prm-url URL)",
 }
 
 
@@ -109,6 +129,9 @@ class SamplingStrategy:
         """The rule; returns the selection and rule-specific ``thinkgate`` fields."""
         raise NotImplementedError
 
+    def check_scorer(self, ctx: StrategyContext, scorer: Scorer | None) -> None:
+        """Before any engine call: whether the rule can use ``scorer``'s scores."""
+
     def select_by_confidence(
         self,
         ctx: StrategyContext,
@@ -126,6 +149,7 @@ class SamplingStrategy:
         if k > n:
             raise InvalidBudget(f"k={k} exceeds samples={n}", param="k")
         scorer = resolve_scorer(ctx) if self.uses_scorer else None
+        self.check_scorer(ctx, scorer)
         votes = vote_options(request) if self.uses_vote else VoteOptions()
         source = start_draw(
             ctx,

@@ -12,6 +12,8 @@ Three kinds, configured per server and chosen per request by name (body ``scorer
 * ``verifier`` -- :class:`VerifierScorer`: an external service,
   ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``, behind a
   :class:`Verifier` (``engines.remote.scorer_clients.VerifierClient``).
+* ``prm`` -- ``strategies.prm_scorer.PrmScorer``: the step searches' process reward
+  model, each sample's lowest step reward (attached where a PRM is, not in this set).
 
 Failures of a scorer's backend are ``BackendError``s (the client sees a 5xx); a scorer
 never invents scores.
@@ -29,7 +31,7 @@ from core.engine import ModelTokens, Sample
 from core.errors import BackendError
 from strategies.reasoning import split_ids
 
-SCORER_KINDS: Final = ("logprob", "reward", "verifier")
+SCORER_KINDS: Final = ("logprob", "reward", "verifier", "prm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

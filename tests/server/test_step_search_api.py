@@ -196,6 +196,22 @@ def test_a_client_that_leaves_aborts_every_path(live_server: Any, served_model: 
         time.sleep(0.2)
 
 
+def test_best_of_n_scored_by_the_prm(openai_client: Any) -> None:
+    """``scorer: prm``: every sample's lowest step reward, one PRM call for the pool; with
+    ``select: vote`` the answer classes of largest summed reward win."""
+    q = EASY[0]
+    r, _ = ask(openai_client, q, "best-of-n", 4, extra_body={"scorer": "prm", "select": "vote"})
+    tg = r.model_extra["thinkgate"]
+    assert tg["scorer"] == "prm" and tg["rule"] == "weighted-majority", tg
+    assert tg["samples"] == 4 and sum(c["count"] for c in tg["classes"]) <= 4
+    for c in tg["classes"]:
+        assert 0.0 <= c["mean_reward"] <= 1.0, c
+    chosen = r.choices[0].model_extra["thinkgate"]
+    assert 0.0 <= chosen["reward"] <= 1.0
+    weight = {c["answer"]: c["mean_reward"] * c["count"] for c in tg["classes"]}
+    assert weight[chosen["answer"]] == pytest.approx(max(weight.values()), abs=1e-5)
+
+
 def test_bad_search_options_are_400s(openai_client: Any) -> None:
     import openai
 

@@ -393,6 +393,9 @@ def test_streaming_through_the_sdk(openai_client: Any) -> None:
         ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "oracle"}, "scorer"),
         ("self-consistency", {"X-Budget-Samples": "4"}, {"scorer": "reward"}, "scorer"),
         ("best-of-n", {"X-Budget-Samples": "4"}, {"alpha": 0.1}, "alpha"),
+        ("best-of-n", {"X-Budget-Samples": "4"}, {"select": "sum"}, "select"),
+        # Log-probabilities are no weights to sum (select vote is for scorer prm).
+        ("best-of-n", {"X-Budget-Samples": "4"}, {"scorer": "logprob", "select": "vote"}, "select"),
         ("self-consistency", {"X-Budget-Samples": "2", "X-Budget-K": "3"}, {}, "k"),
     ],
 )
