@@ -169,8 +169,10 @@ def test_a_replica_killed_behind_the_router_loses_nothing(
             # Killed once its samples are decoding (their first tokens reached the
             # gateway: sample pools get 64-token deltas after the first), so some are
             # redrawn; killed during the prefill, every call would just be placed again
-            # before any token arrived, and nothing would be redrawn.
-            while victim.metrics().get("vllm:generation_tokens_total", 0.0) - generated < 200:
+            # before any token arrived, and nothing would be redrawn. 800 tokens is about
+            # ten per sample on the victim: at 200 (two or three each) the kill once
+            # landed before any first token had come back through the router.
+            while victim.metrics().get("vllm:generation_tokens_total", 0.0) - generated < 800:
                 assert time.monotonic() < deadline, "load never reached the victim"
                 await asyncio.sleep(0.05)
             await asyncio.to_thread(victim.kill)
