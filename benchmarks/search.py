@@ -69,6 +69,9 @@ class Answer:
     prm_tokens: int
     seconds: float
     failed: str | None = None
+    # A sampling strategy's pool voted by plain majority (its classes in the response):
+    # for best-of-n-prm, the paired baseline on the very same samples.
+    majority_correct: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,9 @@ class Cell:
     prm_tokens: float
     seconds: float  # wall time of the whole set
     failed: int
+    majority_accuracy: float | None = None  # the same pools by plain majority
+    vote_only_right: int = 0  # questions the strategy got right and the majority wrong
+    majority_only_right: int = 0
 
 
 def request_of(
@@ -131,6 +137,8 @@ async def run_cell(
         choice_tg = (r.choices[0].model_extra or {}).get("thinkgate", {})
         answer = choice_tg.get("answer")
         usage = r.usage
+        voted = [c for c in tg.get("classes") or [] if c.get("answer") is not None]
+        majority = max(voted, key=lambda c: c["count"])["answer"] if voted else None
         return Answer(
             question=q.prompt,
             gold=q.answer,
@@ -140,6 +148,11 @@ async def run_cell(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             prm_tokens=int(tg.get("prm_tokens") or 0),
             seconds=seconds,
+            majority_correct=(
+                None
+                if not voted
+                else majority is not None and equivalent(str(majority), str(q.answer))
+            ),
         )
 
     t0 = time.monotonic()
@@ -147,6 +160,7 @@ async def run_cell(
     wall = time.monotonic() - t0
     await client.close()
     ok = [a for a in answers if a.failed is None]
+    paired = [a for a in ok if a.majority_correct is not None]
     cell = Cell(
         strategy=strategy,
         n=n,
@@ -155,6 +169,11 @@ async def run_cell(
         prm_tokens=statistics.fmean(a.prm_tokens for a in ok) if ok else 0.0,
         seconds=wall,
         failed=len(answers) - len(ok),
+        majority_accuracy=(
+            100.0 * sum(bool(a.majority_correct) for a in paired) / len(answers) if paired else None
+        ),
+        vote_only_right=sum(a.correct and not a.majority_correct for a in paired),
+        majority_only_right=sum(bool(a.majority_correct) and not a.correct for a in paired),
     )
     return cell, answers
 
@@ -168,7 +187,8 @@ def goal(cells: Sequence[Cell]) -> list[str]:
         f"self-consistency@16: accuracy {sc16.accuracy:.1f}%, "
         f"{sc16.completion_tokens:.0f} generated tokens per question."
     ]
-    for name in PRM_GUIDED:
+    ran = {c.strategy for c in cells}
+    for name in (s for s in PRM_GUIDED if s in ran):
         hits = [
             c for c in cells if c.strategy == name and c.accuracy >= sc16.accuracy and c.failed == 0
         ]
@@ -230,6 +250,17 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
     tok = [row(n, lambda c: f"{c.completion_tokens:.0f}") for n in names]
     prm = [row(n, lambda c: f"{c.prm_tokens:.0f}") for n in names if n in SEARCHES]
     sec = [row(n, lambda c: f"{c.seconds:.0f}") for n in names]
+    same = [
+        row(
+            n,
+            lambda c: (
+                f"{c.accuracy:.1f} / {c.majority_accuracy:.1f} "
+                f"(+{c.vote_only_right} -{c.majority_only_right})"
+            ),
+        )
+        for n in names
+        if n == "best-of-n-prm"
+    ]
     return "\n".join(
         [
             "# Step search with a PRM against the sampling strategies (thinkgate bench search)",
@@ -270,6 +301,22 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             sep,
             *sec,
             "",
+            *(
+                [
+                    "## The PRM-weighted vote against plain majority on the same samples",
+                    "",
+                    "Accuracy % of best-of-n-prm / of a majority vote over its own pools "
+                    "(from the answer classes it reports); in brackets the questions only "
+                    "the PRM vote got right and only the majority got right.",
+                    "",
+                    head,
+                    sep,
+                    *same,
+                    "",
+                ]
+                if same
+                else []
+            ),
             "## Goal",
             "",
             *[f"- {line}" for line in goal(cells)],

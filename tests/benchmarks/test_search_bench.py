@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.out_paths import beside
-from benchmarks.search import parse, request_of
+from benchmarks.search import Cell, parse, report, request_of
 
 
 def test_options_go_to_every_search_request_and_to_no_sampling_one() -> None:
@@ -35,3 +35,18 @@ def test_a_results_prefix_with_a_dot_keeps_it() -> None:
         "results/search-temperature-0.5.json"
     )
     assert beside(Path("results/search"), ".md") == Path("results/search.md")
+
+
+def test_best_of_n_prm_is_best_of_n_with_the_prm_vote_and_reports_its_paired_majority() -> None:
+    args = parse([])
+    headers, body = request_of("best-of-n-prm", 8, args)
+    assert headers == {"X-Strategy": "best-of-n", "X-Budget-Samples": "8"}
+    assert body == {"scorer": "prm", "select": "vote"}
+    cells = [
+        Cell("self-consistency", 16, 70.0, 2400.0, 0.0, 30.0, 0),
+        Cell("best-of-n-prm", 4, 65.0, 600.0, 0.0, 10.0, 0, 57.5, 5, 2),
+    ]
+    text = report(cells, args, 1.0)
+    assert "| best-of-n-prm | 65.0 / 57.5 (+5 -2) |" in text
+    assert "best-of-n-prm: no N reached 70.0%." in text
+    assert "dvts" not in text.split("## Goal")[1]  # not run, not judged
