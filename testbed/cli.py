@@ -100,7 +100,7 @@ DEFAULT_MINUTES = {
     "elastic": 7.0,
     "tools": 24.0,
     "reward": 3.0,  # its validation AUROC peaks early; the best weights are kept
-    "prm": 27.0,  # training only (sampling comes before it: about 3 minutes more)
+    "prm": 55.0,  # training only (sampling comes before it: about 3 minutes more)
 }
 DEFAULT_STEPS = {
     "arithmetic": 1200,

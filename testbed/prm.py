@@ -45,8 +45,8 @@ EXPORT_RESERVE_S: Final = 20.0  # the last evaluation and the export, inside tot
 class PrmSettings:
     base: str
     seed: int = 0
-    minutes: float = 27.0  # of training
-    total_minutes: float = 32.0  # the whole run: training stops early to stay inside it
+    minutes: float = 55.0  # of training
+    total_minutes: float = 60.0  # the whole run: training stops early to stay inside it
     max_steps: int = 5000
     train_questions: int = 1200
     val_questions: int = 120
