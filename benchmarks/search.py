@@ -72,6 +72,7 @@ class Answer:
     # A sampling strategy's pool voted by plain majority (its classes in the response):
     # for best-of-n-prm, the paired baseline on the very same samples.
     majority_correct: bool | None = None
+    any_correct: bool | None = None  # some sample of the pool answered right (pass@N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class Cell:
     seconds: float  # wall time of the whole set
     failed: int
     majority_accuracy: float | None = None  # the same pools by plain majority
+    any_accuracy: float | None = None  # the same pools' pass@N: what a perfect vote gets
     vote_only_right: int = 0  # questions the strategy got right and the majority wrong
     majority_only_right: int = 0
 
@@ -97,7 +99,7 @@ def request_of(
         body["scorer"] = "reward"
     elif strategy == "best-of-n-prm":
         headers["X-Strategy"] = "best-of-n"
-        body.update(scorer="prm", select="vote")
+        body.update(scorer="prm", select=args.prm_select)
     elif strategy == "beam-search":
         body["expansions"] = args.beam_expansions
     elif strategy == "dvts":
@@ -148,6 +150,11 @@ async def run_cell(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             prm_tokens=int(tg.get("prm_tokens") or 0),
             seconds=seconds,
+            any_correct=(
+                None
+                if not voted
+                else any(equivalent(str(c["answer"]), str(q.answer)) for c in voted)
+            ),
             majority_correct=(
                 None
                 if not voted
@@ -171,6 +178,9 @@ async def run_cell(
         failed=len(answers) - len(ok),
         majority_accuracy=(
             100.0 * sum(bool(a.majority_correct) for a in paired) / len(answers) if paired else None
+        ),
+        any_accuracy=(
+            100.0 * sum(bool(a.any_correct) for a in paired) / len(answers) if paired else None
         ),
         vote_only_right=sum(a.correct and not a.majority_correct for a in paired),
         majority_only_right=sum(bool(a.majority_correct) and not a.correct for a in paired),
@@ -254,7 +264,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
         row(
             n,
             lambda c: (
-                f"{c.accuracy:.1f} / {c.majority_accuracy:.1f} "
+                f"{c.accuracy:.1f} / {c.majority_accuracy:.1f} / {c.any_accuracy:.1f} "
                 f"(+{c.vote_only_right} -{c.majority_only_right})"
             ),
         )
@@ -276,7 +286,12 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "PRM-weighted vote over the finished paths (the default `select`); step "
             "rewards times the generator's confidence, option `confidence` = "
             f"{'the server default' if args.confidence is None else args.confidence}; "
-            "best-of-n-prm: N samples, each weighing its lowest step reward in a vote"
+            "best-of-n-prm: N samples scored by their lowest step reward, "
+            + (
+                "a PRM-weighted vote"
+                if args.prm_select == "vote"
+                else "the answer class of best mean score (`select: best`)"
+            )
             + (f"; every search also given {json.dumps(args.option)}" if args.option else "")
             + (f"; served with {' '.join(args.serve_args)}" if args.serve_args else "")
             + f". Total {minutes:.1f} min.",
@@ -303,11 +318,13 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "",
             *(
                 [
-                    "## The PRM-weighted vote against plain majority on the same samples",
+                    "## best-of-n-prm against plain majority on the same samples",
                     "",
                     "Accuracy % of best-of-n-prm / of a majority vote over its own pools "
-                    "(from the answer classes it reports); in brackets the questions only "
-                    "the PRM vote got right and only the majority got right.",
+                    "(from the answer classes it reports) / of a perfect vote over them "
+                    "(some sample right: pass@N, the ceiling of any verifier); in brackets "
+                    "the questions only the PRM vote got right and only the majority got "
+                    "right.",
                     "",
                     head,
                     sep,
@@ -372,6 +389,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--ns", default="4,8,16,32")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument(
+        "--prm-select",
+        default="vote",
+        choices=("vote", "best"),
+        help="best-of-n-prm's rule: the PRM-weighted vote, or the class of best mean score",
+    )
     p.add_argument("--beam-expansions", type=int, default=2)
     p.add_argument("--dvts-expansions", type=int, default=4)
     p.add_argument("--url", help="a running thinkgate server (default: start one)")

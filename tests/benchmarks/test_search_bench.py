@@ -42,11 +42,12 @@ def test_best_of_n_prm_is_best_of_n_with_the_prm_vote_and_reports_its_paired_maj
     headers, body = request_of("best-of-n-prm", 8, args)
     assert headers == {"X-Strategy": "best-of-n", "X-Budget-Samples": "8"}
     assert body == {"scorer": "prm", "select": "vote"}
+    assert request_of("best-of-n-prm", 8, parse(["--prm-select", "best"]))[1]["select"] == "best"
     cells = [
         Cell("self-consistency", 16, 70.0, 2400.0, 0.0, 30.0, 0),
-        Cell("best-of-n-prm", 4, 65.0, 600.0, 0.0, 10.0, 0, 57.5, 5, 2),
+        Cell("best-of-n-prm", 4, 65.0, 600.0, 0.0, 10.0, 0, 57.5, 80.0, 5, 2),
     ]
     text = report(cells, args, 1.0)
-    assert "| best-of-n-prm | 65.0 / 57.5 (+5 -2) |" in text
+    assert "| best-of-n-prm | 65.0 / 57.5 / 80.0 (+5 -2) |" in text
     assert "best-of-n-prm: no N reached 70.0%." in text
     assert "dvts" not in text.split("## Goal")[1]  # not run, not judged
