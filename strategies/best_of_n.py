@@ -27,12 +27,8 @@ from strategies.selection import AnswerClass, Selection, select_best_of_n, selec
 SELECTS: Final = ("best", "vote")
 
 
-def _select_of(request: StrategyRequest) -> str:
+def _select(request: StrategyRequest) -> str:
     return options.choice(request.options, "select", "best", SELECTS)
-
-
-def _select(ctx: StrategyContext) -> str:
-    return _select_of(ctx.request)
 
 
 class BestOfN(SamplingStrategy):
@@ -43,10 +39,10 @@ class BestOfN(SamplingStrategy):
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         super().validate(request, engine)
-        _select_of(request)  # a bad value: a 400 before the engine call
+        _select(request)  # a bad value: a 400 before the engine call
 
     def check_scorer(self, ctx: StrategyContext, scorer: Scorer | None) -> None:
-        if _select(ctx) == "vote" and not getattr(scorer, "weights", False):
+        if _select(ctx.request) == "vote" and not getattr(scorer, "weights", False):
             name = scorer.name if scorer is not None else None
             raise InvalidRequest(
                 f"select 'vote' sums the scores as weights; scorer {name!r} gives "
@@ -57,6 +53,6 @@ class BestOfN(SamplingStrategy):
     def select(
         self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
     ) -> tuple[Selection, Mapping[str, JSON]]:
-        if _select(ctx) == "vote":
+        if _select(ctx.request) == "vote":
             return select_weighted(classes, k), {"select": "vote"}
         return select_best_of_n(classes, k), {}

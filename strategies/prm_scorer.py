@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from core.engine import Sample
-from strategies.prm import ProcessRewardModel
+from strategies.prm import ProcessRewardModel, aggregate
 from strategies.reasoning import split_ids
 from strategies.scorers import ScoreQuery, checked_scores
 
@@ -90,5 +90,5 @@ class PrmScorer:
         rewards = await self.prm.score_paths(prompt, [paths[i] for i in asked])
         scores = [0.0] * len(paths)
         for i, r in zip(asked, rewards, strict=True):
-            scores[i] = min(r)
+            scores[i] = aggregate(r, "min")
         return checked_scores(scores, len(query.samples), "process reward model")

@@ -57,10 +57,8 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     that provides it): the request is right, the server lacks it. ``logprob`` always
     exists."""
     name = option_scorer(ctx.request)
-    if name == "prm":
-        return _prm_scorer(ctx)
     scorers = ctx.resources.get(SCORERS_KEY) or ScorerSet()
-    scorer = scorers.get(name)
+    scorer = _prm_scorer(ctx) if name == "prm" else scorers.get(name)
     if scorer is not None:
         return scorer
     if name in (None, "logprob"):
@@ -72,15 +70,12 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     )
 
 
-def _prm_scorer(ctx: StrategyContext) -> Scorer:
-    """The step searches' PRM (a resource of its own), over the server's step delimiter."""
+def _prm_scorer(ctx: StrategyContext) -> Scorer | None:
+    """The step searches' PRM (a resource of its own, not in the scorer set), over the
+    server's step delimiter; None when the server has none."""
     prm = ctx.resources.get(PRM_KEY)
     if prm is None:
-        raise BackendUnavailable(
-            f"scorer 'prm' is not available on this server: {_PROVIDED_BY['prm']}",
-            param="scorer",
-            code="resource_unavailable",
-        )
+        return None
     delimiter = ctx.engine.tokens.encode(search_defaults_of(ctx).step_delimiter)
     return PrmScorer(prm, delimiter=delimiter)
 
