@@ -33,9 +33,13 @@ def _ready(stack: RemoteStack) -> dict[str, Any]:
     return answer
 
 
+def _servers(stack: RemoteStack) -> list[dict[str, Any]]:
+    servers: list[dict[str, Any]] = _ready(stack).get("servers") or _ready_error(stack)
+    return servers
+
+
 def _server(stack: RemoteStack, replica: Replica) -> dict[str, Any]:
-    servers = _ready(stack).get("servers") or _ready_error(stack)
-    return next(s for s in servers if s["url"] == replica.url)
+    return next(s for s in _servers(stack) if s["url"] == replica.url)
 
 
 def _ready_error(stack: RemoteStack) -> list[dict[str, Any]]:
@@ -317,6 +321,9 @@ def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) 
     gw = remote_stack.gateway
     victim, survivor = remote_stack.replicas
     timeout_s = 120.0
+    # A test before may have left a replica ejected or not yet re-admitted: the load
+    # below is meant for two servers the gateway places calls on.
+    _wait("both replicas up", lambda: all(s["state"] == "up" for s in _servers(remote_stack)), 30)
 
     async def load() -> tuple[list[str], float]:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=timeout_s) as client:
@@ -334,10 +341,16 @@ def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) 
                 asyncio.create_task(_one(client, b, stream=i % 2 == 1))
                 for i, b in enumerate(bodies)
             ]
-            # Kill once both replicas are generating for us.
+            # Kill once the victim's engine generates for us and the gateway has calls
+            # on both servers (its own count: vLLM's gauges are sampled, and on a busy
+            # box two samples need not both catch a short-lived load on each).
             deadline = time.monotonic() + 60
-            while not all(_running(r) > 0 for r in remote_stack.replicas):
-                assert time.monotonic() < deadline, "load never reached both replicas"
+            while not (
+                _running(victim) > 0
+                and all(s["outstanding_requests"] > 0 for s in _servers(remote_stack))
+            ):
+                servers = _servers(remote_stack)
+                assert time.monotonic() < deadline, f"load never reached both: {servers}"
                 await asyncio.sleep(0.05)
             started = time.monotonic()
             await asyncio.to_thread(victim.kill)
