@@ -111,6 +111,13 @@ def request_of(
     return headers, body
 
 
+def question_seed(args: argparse.Namespace, index: int) -> int | None:
+    """The seed of the ``index``-th question's request: the same for every strategy and
+    N, so that strategies sampling one pool (self-consistency, best-of-n) draw the same
+    samples of a question and differ only in how they choose."""
+    return None if args.sample_seed is None else args.sample_seed + index
+
+
 async def run_cell(
     url: str, strategy: str, n: int, questions: Sequence[Question], args: argparse.Namespace
 ) -> tuple[Cell, list[Answer]]:
@@ -121,7 +128,7 @@ async def run_cell(
     gate = asyncio.Semaphore(args.concurrency)
     headers, body = request_of(strategy, n, args)
 
-    async def one(q: Question) -> Answer:
+    async def one(i: int, q: Question) -> Answer:
         async with gate:
             t0 = time.monotonic()
             try:
@@ -129,6 +136,7 @@ async def run_cell(
                     model=model,
                     messages=[{"role": "user", "content": q.prompt}],
                     temperature=args.temperature,
+                    seed=question_seed(args, i),
                     extra_headers=headers,
                     extra_body=body,
                 )
@@ -163,7 +171,7 @@ async def run_cell(
         )
 
     t0 = time.monotonic()
-    answers = list(await asyncio.gather(*(one(q) for q in questions)))
+    answers = list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
     wall = time.monotonic() - t0
     await client.close()
     ok = [a for a in answers if a.failed is None]
@@ -277,7 +285,13 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "",
             f"{args.questions} held-out testbed questions ({args.split} split, {args.min_ops}-"
             f"{args.max_ops} operations, seed {args.seed}), temperature {args.temperature:g}, "
-            f"{args.concurrency} questions in flight, the testbed `base` model in process "
+            + (
+                "unseeded sampling, "
+                if args.sample_seed is None
+                else f"question i sampled with seed {args.sample_seed} + i (every strategy "
+                "draws from the same seeds: self-consistency and best-of-n share their pools), "
+            )
+            + f"{args.concurrency} questions in flight, the testbed `base` model in process "
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
@@ -385,6 +399,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="every request's (the goal is read at 1; 0 with N = 1 is greedy decoding)",
+    )
+    p.add_argument(
+        "--sample-seed",
+        type=int,
+        help="question i's requests carry seed SAMPLE_SEED + i: strategies compared on the "
+        "same draws (default: unseeded)",
     )
     p.add_argument("--ns", default="4,8,16,32")
     p.add_argument("--strategies", default=",".join(STRATEGIES))

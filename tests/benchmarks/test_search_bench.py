@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.out_paths import beside
-from benchmarks.search import Cell, parse, report, request_of
+from benchmarks.search import Cell, parse, question_seed, report, request_of
 
 
 def test_options_go_to_every_search_request_and_to_no_sampling_one() -> None:
@@ -23,6 +23,15 @@ def test_a_bad_option_is_refused_at_parse_time(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         parse(["--option", "no-equals-sign"])
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_sample_seed_gives_each_question_its_own_seed_shared_by_every_cell() -> None:
+    assert question_seed(parse([]), 3) is None
+    args = parse(["--sample-seed", "100"])
+    assert [question_seed(args, i) for i in range(3)] == [100, 101, 102]
+    cell = Cell("self-consistency", 4, 50.0, 600.0, 0.0, 1.0, 0)
+    assert "seed 100 + i" in report([cell], args, 1.0)
+    assert "unseeded" in report([cell], parse([]), 1.0)
 
 
 def test_serve_args_reach_the_started_server_command() -> None:
