@@ -10,13 +10,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from testbed import MODELS_DIR, portable_path
 
 if TYPE_CHECKING:
+    from testbed.prm import PrmSettings
     from testbed.train import TrainResult, TrainSettings
 
 
@@ -52,6 +53,14 @@ def _parser() -> argparse.ArgumentParser:
         help="matmul precision of causal training (auto: bf16 where the CPU has it natively)",
     )
     train.add_argument("--threads", type=int, default=2, help="torch threads for training")
+    train.add_argument(
+        "--prm-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a PrmSettings field of the prm variant (e.g. init=testbed/models/prm "
+        "min_ops=10 lr=5e-4); recorded in the card like every setting",
+    )
     train.add_argument(
         "--no-compile", action="store_true", help="skip torch.compile (saves ~30 s per phase)"
     )
@@ -329,6 +338,30 @@ def _compute(settings: TrainSettings, args: argparse.Namespace) -> TrainSettings
     )
 
 
+def prm_settings_with(settings: PrmSettings, assignments: Sequence[str]) -> PrmSettings:
+    """``settings`` with each ``FIELD=VALUE`` applied, the value read as the field's type
+    (``none`` clears an optional one); an unknown field or a bad value is a SystemExit."""
+    names = {f.name: f for f in fields(settings)}
+    changes: dict[str, Any] = {}
+    for item in assignments:
+        key, eq, raw = item.partition("=")
+        if not eq or key not in names:
+            raise SystemExit(f"--prm-set {item!r}: FIELD=VALUE with FIELD one of {sorted(names)}")
+        current = getattr(settings, key)
+        try:
+            if raw.lower() == "none" and "None" in str(names[key].type):
+                changes[key] = None
+            elif isinstance(current, bool):
+                changes[key] = {"true": True, "false": False}[raw.lower()]
+            elif isinstance(current, int | float):
+                changes[key] = type(current)(raw)
+            else:
+                changes[key] = raw
+        except (KeyError, ValueError):
+            raise SystemExit(f"--prm-set {item!r}: not a {type(current).__name__}") from None
+    return replace(settings, **changes)
+
+
 def _minutes(args: argparse.Namespace, phase: str) -> float:
     return float(args.minutes) if args.minutes is not None else DEFAULT_MINUTES[phase]
 
@@ -358,8 +391,9 @@ def _train(args: argparse.Namespace) -> int:
         elif variant == "prm":
             from testbed.prm import PrmSettings, train_prm
 
-            psettings = PrmSettings(
-                seed=args.seed, minutes=_minutes(args, "prm"), base=str(base_dir)
+            psettings = prm_settings_with(
+                PrmSettings(seed=args.seed, minutes=_minutes(args, "prm"), base=str(base_dir)),
+                args.prm_set,
             )
             if args.max_steps is not None:
                 psettings = replace(psettings, max_steps=args.max_steps)

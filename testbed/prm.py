@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -104,6 +104,10 @@ class PrmSettings:
     eval_every: int = 50
     sampler: str = "vllm"  # "hf" (transformers generate) keeps smoke tests free of vLLM
     threads: int = 2
+    # An exported PRM of the same shape (`base` + `extra_layers`) to start from instead of
+    # `base` with identity layers: a recipe change (longer questions, another rate) then
+    # continues a trained model rather than repeating its hour.
+    init: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,13 +271,25 @@ class ProcessRewardNet(torch.nn.Module):
         return out
 
 
-def load_net(base: str, *, seed: int, extra_layers: int = 0) -> ProcessRewardNet:
+def load_net(
+    base: str, *, seed: int, extra_layers: int = 0, init: str | None = None
+) -> ProcessRewardNet:
     """`base`'s backbone with ``extra_layers`` more layers on top, each the identity at
-    first (zero output projections: the residual stream passes through unchanged)."""
+    first (zero output projections: the residual stream passes through unchanged); with
+    ``init``, every weight read from that exported PRM instead (the shapes must match)."""
     torch.manual_seed(seed)
     causal = Qwen2ForCausalLM.from_pretrained(base, dtype=torch.float32)
     if extra_layers == 0:
-        return ProcessRewardNet(causal)
+        net = ProcessRewardNet(causal)
+    else:
+        net = ProcessRewardNet(_grown(causal, extra_layers))
+    if init is not None:
+        exported = load_file(str(Path(init) / "model.safetensors"))
+        net.load_state_dict(exported, strict=True)
+    return net
+
+
+def _grown(causal: Qwen2ForCausalLM, extra_layers: int) -> Qwen2ForCausalLM:
     layers = causal.config.num_hidden_layers + extra_layers
     config = Qwen2Config.from_dict(
         {
@@ -288,7 +304,7 @@ def load_net(base: str, *, seed: int, extra_layers: int = 0) -> ProcessRewardNet
     for layer in grown.model.layers[causal.config.num_hidden_layers :]:
         torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
         torch.nn.init.zeros_(layer.mlp.down_proj.weight)
-    return ProcessRewardNet(grown)
+    return grown
 
 
 def _cut(row: Example, rng: random.Random) -> Example:
@@ -465,7 +481,9 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     val_rows = [e for e in (example(codec, c) for c in sampled[n_train:]) if e.positions]
     labels = [y for r in train_rows for y in r.labels]
 
-    net = load_net(settings.base, seed=settings.seed, extra_layers=settings.extra_layers)
+    net = load_net(
+        settings.base, seed=settings.seed, extra_layers=settings.extra_layers, init=settings.init
+    )
     net.train()
     base_layers = len(net.model.layers) - settings.extra_layers
     frozen = (
