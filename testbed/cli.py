@@ -81,6 +81,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--cut", action="store_true", help="also run the thinking-cut curve")
     ev.add_argument(
+        "--ops",
+        type=ops_range,
+        default=None,
+        metavar="MIN-MAX",
+        help="a PRM's questions: operations per question (default 9-12; 12-13: the search bench's)",
+    )
+    ev.add_argument(
+        "--per-op", type=int, default=None, help="a PRM's questions per operation count (10)"
+    )
+    ev.add_argument(
         "--reward",
         type=Path,
         default=None,
@@ -336,6 +346,18 @@ def _compute(settings: TrainSettings, args: argparse.Namespace) -> TrainSettings
     return replace(
         settings, precision=args.precision, compile=not args.no_compile, threads=args.threads
     )
+
+
+def ops_range(text: str) -> tuple[int, int]:
+    """``"12-13"`` -> (12, 13); one number is both ends."""
+    low, _, high = text.partition("-")
+    try:
+        pair = (int(low), int(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: MIN-MAX operations, e.g. 12-13") from None
+    if not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1 <= MIN <= MAX")
+    return pair
 
 
 def prm_settings_with(settings: PrmSettings, assignments: Sequence[str]) -> PrmSettings:

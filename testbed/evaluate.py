@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -211,6 +211,10 @@ def run_prm_eval_command(args: argparse.Namespace) -> int:
     config = json.loads((model_dir / "config.json").read_text())
     reward_dir: Path = args.reward if args.reward is not None else MODELS_DIR / "reward"
     settings = PrmEvalSettings(samples=args.samples, seed=5 if args.seed is None else args.seed)
+    if args.ops is not None:
+        settings = replace(settings, min_ops=args.ops[0], max_ops=args.ops[1])
+    if args.per_op is not None:
+        settings = replace(settings, per_op=args.per_op)
     report = evaluate_prm(
         portable_path(model_dir),
         portable_path(MODELS_DIR / "base"),

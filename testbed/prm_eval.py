@@ -12,14 +12,25 @@ models, one vLLM engine at a time:
   the mean over questions with both right and wrong answers of the AUROC of a
   trajectory's score against whether its answer is right. The PRM's score is the min or
   the last of its thinking lines' rewards (or the reward at the tag after `</think>`);
-  the outcome reward model's is its raw logit on the whole response, as in the bench.
+  the outcome reward model's is its raw logit on the whole response, as in the bench;
+* picking an answer (what decides a strategy's accuracy): each question's samples cut
+  into disjoint pools of 4, 8 and 16, the accuracy of the majority, of the PRM-weighted
+  vote (the class of largest summed lowest-step reward, best-of-n's `select: vote`), of
+  the sample with the best lowest-step reward (`select: best`), and pass@k (some sample
+  right: what a perfect verifier could pick). An AUROC over pairs can be high while the
+  best-scored of eight is often a wrong one.
+
+`--ops 12-13 --per-op 50` asks it of the search bench's questions. The samples are
+seeded (engine seed 0, request seed = the question seed): two PRMs evaluated with the
+same settings score the same samples.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -34,6 +45,7 @@ if TYPE_CHECKING:
     from vllm import LLM
 
 AGGREGATES: Final = ("min", "last", "end")
+POOLS: Final = (4, 8, 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,48 @@ def within_question(
     return (statistics.mean(aucs) if aucs else float("nan")), len(aucs)
 
 
+def _chosen(
+    pool: Sequence[Completion], weight: Callable[[int], float], ids: Sequence[int]
+) -> int | None:
+    """The answer of largest summed weight (ties: the one first reached)."""
+    votes: dict[int | None, float] = {}
+    for c, i in zip(pool, ids, strict=True):
+        votes[c.answer] = votes.get(c.answer, 0.0) + weight(i)
+    return max(votes, key=lambda a: (votes[a], a is not None))
+
+
+def selection(
+    groups: Sequence[Sequence[Completion]], scores: Sequence[float], pools: Sequence[int] = POOLS
+) -> dict[str, dict[str, float]]:
+    """Accuracy % per pool size of majority, PRM-weighted vote, best score and pass@k,
+    each question's samples cut into disjoint pools of that size (``scores`` flat, in
+    the order of ``groups``)."""
+    out: dict[str, dict[str, float]] = {}
+    size = len(groups[0]) if groups else 0
+    for k in pools:
+        if k > size:
+            continue
+        hits: Counter[str] = Counter()
+        count = 0
+        for q, group in enumerate(groups):
+            for start in range(0, size - k + 1, k):
+                pool = group[start : start + k]
+                ids = [q * size + start + j for j in range(k)]
+                truth = pool[0].question.answer
+                count += 1
+                hits["pass_at_k"] += any(c.correct for c in pool)
+                hits["majority"] += _chosen(pool, lambda _: 1.0, ids) == truth
+                hits["prm_vote"] += _chosen(pool, lambda i: scores[i], ids) == truth
+                best = max(range(k), key=lambda j: scores[ids[j]])
+                hits["prm_best"] += pool[best].correct
+        out[str(k)] = {
+            name: round(100.0 * hits[name] / count, 1)
+            for name in ("majority", "prm_vote", "prm_best", "pass_at_k")
+        }
+        out[str(k)]["pools"] = count
+    return out
+
+
 def _regroup(flat: Sequence[float], size: int) -> list[list[float]]:
     return [list(flat[i : i + size]) for i in range(0, len(flat), size)]
 
@@ -124,7 +178,7 @@ def evaluate_prm(
     codec = CharCodec()
     questions = eval_questions(settings)
     base = load_llm(base_dir, seed=0)
-    groups = generate(base, questions, n=settings.samples, temperature=1.0)
+    groups = generate(base, questions, n=settings.samples, temperature=1.0, seed=settings.seed)
     del base
     flat: list[Completion] = [c for g in groups for c in g]
     rows = [example(codec, c) for c in flat]
@@ -161,6 +215,8 @@ def evaluate_prm(
         prm_part[f"within_question_auroc_{how}"] = round(mean, 4)
         prm_part[f"answer_auroc_{how}"] = round(auroc(scores, [c.correct for c in flat]), 4)
         prm_part["questions_with_both"] = n
+        if how == "min":
+            prm_part["selection"] = selection(groups, scores)
     report["prm"] = prm_part
     if reward_dir is not None:
         rm = load_llm(reward_dir, runner="pooling", seed=0)
@@ -190,6 +246,12 @@ def format_prm_report(report: dict[str, object]) -> str:
         f"PRM min {prm['within_question_auroc_min']}  last {prm['within_question_auroc_last']}"
         f"  end {prm['within_question_auroc_end']}",
     ]
+    picks = prm.get("selection") or {}
+    for k, row in picks.items():
+        lines.append(
+            f"pools of {k} ({row['pools']:g}): majority {row['majority']}  PRM vote "
+            f"{row['prm_vote']}  PRM best {row['prm_best']}  pass@{k} {row['pass_at_k']}"
+        )
     orm = report.get("orm")
     if isinstance(orm, dict):
         lines.append(f"ORM within a question {orm['within_question_auroc']}")
