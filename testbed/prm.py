@@ -73,6 +73,16 @@ class PrmSettings:
     # questions are such lines (113 of 212 at 12-13 operations, T=1: a skipped `-0`);
     # a PRM that only checks a line's arithmetic scores them right.
     operand_share: float = 0.5
+    # Of those copies, the share closed early instead: a trajectory cut after a right
+    # computing line one or two before its last, `</think>` straight after, so every line
+    # is right and the end tag is not (the question's last operations never done). On
+    # the search bench's long questions such endings were 32 of the 74 wrong samples the
+    # first PRMs scored best among eight (their lines all right, and fewer of them); only
+    # the end tag can tell, and a served sample's score includes it.
+    early_end_share: float = 0.0
+    # Share of the other rows kept whole (their end tag included) where truncation would
+    # cut them: without it the end tag of a right trajectory is seen once in ~17 rows.
+    whole_share: float = 0.0
     # Layers added on top of `base`'s (which stay frozen, embeddings included): the base
     # layers compute the running value, as they do when `base` writes it; the added ones
     # (initialised as the identity: zero output projections) learn to compare it with
@@ -243,6 +253,28 @@ def corrupt_operand(
     return _rewritten(codec, completion, lines)
 
 
+def corrupt_early_end(
+    codec: CharCodec, completion: Completion, rng: random.Random
+) -> Completion | None:
+    """``completion`` with its thinking closed after a right computing line one or two
+    before its last right one (and whatever followed dropped): every line stays right,
+    the thinking no longer reaches the answer. None without a closed thinking or with
+    fewer than two right computing lines."""
+    if "</think>" not in completion.text:
+        return None
+    closed = completion.thinking.split(STEP_TAG)[:-1]
+    labels = step_labels(completion.question, closed).lines
+    computing = [
+        i
+        for i, (line, right) in enumerate(zip(closed, labels, strict=True))
+        if right and classify_line(line) in ("step", "merged")
+    ]
+    if len(computing) < 2:
+        return None
+    keep = computing[-1 - rng.randint(1, min(2, len(computing) - 1))]
+    return _rewritten(codec, completion, [*closed[: keep + 1], ""])
+
+
 def _rewritten(codec: CharCodec, completion: Completion, lines: list[str]) -> Completion:
     rest = completion.text[len(completion.thinking) :]
     ids = codec.encode(STEP_TAG.join(lines) + rest)
@@ -307,12 +339,15 @@ def _grown(causal: Qwen2ForCausalLM, extra_layers: int) -> Qwen2ForCausalLM:
     return grown
 
 
-def _cut(row: Example, rng: random.Random) -> Example:
+def _cut(row: Example, rng: random.Random, whole_share: float = 0.0) -> Example:
     """``row`` up to a random step: after its first wrong step (0 or 1 lines on) 7 times
-    in 10 when it has one, else anywhere."""
+    in 10 when it has one, else anywhere; a row without a wrong step is kept whole
+    ``whole_share`` of the time."""
     if len(row.positions) < 2:
         return row
     wrong = [i for i, y in enumerate(row.labels) if not y]
+    if not wrong and rng.random() < whole_share:
+        return row
     if wrong and rng.random() < 0.7:
         k = min(len(row.positions) - 1, wrong[0] + rng.randint(0, 1))
     else:
@@ -511,6 +546,8 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
     with_error = [i for i, r in enumerate(train_rows) if not all(r.labels)]
 
     def _corrupted(c: Completion) -> Completion | None:
+        if rng.random() < settings.early_end_share:
+            return corrupt_early_end(codec, c, rng) or corrupt(codec, c, rng)
         if rng.random() < settings.operand_share:
             return corrupt_operand(codec, c, rng) or corrupt(codec, c, rng)
         return corrupt(codec, c, rng)
@@ -555,7 +592,7 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
         rows = [train_rows[i] for i in pick] + [corrupted[i] for i in copy_order[:n_copy]]
         copy_order = copy_order[n_copy:]
         if settings.truncate:
-            rows = [_cut(r, rng) for r in rows]
+            rows = [_cut(r, rng, settings.whole_share) for r in rows]
         ids, mask = _batch(rows, codec.pad_id)
         target = torch.tensor([int(y) for r in rows for y in r.labels], dtype=torch.long)
         # The head only where there are labels (the rest of the positions carry none).

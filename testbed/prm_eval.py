@@ -15,10 +15,11 @@ models, one vLLM engine at a time:
   the outcome reward model's is its raw logit on the whole response, as in the bench;
 * picking an answer (what decides a strategy's accuracy): each question's samples cut
   into disjoint pools of 4, 8 and 16, the accuracy of the majority, of the PRM-weighted
-  vote (the class of largest summed lowest-step reward, best-of-n's `select: vote`), of
-  the sample with the best lowest-step reward (`select: best`), and pass@k (some sample
+  vote (the class of largest summed score, best-of-n's `select: vote`), of the sample of
+  best score, and pass@k (some sample
   right: what a perfect verifier could pick). An AUROC over pairs can be high while the
-  best-scored of eight is often a wrong one.
+  best-scored of eight is often a wrong one. A sample's score is what `scorer: prm`
+  serves: its lowest step reward, the end tag's included.
 
 `--ops 12-13 --per-op 50` asks it of the search bench's questions. The samples are
 seeded (engine seed 0, request seed = the question seed): two PRMs evaluated with the
@@ -215,8 +216,10 @@ def evaluate_prm(
         prm_part[f"within_question_auroc_{how}"] = round(mean, 4)
         prm_part[f"answer_auroc_{how}"] = round(auroc(scores, [c.correct for c in flat]), 4)
         prm_part["questions_with_both"] = n
-        if how == "min":
-            prm_part["selection"] = selection(groups, scores)
+    # A sample's score as `scorer: prm` serves it: the lowest reward of its steps, the
+    # end tag's included (the closing step of a sample whose thinking closed).
+    served = [min(r) if r else 1.0 for r in rewards]
+    prm_part["selection"] = selection(groups, served)
     report["prm"] = prm_part
     if reward_dir is not None:
         rm = load_llm(reward_dir, runner="pooling", seed=0)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import random
 
 from testbed.engine import to_completion
-from testbed.prm import STEP_TAG, corrupt, corrupt_operand, example, op_class
+from testbed.prm import (
+    STEP_TAG,
+    _cut,
+    corrupt,
+    corrupt_early_end,
+    corrupt_operand,
+    example,
+    op_class,
+)
 from testbed.prm_labels import expected_ops, step_labels
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
@@ -154,3 +162,38 @@ def test_an_operand_copy_takes_a_wrong_operation_with_true_arithmetic() -> None:
     # Nothing right to change: no copy.
     wrong = to_completion(codec, Q, codec.encode("3+8=2\n</think>\n"))
     assert corrupt_operand(codec, wrong, rng) is None
+
+
+def test_an_early_end_copy_keeps_every_line_right_and_its_end_tag_wrong() -> None:
+    codec = CharCodec()
+    text = "3+8=1\ncheck 1-8=3\n1-5=6\n6+7=3\n</think>\n\\boxed{3}<|im_end|>"
+    done = to_completion(codec, Q, codec.encode(text))
+    assert example(codec, done).labels == (True,) * 5  # four lines and the end tag
+    seen = set()
+    rng = random.Random(0)
+    for _ in range(20):
+        copy = corrupt_early_end(codec, done, rng)
+        assert copy is not None
+        seen.add(copy.thinking)
+        row = example(codec, copy)
+        assert row.labels == (True,) * row.lines + (False,)  # closed early: the end is wrong
+    # One or two computing lines before the last (a check after a kept line goes too).
+    assert seen == {"3+8=1\n", "3+8=1\ncheck 1-8=3\n1-5=6\n"}
+    # Nothing to cut: one computing line, or a thinking that never closed.
+    assert (
+        corrupt_early_end(codec, to_completion(codec, Q, codec.encode("3+8=1\n</think>\n")), rng)
+        is None
+    )
+    assert (
+        corrupt_early_end(codec, to_completion(codec, Q, codec.encode("3+8=1\n1-5=6\n")), rng)
+        is None
+    )
+
+
+def test_a_row_without_a_wrong_step_is_kept_whole_when_asked() -> None:
+    codec = CharCodec()
+    text = "3+8=1\n1-5=6\n6+7=3\n</think>\n\\boxed{3}<|im_end|>"
+    row = example(codec, to_completion(codec, Q, codec.encode(text)))
+    rng = random.Random(0)
+    assert all(_cut(row, rng, whole_share=1.0) == row for _ in range(10))
+    assert any(_cut(row, rng, whole_share=0.0) != row for _ in range(10))
