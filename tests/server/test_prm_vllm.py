@@ -97,6 +97,21 @@ async def test_in_process_prm_catches_a_skipped_operation(engine: PrmEngine) -> 
     assert right > wrong + 0.1, PAIRS[OPERAND_PAIR]
 
 
+async def test_in_process_prm_end_tag_knows_a_thinking_closed_early(engine: PrmEngine) -> None:
+    """The closing step (``</think>`` and its tag): every operation done scores above the
+    same right lines closed one operation short (the early-closed copies it was trained
+    with, models/prm/README.md)."""
+    prm = ProcessRewardModel(model=engine, step_tag_id=TAG, max_len=engine.max_model_len)
+    done, short = await prm.score_paths(
+        CODEC.encode(chat_prompt(Q.prompt)),
+        [
+            [CODEC.encode(s) for s in ("3+8=1", "1-5=6", "6+7=3", "</think>")],
+            [CODEC.encode(s) for s in ("3+8=1", "1-5=6", "</think>")],
+        ],
+    )
+    assert done[-1] > short[-1] + 0.3, (done, short)
+
+
 async def test_a_grown_path_costs_the_prm_only_its_new_tokens(engine: PrmEngine) -> None:
     """A search scores a path again with one more step: vLLM's prefix cache computes only
     what follows the cached blocks, the kept rewards cover the tags before, and every
