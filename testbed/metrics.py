@@ -5,17 +5,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from testbed.engine import Completion
 from testbed.traces import classify_line, line_is_correct
 
 
-def majority(answers: Iterable[int | None]) -> int | None:
-    """Most frequent non-missing answer; ties go to the one seen first."""
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    return counts.most_common(1)[0][0]
+def majority(answers: Iterable[int | None], weights: Iterable[float] | None = None) -> int | None:
+    """Most frequent non-missing answer, or with ``weights`` (one per answer) the one of
+    largest summed weight; ties go to the one seen first."""
+    totals: dict[int, float] = {}
+    # Not strict: without weights the second iterable is an endless repeat(1.0).
+    ones_or_weights = repeat(1.0) if weights is None else weights
+    for answer, weight in zip(answers, ones_or_weights, strict=False):
+        if answer is not None:
+            totals[answer] = totals.get(answer, 0.0) + weight
+    return max(totals, key=totals.__getitem__) if totals else None
 
 
 def by_ops(values: Iterable[tuple[int, float]]) -> dict[int, float]:

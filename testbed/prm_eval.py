@@ -16,10 +16,10 @@ models, one vLLM engine at a time:
 * picking an answer (what decides a strategy's accuracy): each question's samples cut
   into disjoint pools of 4, 8 and 16, the accuracy of the majority, of the PRM-weighted
   vote (the class of largest summed score, best-of-n's `select: vote`), of the sample of
-  best score, and pass@k (some sample
-  right: what a perfect verifier could pick). An AUROC over pairs can be high while the
-  best-scored of eight is often a wrong one. A sample's score is what `scorer: prm`
-  serves: its lowest step reward, the end tag's included.
+  best score, and pass@k (some sample right: what a perfect verifier could pick). An
+  AUROC over pairs can be high while the best-scored of eight is often a wrong one. A
+  sample's score is what `scorer: prm` serves: its lowest step reward, the end tag's
+  included.
 
 `--ops 12-13 --per-op 50` asks it of the search bench's questions. The samples are
 seeded (engine seed 0, request seed = the question seed): two PRMs evaluated with the
@@ -31,13 +31,13 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from testbed.engine import Completion, classify, generate, load_llm, reward_text
-from testbed.metrics import auroc
+from testbed.metrics import auroc, majority
 from testbed.prm import Example, example, first_error_auroc
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
@@ -121,16 +121,6 @@ def within_question(
     return (statistics.mean(aucs) if aucs else float("nan")), len(aucs)
 
 
-def _chosen(
-    pool: Sequence[Completion], weight: Callable[[int], float], ids: Sequence[int]
-) -> int | None:
-    """The answer of largest summed weight (ties: the one first reached)."""
-    votes: dict[int | None, float] = {}
-    for c, i in zip(pool, ids, strict=True):
-        votes[c.answer] = votes.get(c.answer, 0.0) + weight(i)
-    return max(votes, key=lambda a: (votes[a], a is not None))
-
-
 def selection(
     groups: Sequence[Sequence[Completion]], scores: Sequence[float], pools: Sequence[int] = POOLS
 ) -> dict[str, dict[str, float]]:
@@ -144,17 +134,17 @@ def selection(
             continue
         hits: Counter[str] = Counter()
         count = 0
-        for q, group in enumerate(groups):
+        for group, group_scores in zip(groups, _regroup(scores, size), strict=True):
             for start in range(0, size - k + 1, k):
                 pool = group[start : start + k]
-                ids = [q * size + start + j for j in range(k)]
+                weights = group_scores[start : start + k]
+                answers = [c.answer for c in pool]
                 truth = pool[0].question.answer
                 count += 1
                 hits["pass_at_k"] += any(c.correct for c in pool)
-                hits["majority"] += _chosen(pool, lambda _: 1.0, ids) == truth
-                hits["prm_vote"] += _chosen(pool, lambda i: scores[i], ids) == truth
-                best = max(range(k), key=lambda j: scores[ids[j]])
-                hits["prm_best"] += pool[best].correct
+                hits["majority"] += majority(answers) == truth
+                hits["prm_vote"] += majority(answers, weights) == truth
+                hits["prm_best"] += pool[max(range(k), key=weights.__getitem__)].correct
         out[str(k)] = {
             name: round(100.0 * hits[name] / count, 1)
             for name in ("majority", "prm_vote", "prm_best", "pass_at_k")
