@@ -115,6 +115,23 @@ def expected_ops(question: Question, lines: list[str]) -> tuple[tuple[str, int] 
     return tuple(out)
 
 
+def remaining_ops(
+    question: Question, lines: list[str]
+) -> tuple[tuple[int | None, ...], int | None]:
+    """Per line, how many of the question's operations are left after it while it and
+    every line before it are right (None after the first wrong line), and the same at the
+    thinking's end. An exact target from the question alone: 0 at the end is what the
+    end tag's label asks (with every line right), so a read-out of it teaches a PRM to
+    see a thinking closed before its last operation."""
+    walked, consumed = _walk(question, lines)
+    total = len(question_ops(question))
+    # What a line consumed shows as the next line's count before it (the last: the end's).
+    after = [w.consumed_before for w in walked[1:]] + [consumed]
+    out = [total - done if w.ok else None for w, done in zip(walked, after, strict=False)]
+    end = total - consumed if all(w.ok for w in walked) else None
+    return tuple(out), end
+
+
 def _step(
     line: str,
     ops: list[tuple[str, int]],

@@ -15,7 +15,7 @@ from testbed.prm import (
     example,
     op_class,
 )
-from testbed.prm_labels import expected_ops, step_labels
+from testbed.prm_labels import expected_ops, remaining_ops, step_labels
 from testbed.task import Question, make_questions
 from testbed.tokenizer import CharCodec, chat_prompt
 from testbed.traces import FULL, THOROUGH, line_is_correct, make_trace
@@ -83,6 +83,28 @@ def test_the_example_carries_one_expected_class_per_step_tag() -> None:
     assert len(row.expected) == len(row.positions) == 3  # two lines and the end tag
     assert row.expected == (op_class(("+", 8)), op_class(("-", 5)), -1)
     assert op_class(("+", 0)) == 0 and op_class(("-", 9)) == 19 and op_class(None) == -1
+
+
+def test_the_operations_left_count_down_to_zero_at_a_complete_end() -> None:
+    # 3+8-5+7 has three operations; a check consumes none, a merged line two.
+    assert remaining_ops(Q, ["3+8=1", "1-5=6", "6+7=3"]) == ((2, 1, 0), 0)
+    assert remaining_ops(Q, ["3+8=1", "check 1-8=3", "1-5+7=3"]) == ((2, 2, 0), 0)
+    # Closed one short: every line right, one operation left at the end.
+    assert remaining_ops(Q, ["3+8=1", "1-5=6"]) == ((2, 1), 1)
+    # After the first wrong line (a skipped -5) nothing is asked, the end included.
+    assert remaining_ops(Q, ["3+8=1", "1+7=8"]) == ((2, None), None)
+    assert remaining_ops(Q, []) == ((), 3)
+
+
+def test_the_example_carries_the_operations_left_at_each_tag_and_the_end() -> None:
+    codec = CharCodec()
+    done = "3+8=1\n1-5=6\n6+7=3\n</think>\n\\boxed{3}<|im_end|>"
+    early = "3+8=1\n1-5=6\n</think>\n\\boxed{6}<|im_end|>"
+    assert example(codec, to_completion(codec, Q, codec.encode(done))).remaining == (2, 1, 0, 0)
+    row = example(codec, to_completion(codec, Q, codec.encode(early)))
+    assert row.remaining == (2, 1, 1) and row.labels == (True, True, False)
+    cut = _cut(row, random.Random(0))
+    assert len(cut.remaining) == len(cut.positions) == len(cut.labels)
 
 
 def test_other_and_empty_lines_are_wrong() -> None:

@@ -29,6 +29,7 @@ def test_prm_training_smoke_exports_vllms_layout(tmp_path: Path) -> None:
             eval_every=1,
             batch_size=4,
             expected_op_weight=1.0,  # the exact-operation probe's loss runs too (not exported)
+            remaining_weight=1.0,  # and the operations-left one
         ),
         out,
         progress_bar=False,
