@@ -524,6 +524,16 @@ def _sample(settings: PrmSettings, questions: Sequence[Question]) -> list[Comple
     return out
 
 
+def _class_loss(probe: torch.nn.Module, hidden: torch.Tensor, classes: list[int]) -> torch.Tensor:
+    """Cross-entropy of a class probe at the tags that have a target (class >= 0); 0 when
+    none has."""
+    want = torch.tensor(classes, dtype=torch.long)
+    has = want >= 0
+    if not bool(has.any()):
+        return hidden.new_zeros(())
+    return torch.nn.functional.cross_entropy(probe(hidden[has]), want[has])
+
+
 def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) -> PrmResult:
     torch.set_num_threads(settings.threads)
     codec = CharCodec()
@@ -633,19 +643,11 @@ def train_prm(settings: PrmSettings, out: Path, *, progress_bar: bool = True) ->
                     fit, op_logp
                 )
         if settings.expected_op_weight > 0:
-            want = torch.tensor([c for r in rows for c in r.expected], dtype=torch.long)
-            has = want >= 0
-            if bool(has.any()):
-                loss = loss + settings.expected_op_weight * torch.nn.functional.cross_entropy(
-                    expected_probe(hidden[has]), want[has]
-                )
+            classes = [c for r in rows for c in r.expected]
+            loss = loss + settings.expected_op_weight * _class_loss(expected_probe, hidden, classes)
         if settings.remaining_weight > 0:
-            left = torch.tensor([c for r in rows for c in r.remaining], dtype=torch.long)
-            has = left >= 0
-            if bool(has.any()):
-                loss = loss + settings.remaining_weight * torch.nn.functional.cross_entropy(
-                    remaining_probe(hidden[has]), left[has]
-                )
+            classes = [c for r in rows for c in r.remaining]
+            loss = loss + settings.remaining_weight * _class_loss(remaining_probe, hidden, classes)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
