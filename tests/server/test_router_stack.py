@@ -8,6 +8,7 @@ a replica killed under load with nothing lost that the client had not seen.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -102,13 +103,23 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
         if data["thinkgate"].get("redrawn_samples"):
             REDRAWN.append({**data["thinkgate"], "usage": data["usage"]})
         return "ok" if data["choices"][0]["message"]["content"] is not None else "empty"
-    async with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream("POST", "/v1/chat/completions", json=streamed) as r:
         if r.status_code != 200:
             return f"error {r.status_code}"
         frames = [line async for line in r.aiter_lines() if line.startswith("data: ")]
     if any(f.startswith('data: {"error"') for f in frames):
         return "error frame"
-    return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
+    if not frames or frames[-1] != "data: [DONE]":
+        return "cut"
+    # A stream reports a redraw too: the thinkgate object on its last choice's finish
+    # chunk, the usage on the chunk after it (a redraw may land in either kind of request).
+    chunks = [json.loads(f[len("data: ") :]) for f in frames[:-1]]
+    info = next((c["thinkgate"] for c in chunks if "thinkgate" in c), {})
+    usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), None)
+    if info.get("redrawn_samples"):
+        REDRAWN.append({**info, "usage": usage})
+    return "ok"
 
 
 def test_a_step_search_goes_through_the_router_one_call_per_step(
