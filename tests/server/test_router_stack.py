@@ -196,16 +196,21 @@ def test_a_replica_killed_behind_the_router_loses_nothing(
     outcomes, after = asyncio.run(load())
     assert outcomes == ["ok"] * 40, outcomes
     assert after == ["ok"] * 8, after
-    # Samples the dead replica was drawing were drawn again, and billed: usage counts
-    # every token of the pool the answer came from plus the ones lost with the replica.
-    assert REDRAWN, "no answer reports a redrawn sample"
+    # The kill hit work in flight: calls placed again, and where a sample's tokens had
+    # already come back, drawn again and billed (usage counts every token of the pool the
+    # answer came from plus the ones lost with the replica). Which of the two a run sees
+    # is timing: on a busy 2-core box the kill can land before any of the victim's
+    # samples returned a token (redraws have their own tests: test_remote_failover.py,
+    # tests/strategies/test_redraws.py).
+    server = _ready(router_stack)["servers"][0]
+    placed = server["failures"] - before["failures"]
+    assert REDRAWN or placed > 0, "the kill hit nothing in flight"
     for info in REDRAWN:
         assert info["samples"] == 4 and info["redrawn_lost_tokens"] >= 0
         billed = sum(info["sample_tokens"]) + info["redrawn_lost_tokens"]
         assert info["usage"]["completion_tokens"] == billed, info
-    server = _ready(router_stack)["servers"][0]
     assert server["state"] == "up" and server["ejections"] == before["ejections"]
-    print(f"calls placed again: {server['failures'] - before['failures']}")
+    print(f"calls placed again: {placed}, answers with redrawn samples: {len(REDRAWN)}")
 
     victim.start()
     victim.wait_ready()
