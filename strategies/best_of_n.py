@@ -8,6 +8,10 @@ Body option ``select``: ``best`` (the default, above) or ``vote``: the classes o
 largest summed score win, a score-weighted majority (search-and-learn's "weighted
 Best-of-N"), for a scorer whose scores are weights (``prm``: probabilities); another
 scorer's log-probabilities or logits are a 400.
+
+Body option ``adaptive`` (with ``select: vote``): draw in rounds and stop once the
+weighted vote has settled, N being the cap (``strategies.adaptive_vote``; tuned by
+``adaptive_round``, ``adaptive_share``, ``adaptive_weight``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from core import options
 from core.base import JSON, StrategyContext, StrategyRequest
 from core.engine import Engine
 from core.errors import InvalidRequest
+from strategies.adaptive_vote import OPTIONS as ADAPTIVE_OPTIONS
+from strategies.adaptive_vote import AdaptiveStop, adaptive_stop
 from strategies.json_answers import ANSWER_FIELD
 from strategies.sampling import SamplingStrategy
 from strategies.scorers import Scorer
@@ -34,12 +40,19 @@ def _select(request: StrategyRequest) -> str:
 class BestOfN(SamplingStrategy):
     name: ClassVar[str] = "best-of-n"
     body_options: ClassVar[frozenset[str]] = frozenset(
-        {"elastic_mode", "scorer", "select", ANSWER_FIELD}
+        {"elastic_mode", "scorer", "select", ANSWER_FIELD, *ADAPTIVE_OPTIONS}
     )
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
         super().validate(request, engine)
-        _select(request)  # a bad value: a 400 before the engine call
+        select = _select(request)  # a bad value: a 400 before the engine call
+        if adaptive_stop(request) is not None and select != "vote":
+            raise InvalidRequest(
+                "adaptive stops on the weighted vote: it needs select 'vote'", param="adaptive"
+            )
+
+    def adaptive(self, request: StrategyRequest) -> AdaptiveStop | None:
+        return adaptive_stop(request)
 
     def check_scorer(self, ctx: StrategyContext, scorer: Scorer | None) -> None:
         if _select(ctx.request) == "vote" and not getattr(scorer, "weights", False):

@@ -21,6 +21,8 @@ from core.engine import (
     Engine,
 )
 from core.errors import BackendUnavailable, InvalidBudget
+from strategies.adaptive_draw import Drawn, draw_adaptive, with_round_prompts
+from strategies.adaptive_vote import AdaptiveStop
 from strategies.json_answers import ANSWER_FIELD, answer_field
 from strategies.pool import (
     Pool,
@@ -127,6 +129,11 @@ class SamplingStrategy:
     def check_scorer(self, ctx: StrategyContext, scorer: Scorer | None) -> None:
         """Before any engine call: whether the rule can use ``scorer``'s scores."""
 
+    def adaptive(self, request: StrategyRequest) -> AdaptiveStop | None:
+        """The rule that stops the draw early (``strategies.adaptive_draw``); None: draw
+        all N at once."""
+        return None
+
     def select_by_confidence(
         self,
         ctx: StrategyContext,
@@ -146,22 +153,31 @@ class SamplingStrategy:
         scorer = resolve_scorer(ctx) if self.uses_scorer else None
         self.check_scorer(ctx, scorer)
         votes = vote_options(request) if self.uses_vote else VoteOptions()
-        source = start_draw(
-            ctx,
-            n,
-            logprobs=scorer is not None and scorer.needs_logprobs,
-            top_logprobs=votes.top_k if votes.needs_confidence else 0,
-        )
-        pool = Pool(samples=[])
-        async for progress in draw(source, pool):
-            yield progress
-        analysed = analyse(ctx, pool.samples)
-        rewards = await score(ctx, scorer, analysed) if scorer is not None else None
+        stop = self.adaptive(request)
+        rewards: list[float] | None
+        drawn: Drawn | None = None
+        if stop is not None and scorer is not None:
+            drawn = Drawn()
+            async for progress in draw_adaptive(ctx, n, scorer, stop, drawn):
+                yield progress
+            source, analysed, rewards = drawn.first, analyse(ctx, drawn.samples), drawn.rewards
+        else:
+            source = start_draw(
+                ctx,
+                n,
+                logprobs=scorer is not None and scorer.needs_logprobs,
+                top_logprobs=votes.top_k if votes.needs_confidence else 0,
+            )
+            pool = Pool(samples=[])
+            async for progress in draw(source, pool):
+                yield progress
+            analysed = analyse(ctx, pool.samples)
+            rewards = await score(ctx, scorer, analysed) if scorer is not None else None
         extra: Mapping[str, JSON]
         if votes.needs_confidence:
             # DeepConf offline: confidence-weighted votes. Without a scorer the weights
             # stand in for rewards; with one (Best-of-Majority) they weigh the filter.
-            confidences = trace_confidences(pool.samples, votes.window)
+            confidences = trace_confidences(analysed.samples, votes.window)
             if rewards is None:
                 rewards = confidences
             classes = voting_classes(
@@ -176,15 +192,21 @@ class SamplingStrategy:
                 extra = {**extra, "vote_filter": votes.share}
         else:
             classes = build_classes(analysed.answers, rewards, exact=analysed.exact)
-            selection, extra = self.select(ctx, classes, k, n)
+            selection, extra = self.select(ctx, classes, k, len(analysed.samples))
         info: dict[str, JSON] = {
             "strategy": self.name,
-            "samples": n,
+            "samples": len(analysed.samples),
             "engine_requests": source.engine_requests,
             "k": k,
             "scorer": scorer.name if scorer is not None else None,
             **extra,
         }
+        if drawn is not None and stop is not None:
+            info["engine_requests"] = drawn.engine_requests
+            info["adaptive"] = drawn.info(stop, n)
         if source.plan is not None:
             info["per_sample_budget"] = budget_info(ctx, analysed, source)
-        yield final_event(ctx, analysed, rewards, classes, selection, source.plan, info)
+        result = final_event(ctx, analysed, rewards, classes, selection, source.plan, info)
+        if drawn is not None:
+            result = with_round_prompts(ctx, result, drawn.rounds)
+        yield result

@@ -212,6 +212,48 @@ def test_best_of_n_scored_by_the_prm(openai_client: Any) -> None:
     assert weight[chosen["answer"]] == pytest.approx(max(weight.values()), abs=1e-5)
 
 
+def test_adaptive_vote_draws_the_same_pool_in_rounds(openai_client: Any) -> None:
+    """``adaptive`` tuned never to settle draws rounds of 4 up to the cap: seeded, its
+    samples are the ones one draw of 8 makes (each round continues the seeds), and usage
+    bills the prompt once per round."""
+    q = make_questions("test", 1, seed=33, min_ops=12, max_ops=12)[0]
+    prm_vote = {"scorer": "prm", "select": "vote"}
+    never = {"adaptive": True, "adaptive_share": 1.0, "adaptive_weight": 100.0}
+    one, _ = ask(openai_client, q, "best-of-n", 8, seed=11, extra_body=prm_vote)
+    rounds, _ = ask(openai_client, q, "best-of-n", 8, seed=11, extra_body={**prm_vote, **never})
+    tg1, tg = one.model_extra["thinkgate"], rounds.model_extra["thinkgate"]
+    assert tg["adaptive"]["rounds"] == 2 and tg["adaptive"]["stopped"] == "cap", tg["adaptive"]
+    assert tg["samples"] == 8 and tg["engine_requests"] == 2
+    assert tg["sample_tokens"] == tg1["sample_tokens"]
+    assert tg["sample_answers"] == tg1["sample_answers"]
+    assert rounds.usage.completion_tokens == one.usage.completion_tokens
+    assert rounds.usage.prompt_tokens == 2 * one.usage.prompt_tokens
+
+
+def test_adaptive_vote_stops_once_settled(openai_client: Any) -> None:
+    """On easy questions the PRM-weighted vote settles before the cap of 16: fewer
+    samples drawn, each billed; the leader holds at least half the weight."""
+    drawn = []
+    for q in EASY:
+        r, _ = ask(
+            openai_client,
+            q,
+            "best-of-n",
+            16,
+            extra_body={"scorer": "prm", "select": "vote", "adaptive": True},
+        )
+        tg = r.model_extra["thinkgate"]
+        ad = tg["adaptive"]
+        assert tg["samples"] == min(16, 4 * ad["rounds"]) and ad["cap"] == 16, ad
+        if ad["stopped"] == "settled":
+            assert ad["leader_share"] >= 0.5, ad
+        else:
+            assert ad["stopped"] == "cap" and tg["samples"] == 16, ad
+        assert r.usage.completion_tokens == sum(tg["sample_tokens"])
+        drawn.append(tg["samples"])
+    assert min(drawn) < 16, drawn  # the testbed model agrees with itself on easy questions
+
+
 def test_bad_search_options_are_400s(openai_client: Any) -> None:
     import openai
 
@@ -221,3 +263,6 @@ def test_bad_search_options_are_400s(openai_client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         ask(openai_client, EASY[0], "beam-search", 2, extra_body={"aggregate": "mean"})
     assert err.value.body["param"] == "aggregate"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, EASY[0], "best-of-n", 4, extra_body={"scorer": "prm", "adaptive": True})
+    assert err.value.body["param"] == "adaptive"  # type: ignore[index]

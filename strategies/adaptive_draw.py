@@ -1,0 +1,104 @@
+"""Drawing a sampling strategy's pool in rounds until its weighted vote settles.
+
+Each round is one engine request of ``stop.round`` samples (fewer for the last, up to
+the cap N), seeded to continue the pool (``start_draw``'s ``first``), its samples scored
+as they arrive in one scorer call; the rule (``strategies.adaptive_vote``) then reads the
+vote of everything drawn so far. A client that leaves closes the round in flight, which
+aborts its samples in the engine, and no further round starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from core.base import JSON, Progress, Result, StrategyContext
+from core.engine import Sample
+from strategies.adaptive_vote import AdaptiveStop, leader_weight, settled
+from strategies.pool import Draw, Pool, analyse, draw, score, start_draw
+from strategies.scorers import Scorer
+from strategies.selection import build_classes
+
+
+@dataclass(slots=True)
+class Drawn:
+    """What :func:`draw_adaptive` drew, filled as it goes."""
+
+    samples: list[Sample] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    draws: list[Draw] = field(default_factory=list)
+    settled: bool = False
+    leader_share: float = 0.0
+
+    @property
+    def first(self) -> Draw:
+        """The first round's draw: its elastic plan is every round's (one per sample)."""
+        return self.draws[0]
+
+    @property
+    def rounds(self) -> int:
+        return len(self.draws)
+
+    @property
+    def engine_requests(self) -> int:
+        return sum(d.engine_requests for d in self.draws)
+
+    def info(self, stop: AdaptiveStop, cap: int) -> dict[str, JSON]:
+        return {
+            "round": stop.round,
+            "share": stop.share,
+            "weight": stop.weight,
+            "cap": cap,
+            "rounds": self.rounds,
+            "stopped": "settled" if self.settled else "cap",
+            "leader_share": round(self.leader_share, 6),
+        }
+
+
+async def draw_adaptive(
+    ctx: StrategyContext, cap: int, scorer: Scorer, stop: AdaptiveStop, drawn: Drawn
+) -> AsyncIterator[Progress]:
+    """Rounds until the vote settles or ``cap`` samples are drawn, into ``drawn``;
+    yields ``{"samples_done": i, "samples": cap}`` per finished sample and
+    ``{"phase": "adaptive", ...}`` after each round."""
+    while len(drawn.samples) < cap:
+        first = len(drawn.samples)
+        source = start_draw(
+            ctx,
+            min(stop.round, cap - first),
+            logprobs=scorer.needs_logprobs,
+            suffix=f"pool{drawn.rounds}",
+            first=first,
+        )
+        drawn.draws.append(source)
+        pool = Pool(samples=[])
+        async for progress in draw(source, pool):
+            done = progress.data.get("samples_done")
+            done = first + (done if isinstance(done, int) else 0)
+            yield Progress(data={"samples_done": done, "samples": cap})
+        # Positions in the whole pool: the engine numbered each round's from 0.
+        fresh = [replace(s, index=first + s.index) for s in pool.samples]
+        drawn.rewards += await score(ctx, scorer, analyse(ctx, fresh))
+        drawn.samples += fresh
+        pool_so_far = analyse(ctx, drawn.samples)
+        classes = build_classes(pool_so_far.answers, drawn.rewards, exact=pool_so_far.exact)
+        lead, total = leader_weight(classes)
+        drawn.leader_share = lead / total if total > 0.0 else 0.0
+        drawn.settled = settled(classes, stop)
+        yield Progress(
+            data={
+                "phase": "adaptive",
+                "samples": len(drawn.samples),
+                "leader_share": round(drawn.leader_share, 6),
+                "settled": drawn.settled,
+            }
+        )
+        if drawn.settled:
+            return
+
+
+def with_round_prompts(ctx: StrategyContext, result: Result, rounds: int) -> Result:
+    """``usage`` counts the prompt once (one request); each further round sent it again."""
+    extra = len(ctx.request.prompt_token_ids) * (rounds - 1)
+    usage = replace(result.usage, prompt_tokens=result.usage.prompt_tokens + extra)
+    return replace(result, usage=usage)
