@@ -10,6 +10,10 @@ stays below 90%) once per strategy and N, temperature 1, through the OpenAI SDK:
   best-of-n          N samples, the outcome reward model's best answer class
   best-of-n-prm      N samples, a PRM-weighted vote (best-of-n, ``scorer: prm``,
                      ``select: vote``: each sample weighs its lowest step reward)
+  best-of-n-prm-adaptive  the same vote drawn in rounds of 4 until it settles
+                     (``adaptive: true``), N the cap
+  pets               online PETS (the served table): N samples per question on average,
+                     plain majority; the adaptive baseline without a PRM
   deepconf           N samples at most, confidence early stop (its defaults)
   beam-search        N beams x ``--beam-expansions`` candidates a step, PRM-pruned
   particle-filtering N particles, resampled by PRM weight each step
@@ -49,13 +53,16 @@ STRATEGIES = (
     "self-consistency",
     "best-of-n",
     "best-of-n-prm",
+    "best-of-n-prm-adaptive",
+    "pets",
     "deepconf",
     "beam-search",
     "particle-filtering",
     "dvts",
 )
 SEARCHES = ("beam-search", "particle-filtering", "dvts")
-PRM_GUIDED = (*SEARCHES, "best-of-n-prm")  # what the goal is checked for
+PRM_VOTES = ("best-of-n-prm", "best-of-n-prm-adaptive")
+PRM_GUIDED = (*SEARCHES, *PRM_VOTES)  # what the goal is checked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,7 @@ class Answer:
     # for best-of-n-prm, the paired baseline on the very same samples.
     majority_correct: bool | None = None
     any_correct: bool | None = None  # some sample of the pool answered right (pass@N)
+    samples: int = 0  # drawn (the adaptive vote and pets draw fewer than N)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,7 @@ class Cell:
     any_accuracy: float | None = None  # the same pools' pass@N: what a perfect vote gets
     vote_only_right: int = 0  # questions the strategy got right and the majority wrong
     majority_only_right: int = 0
+    samples: float = 0.0  # mean drawn per question
 
 
 def request_of(
@@ -100,6 +109,9 @@ def request_of(
     elif strategy == "best-of-n-prm":
         headers["X-Strategy"] = "best-of-n"
         body.update(scorer="prm", select=args.prm_select)
+    elif strategy == "best-of-n-prm-adaptive":
+        headers["X-Strategy"] = "best-of-n"
+        body.update(scorer="prm", select="vote", adaptive=True)
     elif strategy == "beam-search":
         body["expansions"] = args.beam_expansions
     elif strategy == "dvts":
@@ -158,6 +170,7 @@ async def run_cell(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             prm_tokens=int(tg.get("prm_tokens") or 0),
             seconds=seconds,
+            samples=int(tg.get("samples") or 0),
             any_correct=(
                 None
                 if not voted
@@ -192,6 +205,7 @@ async def run_cell(
         ),
         vote_only_right=sum(a.correct and not a.majority_correct for a in paired),
         majority_only_right=sum(bool(a.majority_correct) and not a.correct for a in paired),
+        samples=statistics.fmean(a.samples for a in ok) if ok else 0.0,
     )
     return cell, answers
 
@@ -268,6 +282,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
     tok = [row(n, lambda c: f"{c.completion_tokens:.0f}") for n in names]
     prm = [row(n, lambda c: f"{c.prm_tokens:.0f}") for n in names if n in SEARCHES]
     sec = [row(n, lambda c: f"{c.seconds:.0f}") for n in names]
+    drawn = [row(n, lambda c: f"{c.samples:.1f}") for n in names if n not in SEARCHES]
     same = [
         row(
             n,
@@ -277,7 +292,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             ),
         )
         for n in names
-        if n == "best-of-n-prm"
+        if n in PRM_VOTES
     ]
     return "\n".join(
         [
@@ -330,9 +345,14 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             sep,
             *sec,
             "",
+            "## Samples drawn per question (the sampling strategies; N is the adaptive ones' cap)",
+            head,
+            sep,
+            *drawn,
+            "",
             *(
                 [
-                    "## best-of-n-prm against plain majority on the same samples",
+                    "## The PRM votes against plain majority on the same samples",
                     "",
                     "Accuracy % of best-of-n-prm / of a majority vote over its own pools "
                     "(from the answer classes it reports) / of a perfect vote over them "
