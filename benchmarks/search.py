@@ -289,6 +289,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             lambda c: (
                 f"{c.accuracy:.1f} / {c.majority_accuracy:.1f} / {c.any_accuracy:.1f} "
                 f"(+{c.vote_only_right} -{c.majority_only_right})"
+                if c.majority_accuracy is not None and c.any_accuracy is not None
+                else f"{c.accuracy:.1f} / - / -"
             ),
         )
         for n in names

@@ -60,3 +60,33 @@ def test_best_of_n_prm_is_best_of_n_with_the_prm_vote_and_reports_its_paired_maj
     assert "| best-of-n-prm | 65.0 / 57.5 / 80.0 (+5 -2) |" in text
     assert "best-of-n-prm: no N reached 70.0%." in text
     assert "dvts" not in text.split("## Goal")[1]  # not run, not judged
+
+
+def test_the_adaptive_vote_is_best_of_n_with_adaptive_and_is_judged_by_its_tokens() -> None:
+    args = parse([])
+    headers, body = request_of("best-of-n-prm-adaptive", 16, args)
+    assert headers == {"X-Strategy": "best-of-n", "X-Budget-Samples": "16"}
+    assert body == {"scorer": "prm", "select": "vote", "adaptive": True}
+    assert request_of("pets", 8, args) == ({"X-Strategy": "pets", "X-Budget-Samples": "8"}, {})
+    cells = [
+        Cell("self-consistency", 16, 70.0, 2400.0, 0.0, 30.0, 0, samples=16.0),
+        Cell("best-of-n-prm-adaptive", 16, 71.0, 1150.0, 0.0, 20.0, 0, samples=7.5),
+    ]
+    text = report(cells, args, 1.0)
+    assert "| best-of-n-prm-adaptive | 7.5 |" in text  # samples drawn, under a cap of 16
+    assert "best-of-n-prm-adaptive@16: accuracy 71.0% with 1150 tokens = 0.48x" in text
+    assert "(met: at most 0.5x)" in text
+
+
+def test_adaptive_stop_replays_rounds_until_the_rule_settles() -> None:
+    from benchmarks.adaptive_stop import Drawn, Rule, replay
+
+    right, wrong = Drawn(6, True, 0.9, 10), Drawn(5, False, 0.2, 10)
+    settles = [right] * 4 + [wrong] * 12  # round one: 6 holds all 3.6
+    never = [right, wrong] * 8  # 6 holds 0.9 / 1.1 of it, and 5 is the majority of 2
+    prm = Rule(weighted=True, round=4, share=0.9, weight=0.5)
+    assert replay([settles], prm) == (100.0, 40.0, 4.0)
+    assert replay([never], prm) == (100.0, 160.0, 16.0)  # to the cap, then the PRM picks 6
+    count = Rule(weighted=False, round=4, share=0.9, weight=3.0)
+    assert replay([never], count) == (100.0, 160.0, 16.0)  # a tie: the first seen, 6
+    assert replay([[wrong] * 4 + [right] * 12], count) == (0.0, 40.0, 4.0)
