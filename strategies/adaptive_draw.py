@@ -1,8 +1,8 @@
 """Drawing a sampling strategy's pool in rounds until its weighted vote settles.
 
 Each round is one engine request of ``stop.round`` samples (fewer for the last, up to
-the cap N), seeded to continue the pool (``start_draw``'s ``first``), its samples scored
-as they arrive in one scorer call; the rule (``strategies.adaptive_vote``) then reads the
+the cap N), seeded to continue the pool (``start_draw``'s ``first``), its samples scored in
+one scorer call once the round is in; the rule (``strategies.adaptive_vote``) then reads the
 vote of everything drawn so far. A client that leaves closes the round in flight, which
 aborts its samples in the engine, and no further round starts.
 """
