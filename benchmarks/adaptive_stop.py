@@ -26,7 +26,7 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.servers import ROOT, machine
@@ -197,15 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         questions = [[Drawn(**d) for d in q] for q in raw]
     else:
         questions = draw(args)
-        cache.write_text(json.dumps([[_as_dict(d) for d in q] for q in questions]))
+        cache.write_text(json.dumps([[asdict(d) for d in q] for q in questions]))
     text = report(questions, args, (time.monotonic() - start) / 60)
     Path(args.out).write_text(text)
     print(text)
     return 0
-
-
-def _as_dict(d: Drawn) -> dict[str, object]:
-    return {"answer": d.answer, "correct": d.correct, "score": d.score, "tokens": d.tokens}
 
 
 if __name__ == "__main__":

@@ -15,20 +15,23 @@ from dataclasses import dataclass, field, replace
 from core.base import JSON, Progress, Result, StrategyContext
 from core.engine import Sample
 from strategies.adaptive_vote import AdaptiveStop, leader_weight, settled
-from strategies.pool import Draw, Pool, analyse, draw, score, start_draw
+from strategies.pool import Analysed, Draw, Pool, analyse, draw, score, start_draw
 from strategies.scorers import Scorer
 from strategies.selection import build_classes
 
 
 @dataclass(slots=True)
 class Drawn:
-    """What :func:`draw_adaptive` drew, filled as it goes."""
+    """What :func:`draw_adaptive` drew under ``stop`` and ``cap``, filled as it goes."""
 
+    stop: AdaptiveStop
+    cap: int
     samples: list[Sample] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     draws: list[Draw] = field(default_factory=list)
     settled: bool = False
     leader_share: float = 0.0
+    pool: Analysed | None = None  # every sample so far, read (the vote's input)
 
     @property
     def first(self) -> Draw:
@@ -43,12 +46,17 @@ class Drawn:
     def engine_requests(self) -> int:
         return sum(d.engine_requests for d in self.draws)
 
-    def info(self, stop: AdaptiveStop, cap: int) -> dict[str, JSON]:
+    @property
+    def analysed(self) -> Analysed:
+        assert self.pool is not None, "nothing drawn yet"
+        return self.pool
+
+    def info(self) -> dict[str, JSON]:
         return {
-            "round": stop.round,
-            "share": stop.share,
-            "weight": stop.weight,
-            "cap": cap,
+            "round": self.stop.round,
+            "share": self.stop.share,
+            "weight": self.stop.weight,
+            "cap": self.cap,
             "rounds": self.rounds,
             "stopped": "settled" if self.settled else "cap",
             "leader_share": round(self.leader_share, 6),
@@ -56,11 +64,12 @@ class Drawn:
 
 
 async def draw_adaptive(
-    ctx: StrategyContext, cap: int, scorer: Scorer, stop: AdaptiveStop, drawn: Drawn
+    ctx: StrategyContext, scorer: Scorer, drawn: Drawn
 ) -> AsyncIterator[Progress]:
-    """Rounds until the vote settles or ``cap`` samples are drawn, into ``drawn``;
+    """Rounds until the vote settles or ``drawn.cap`` samples are drawn, into ``drawn``;
     yields ``{"samples_done": i, "samples": cap}`` per finished sample and
     ``{"phase": "adaptive", ...}`` after each round."""
+    stop, cap = drawn.stop, drawn.cap
     while len(drawn.samples) < cap:
         first = len(drawn.samples)
         source = start_draw(
@@ -80,8 +89,8 @@ async def draw_adaptive(
         fresh = [replace(s, index=first + s.index) for s in pool.samples]
         drawn.rewards += await score(ctx, scorer, analyse(ctx, fresh))
         drawn.samples += fresh
-        pool_so_far = analyse(ctx, drawn.samples)
-        classes = build_classes(pool_so_far.answers, drawn.rewards, exact=pool_so_far.exact)
+        drawn.pool = read = analyse(ctx, drawn.samples)
+        classes = build_classes(read.answers, drawn.rewards, exact=read.exact)
         lead, total = leader_weight(classes)
         drawn.leader_share = lead / total if total > 0.0 else 0.0
         drawn.settled = settled(classes, stop)

@@ -157,10 +157,10 @@ class SamplingStrategy:
         rewards: list[float] | None
         drawn: Drawn | None = None
         if stop is not None and scorer is not None:
-            drawn = Drawn()
-            async for progress in draw_adaptive(ctx, n, scorer, stop, drawn):
+            drawn = Drawn(stop=stop, cap=n)
+            async for progress in draw_adaptive(ctx, scorer, drawn):
                 yield progress
-            source, analysed, rewards = drawn.first, analyse(ctx, drawn.samples), drawn.rewards
+            source, analysed, rewards = drawn.first, drawn.analysed, drawn.rewards
         else:
             source = start_draw(
                 ctx,
@@ -201,9 +201,9 @@ class SamplingStrategy:
             "scorer": scorer.name if scorer is not None else None,
             **extra,
         }
-        if drawn is not None and stop is not None:
+        if drawn is not None:
             info["engine_requests"] = drawn.engine_requests
-            info["adaptive"] = drawn.info(stop, n)
+            info["adaptive"] = drawn.info()
         if source.plan is not None:
             info["per_sample_budget"] = budget_info(ctx, analysed, source)
         result = final_event(ctx, analysed, rewards, classes, selection, source.plan, info)
