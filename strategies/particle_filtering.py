@@ -16,6 +16,15 @@ has finished (or ``max_steps``). Properties: a constant PRM resamples uniformly
 (systematic: every particle kept once);
 ``resample_temperature: 0`` keeps the best particle N times (greedy); resampling
 never creates a path that was not generated.
+
+``weights: ratio`` is twisted sequential Monte Carlo (Zhao et al. 2024) with the PRM as
+the twist: a particle's weight is the softmax of ``log(r_t / r_(t-1)) /
+resample_temperature``, how much its latest step moved the PRM's reward (the first
+step: ``log r_1``), and a particle that finished in an earlier round weighs as if
+unchanged (0). Resampling by the latest reward every round re-applies a path's standing
+reward at every step, so over T steps the particles are drawn by the product of their
+rewards, which copies whichever path the PRM slightly prefers and drops the rest; by
+the ratio, the draw after step t follows the PRM's reward of the path so far, once.
 """
 
 from __future__ import annotations
@@ -40,22 +49,36 @@ def logit(r: float) -> float:
     return math.log(r / (1.0 - r))
 
 
+def softmax(z: Sequence[float], temperature: float) -> list[float]:
+    """Softmax of ``z / temperature``; temperature 0: all weight on the first largest."""
+    if temperature == 0.0:
+        top = max(range(len(z)), key=lambda i: (z[i], -i))
+        return [1.0 if i == top else 0.0 for i in range(len(z))]
+    scaled = [v / temperature for v in z]
+    m = max(scaled)
+    e = [math.exp(v - m) for v in scaled]
+    total = sum(e)
+    return [v / total for v in e]
+
+
 def weights(rewards: Sequence[float], temperature: float) -> list[float]:
     """Softmax of ``logit(r) / temperature``; temperature 0: all weight on the first
     best particle."""
-    if temperature == 0.0:
-        top = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
-        return [1.0 if i == top else 0.0 for i in range(len(rewards))]
-    z = [logit(r) / temperature for r in rewards]
-    m = max(z)
-    e = [math.exp(v - m) for v in z]
-    total = sum(e)
-    return [v / total for v in e]
+    return softmax([logit(r) for r in rewards], temperature)
 
 
 def latest(path: Path) -> float:
     """A particle's latest step reward (no step yet: neutral)."""
     return path.rewards[-1] if path.rewards else 0.5
+
+
+def change(path: Path) -> float:
+    """``log(r_t / r_(t-1))``: how much the latest step moved the PRM's reward of the
+    path (the first step from 1; no step yet: 0)."""
+    if not path.rewards:
+        return 0.0
+    before = math.log(max(CLIP, path.rewards[-2])) if len(path.rewards) > 1 else 0.0
+    return math.log(max(CLIP, path.rewards[-1])) - before
 
 
 def systematic(w: Sequence[float], k: int, rng: random.Random) -> list[int]:
@@ -77,8 +100,12 @@ def resample(
     temperature: float,
     rng: random.Random,
     method: str = "systematic",
+    log_weights: Sequence[float] | None = None,
 ) -> list[Path]:
-    w = weights([latest(p) for p in particles], temperature)
+    """N particles drawn by weight: the softmax of ``log_weights`` (default: each
+    particle's latest reward as log-odds) at ``temperature``."""
+    z = [logit(latest(p)) for p in particles] if log_weights is None else log_weights
+    w = softmax(z, temperature)
     if method == "systematic":
         picks = systematic(w, len(particles), rng)
     else:
@@ -91,6 +118,7 @@ class ParticleFiltering(StepSearch):
     body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS | {
         "resample_temperature",
         "resampling",
+        "weights",
     }
 
     def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
@@ -107,8 +135,15 @@ class ParticleFiltering(StepSearch):
         options: SearchOptions,
         rng: random.Random,
     ) -> SearchState:
-        particles = [c for group in children for c in group] + list(state.complete)
-        drawn = resample(particles, options.resample_temperature, rng, options.resampling)
+        grown = [c for group in children for c in group]
+        particles = grown + list(state.complete)
+        z: list[float] | None = None
+        if options.weights == "ratio":
+            # Particles finished in an earlier round took no step: their reward is unchanged.
+            z = [change(c) for c in grown] + [0.0] * len(state.complete)
+        drawn = resample(
+            particles, options.resample_temperature, rng, options.resampling, log_weights=z
+        )
         return SearchState(
             live=tuple(p for p in drawn if p.live),
             complete=tuple(p for p in drawn if not p.live),
@@ -119,4 +154,5 @@ class ParticleFiltering(StepSearch):
             "particles": n,
             "resample_temperature": options.resample_temperature,
             "resampling": options.resampling,
+            "weights": options.weights,
         }

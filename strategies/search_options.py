@@ -16,6 +16,7 @@ Aggregate = Literal["last", "min", "prod"]
 Select = Literal["best", "vote"]
 SELECTS: Final = ("best", "vote")
 RESAMPLINGS: Final = ("systematic", "multinomial")
+PARTICLE_WEIGHTS: Final = ("latest", "ratio")
 
 # Upper bounds a request may ask for (a search of 10^4 steps is a mistake, not a plan).
 MAX_EXPANSIONS: Final = 64
@@ -52,6 +53,9 @@ class SearchOptions:
     select: Select
     resample_temperature: float  # particle filtering only
     resampling: str  # particle filtering only: systematic or multinomial
+    # particle filtering only: a particle's weight from its latest step reward (Puri et
+    # al.) or from how much that step moved the PRM's reward (twisted SMC, "ratio").
+    weights: str
     # alpha: a step's reward is the PRM's times exp(alpha * the mean log-probability the
     # generator gave the step's tokens); 0: the PRM's alone.
     confidence: float
@@ -79,6 +83,7 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         select=select,  # type: ignore[arg-type]  # checked against SELECTS
         resample_temperature=options.number(opts, "resample_temperature", 1.0, lo=0.0),
         resampling=options.choice(opts, "resampling", "systematic", RESAMPLINGS),
+        weights=options.choice(opts, "weights", "latest", PARTICLE_WEIGHTS),
         confidence=options.number(opts, "confidence", defaults.confidence, lo=0.0, hi=100.0),
     )
 

@@ -32,12 +32,12 @@ from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from engines.scripted import ScriptedEngine
 from strategies.beam_search import BeamSearch
 from strategies.dvts import Dvts
-from strategies.particle_filtering import ParticleFiltering, resample, weights
+from strategies.particle_filtering import ParticleFiltering, change, resample, weights
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import thinking_open_after
-from strategies.search_options import DEFAULTS_KEY, SearchDefaults
-from strategies.step_search import StepSearch
+from strategies.search_options import DEFAULTS_KEY, SearchDefaults, search_options
+from strategies.step_search import SearchState, StepSearch
 from testbed.traces import line_is_correct
 
 QUESTION = "Compute 3+8-5+7 mod 10."
@@ -338,6 +338,41 @@ def test_resampling_properties() -> None:
     assert all(int(3 * w[0]) <= c <= int(3 * w[0]) + 1 for c in counts)
 
 
+def test_ratio_weights_follow_the_change_of_the_reward(testbed_tokens: Any) -> None:
+    from strategies.search_paths import Path
+
+    assert change(Path()) == 0.0
+    assert change(Path(ids=(1,), rewards=(0.9,))) == pytest.approx(math.log(0.9))
+    assert change(Path(ids=(1,), rewards=(0.9, 0.45))) == pytest.approx(math.log(0.5))
+    # Two particles whose rewards stood still: latest weights copy the higher (odds 9
+    # against 3/7), ratio weights keep both once; one whose reward fell is dropped.
+    low = Path(ids=(1,), rewards=(0.3, 0.3))
+    high = Path(ids=(2,), rewards=(0.9, 0.9))
+    fell = Path(ids=(3,), rewards=(0.9, 0.009))  # a hundredfold fall
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=2, options={"weights": "ratio"})
+    ratio = search_options(ctx.request, SearchDefaults())
+    latest = replace(ratio, weights="latest")
+    pf = ParticleFiltering()
+    children = [[low], [high]]
+    for seed in range(5):
+        by_latest = pf.advance(SearchState(live=()), children, 2, latest, random.Random(seed))
+        by_ratio = pf.advance(SearchState(live=()), children, 2, ratio, random.Random(seed))
+        assert by_latest.live == (high, high)
+        assert by_ratio.live == (low, high)
+        dropped = pf.advance(SearchState(live=()), [[low], [fell]], 2, ratio, random.Random(seed))
+        assert dropped.live == (low, low)
+    # A particle finished in an earlier round weighs as unchanged (0): beside a live one
+    # whose step kept its reward both stay; beside one whose step raised it, it is dropped.
+    done = Path(ids=(4,), rewards=(0.2,), state="closed")
+    rose = Path(ids=(5,), rewards=(0.01, 0.9))
+    before = SearchState(live=(), complete=(done,))
+    kept = pf.advance(before, [[low]], 2, ratio, random.Random(0))
+    assert (kept.live, kept.complete) == ((low,), (done,))
+    gone = pf.advance(before, [[rose]], 2, ratio, random.Random(0))
+    assert (gone.live, gone.complete) == ((rose, rose), ())
+    assert pf.trace(2, ratio)["weights"] == "ratio"
+
+
 async def test_thinking_budget_caps_every_path(testbed_tokens: Any) -> None:
     world = World(testbed_tokens, right=lambda j: True)
     ctx = _ctx(testbed_tokens, world, samples=2, prm=ArithmeticPrm(testbed_tokens), thinking=9)
@@ -526,6 +561,7 @@ async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
         ({"step_delimiter": ""}, "step_delimiter"),
         ({"resample_temperature": -1}, "resample_temperature"),
         ({"resampling": "stratified"}, "resampling"),
+        ({"weights": "product"}, "weights"),
         ({"confidence": -1}, "confidence"),
         ({"confidence": "high"}, "confidence"),
     ],
