@@ -76,15 +76,17 @@ def audit(r: Any, tg: dict[str, Any]) -> None:
 @pytest.mark.parametrize("strategy", ["beam-search", "particle-filtering", "dvts"])
 def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) -> None:
     right = 0
-    for q in EASY:
+    for i, q in enumerate(EASY):
+        # Particle filtering weighs steps by the generator's confidence too (the engine
+        # returns each step's sampled-token logprobs with it), by the latest reward on the
+        # first question and by its change (twisted SMC) on the others.
+        pf_body = {**OWN_CONF, "weights": "ratio" if i else "latest"}
         r, headers = ask(
             openai_client,
             q,
             strategy,
             4,
-            # Particle filtering weighs steps by the generator's confidence too (the
-            # engine returns each step's sampled-token logprobs with it).
-            extra_body={"expansions": 2} if strategy != "particle-filtering" else OWN_CONF,
+            extra_body={"expansions": 2} if strategy != "particle-filtering" else pf_body,
         )
         tg = r.model_extra["thinkgate"]
         assert tg["strategy"] == strategy and tg["samples"] == 4
@@ -103,6 +105,7 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
         else:
             assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
             assert tg["confidence"] == OWN_CONF["confidence"]
+            assert tg["weights"] == pf_body["weights"]
     assert right >= 2  # easy questions: the testbed model is right on them greedily
 
 
@@ -266,3 +269,6 @@ def test_bad_search_options_are_400s(openai_client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         ask(openai_client, EASY[0], "best-of-n", 4, extra_body={"scorer": "prm", "adaptive": True})
     assert err.value.body["param"] == "adaptive"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, EASY[0], "particle-filtering", 2, extra_body={"weights": "product"})
+    assert err.value.body["param"] == "weights"  # type: ignore[index]
