@@ -30,8 +30,9 @@ from core.engine import (
     generate_each,
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
-from engines.local import engine_wait, executor, process_group, stopping
+from engines.local import executor, stopping
 from engines.local.grammar import GRAMMAR_CONFIG
+from engines.local.launch import start_async_llm
 from engines.local.prefix_cache import block_size
 from engines.local.vllm_logprobs import (
     client_logprobs,
@@ -119,7 +120,6 @@ class LocalEngine:
         """Build the engine (tens of seconds on CPU); raises if the model cannot serve."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         local = settings.local
         tokens = TokenizerTokens.for_settings(settings)
@@ -173,10 +173,8 @@ class LocalEngine:
         processors = load_processor_classes(tuple(spec_for(p, runner) for p in setup.names))
         args.logits_processors = cast(Any, processors) or None
         names = {processor_name(c) for c in processors}
-        engine_wait.export(local.engine_spin_ms)
         log.info("engine.starting", model=settings.model_path, processors=local.logits_processors)
-        with process_group.detached_children():
-            llm = AsyncLLM.from_engine_args(args)
+        llm = start_async_llm(args, spin_ms=local.engine_spin_ms)
         return cls(
             llm,
             model_name=settings.model_name,

@@ -56,8 +56,9 @@ import structlog
 from core.errors import BackendError, BackendUnavailable
 from engines.calls import Timeouts, calls_over
 from engines.http_errors import post_json
-from engines.local import engine_wait, executor, process_group, stopping
+from engines.local import executor, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
+from engines.local.launch import start_async_llm
 from engines.local.pooling import encode_one
 from engines.local.prefix_cache import block_size
 from engines.settings import ExecutorChoice
@@ -138,7 +139,6 @@ class PrmEngine:
         ``step_tag_id`` None: the directory's own (``step_tag_of``)."""
         from vllm.config import PoolerConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         tag = step_tag_of(model) if step_tag_id is None else step_tag_id
         from vllm.platforms import current_platform
@@ -163,9 +163,7 @@ class PrmEngine:
             disable_log_stats=True,
         )
         log.info("prm.starting", model=model, step_tag_id=tag)
-        engine_wait.export(spin_ms)
-        with process_group.detached_children():
-            llm = AsyncLLM.from_engine_args(args)
+        llm = start_async_llm(args, spin_ms=spin_ms)
         return cls(llm, model=model, step_tag_id=tag, max_model_len=max_model_len)
 
     async def step_rewards(

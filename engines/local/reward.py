@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
-from engines.local import engine_wait, executor, process_group, stopping
+from engines.local import executor, stopping
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
+from engines.local.launch import start_async_llm
 from engines.local.pooling import encode_one
 from engines.settings import ExecutorChoice
 
@@ -60,7 +61,6 @@ class RewardEngine:
         """
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
             model=model,
@@ -78,9 +78,7 @@ class RewardEngine:
             disable_log_stats=True,
         )
         log.info("reward.starting", model=model)
-        engine_wait.export(spin_ms)
-        with process_group.detached_children():
-            llm = AsyncLLM.from_engine_args(args)
+        llm = start_async_llm(args, spin_ms=spin_ms)
         return cls(llm, model=model, max_model_len=max_model_len)
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:

@@ -1,0 +1,30 @@
+"""Start one of the gateway's in-process vLLM engines (the generator, the reward model,
+the PRM): each needs the same two things around vLLM's own constructor, and an engine
+started without either misbehaves in a way no test of that engine alone shows.
+
+* the spin of vLLM's shared-memory ring (:func:`engines.local.engine_wait.export`), read
+  by the engine processes at start-up: set after they start, it is never seen;
+* the engine processes out of the gateway's process group
+  (:func:`engines.local.process_group.detached_children`): a group SIGTERM from a
+  supervisor then reaches the gateway alone, which drains before stopping them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engines.local import engine_wait, process_group
+
+if TYPE_CHECKING:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+
+def start_async_llm(args: AsyncEngineArgs, *, spin_ms: float | None) -> AsyncLLM:
+    """vLLM's ``AsyncLLM.from_engine_args(args)`` with the ring's spin exported and the
+    engine processes in a group of their own."""
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    engine_wait.export(spin_ms)
+    with process_group.detached_children():
+        return AsyncLLM.from_engine_args(args)
