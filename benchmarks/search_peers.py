@@ -255,6 +255,16 @@ def side_of(
     )
 
 
+def _questions_file(path: Path, questions: Sequence[Question]) -> Path:
+    path.write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": q.prompt, "answer": q.answer}) + "\n"
+            for i, q in enumerate(questions)
+        )
+    )
+    return path
+
+
 def run(args: argparse.Namespace) -> list[Side]:
     from tqdm import tqdm
 
@@ -263,13 +273,8 @@ def run(args: argparse.Namespace) -> list[Side]:
     )
     work = LOGS / "search-peers"
     work.mkdir(parents=True, exist_ok=True)
-    qfile = work / "questions.jsonl"
-    qfile.write_text(
-        "".join(
-            json.dumps({"id": i, "prompt": q.prompt, "answer": q.answer}) + "\n"
-            for i, q in enumerate(questions)
-        )
-    )
+    qfile = _questions_file(work / "questions.jsonl", questions)
+    warm_file = _questions_file(work / "warmup.jsonl", questions[: args.warmup])
     cells = [(a, int(n)) for a in args.algorithms.split(",") for n in args.ns.split(",")]
     peers = [p for p in args.peers.split(",") if p]
     sides: list[Side] = []
@@ -310,13 +315,18 @@ def run(args: argparse.Namespace) -> list[Side]:
             gateways["thinkgate-local"] = stack.enter_context(
                 thinkgate(model_path("base"), log=LOGS / "search-peers-thinkgate-local.log")
             )
-        bar = tqdm(total=len(cells) * args.rounds * len(peers), desc="search peers")
-        for rnd in range(args.rounds):
+        # A warm-up round first, not counted: without it every run's first round was its
+        # slowest (servers that had answered nothing yet), whichever side went first.
+        warm = questions[: args.warmup]
+        rounds = [-1] * bool(warm) + list(range(args.rounds))
+        bar = tqdm(total=len(cells) * len(rounds) * len(peers), desc="search peers")
+        for rnd in rounds:
             for algorithm, n in cells:
                 # Every round starts with another side, so drift in the machine's load
                 # does not always fall on the same one.
                 order = peers[rnd % len(peers) :] + peers[: rnd % len(peers)]
                 for peer in order:
+                    asked = warm if rnd < 0 else questions
                     before = counters(gen)
                     scorer = prm_of.get(peer, prm)
                     prm_before = counters(scorer, PRM_COUNTERS)
@@ -328,14 +338,21 @@ def run(args: argparse.Namespace) -> list[Side]:
                                 algorithm,
                                 n,
                                 args.expansions,
-                                questions,
+                                asked,
                                 args.concurrency,
                             )
                         )
                     else:
                         out = work / f"its_hub-{algorithm}-{n}-r{rnd}.jsonl"
                         summary = its_hub_side(
-                            args, gen, scorer, algorithm, n, args.expansions, qfile, out
+                            args,
+                            gen,
+                            scorer,
+                            algorithm,
+                            n,
+                            args.expansions,
+                            warm_file if rnd < 0 else qfile,
+                            out,
                         )
                         wall = summary["wall_s"]
                         rows = [json.loads(x) for x in out.read_text().splitlines() if x]
@@ -346,11 +363,13 @@ def run(args: argparse.Namespace) -> list[Side]:
                     computed = sum(prm_after[k] - prm_before[k] for k in PRM_COUNTERS)
                     if peer == "thinkgate-local":
                         computed = float("nan")  # in its own process: not counted here
+                    bar.update(1)
+                    if rnd < 0:
+                        continue
                     sides.append(
                         side_of(peer, algorithm, n, rnd, wall, rows, before, after, computed, cpu)
                     )
                     bar.set_postfix(peer=peer, alg=algorithm, n=n, qps=f"{sides[-1].qps:.2f}")
-                    bar.update(1)
                     beside(Path(args.out), ".json").write_text(
                         json.dumps([asdict(s) for s in sides], indent=1)
                     )
@@ -388,7 +407,8 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         "",
         f"{args.questions} held-out testbed questions (test split, {args.min_ops}-{args.max_ops} "
         f"operations, seed {args.seed}), {args.concurrency} questions in flight per side, "
-        f"{args.rounds} interleaved rounds per cell (each starts with the next side). "
+        f"{args.rounds} interleaved rounds per cell (each starts with the next side), "
+        f"after a warm-up of {args.warmup} questions per side and cell, not counted. "
         "`thinkgate` and `its_hub` use one `thinkgate replica` (vLLM's own server, float32, "
         "512-token context, the model in the engine core on CPU, no reasoning parser: "
         "its_hub reads the "
@@ -513,6 +533,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--ns", default="4,8")
     p.add_argument("--expansions", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=4,
+        help="questions each side answers per cell before the measured rounds (not counted; "
+        "0: none)",
+    )
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--out", default=str(RESULTS / "search-peers"))
     p.add_argument(
