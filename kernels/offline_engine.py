@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 MAX_MODEL_LEN: Final = 512  # the testbed's context
 MAX_NUM_SEQS: Final = 64
+IN_PROCESS_ENV: Final = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def cpu_llm(
@@ -25,15 +26,34 @@ def cpu_llm(
     runner: Literal["generate", "pooling"] = "generate",
     max_model_len: int = MAX_MODEL_LEN,
     max_num_seqs: int = MAX_NUM_SEQS,
+    in_process: bool = False,
     **engine_args: Any,
 ) -> LLM:
     """An engine sized for small models on CPU: float32 (CPU kernels), eager (no graph
     capture to amortise), whole prompts per step, ``VLLM_CPU_KVCACHE_SPACE`` 1 GiB
     unless set. ``engine_args`` go to ``LLM`` as they are (logits processors,
-    ``hf_overrides`` ...)."""
+    ``hf_overrides`` ...).
+
+    ``in_process``: the engine core and the model in this process. vLLM otherwise runs
+    them in a process it spawns on CPU (a fresh interpreter: a dozen seconds of imports
+    per engine), which a short-lived caller, such as a test, pays for nothing."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
 
+    if in_process:
+        engine_args.setdefault("distributed_executor_backend", "uni")
+        saved = os.environ.get(IN_PROCESS_ENV)
+        os.environ[IN_PROCESS_ENV] = "0"  # read once, while the engine is built
+        try:
+            return cpu_llm(
+                model, seed=seed, runner=runner, max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs, **engine_args,
+            )  # fmt: skip
+        finally:
+            if saved is None:
+                os.environ.pop(IN_PROCESS_ENV, None)
+            else:
+                os.environ[IN_PROCESS_ENV] = saved
     return LLM(
         model=str(model),
         runner=runner,

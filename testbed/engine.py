@@ -39,10 +39,16 @@ class Completion:
 
 
 def load_llm(
-    model: Path | str, *, runner: Literal["generate", "pooling"] = "generate", seed: int = 0
+    model: Path | str,
+    *,
+    runner: Literal["generate", "pooling"] = "generate",
+    seed: int = 0,
+    in_process: bool = False,
 ) -> LLM:
     """A CPU engine sized for the testbed (kernels.offline_engine.cpu_llm)."""
-    return cpu_llm(model, runner=runner, seed=seed, max_model_len=MAX_MODEL_LEN)
+    return cpu_llm(
+        model, runner=runner, seed=seed, max_model_len=MAX_MODEL_LEN, in_process=in_process
+    )
 
 
 def to_completion(codec: CharCodec, question: Question, token_ids: Sequence[int]) -> Completion:

@@ -318,6 +318,7 @@ REMOTE_FLAGS: tuple[str, ...] = ("--engine", "remote", "--health-interval-s", "0
 
 _CACHE: dict[str, LiveServer] = {}
 _STACK: RemoteStack | None = None
+_PRELAUNCHED: tuple[Replica, list[Replica]] | None = None
 _ROUTER: RouterStack | None = None
 _LOG_DIR: Path | None = None
 
@@ -331,22 +332,44 @@ def _log_dir() -> Path:
     return _LOG_DIR
 
 
+def _launch_remote_replicas() -> tuple[Replica, list[Replica]]:
+    """The remote stack's PRM replica and two generation replicas, started together and
+    not waited for."""
+    launched: list[Replica] = []
+    try:
+        for flags, name in ((("--prm",), "prm.log"), ((), None), ((), None)):
+            port = _free_port()
+            log = _log_dir() / (name or f"replica-{port}.log")
+            launched.append(Replica(f"http://127.0.0.1:{port}", port, flags, log))
+            launched[-1].start()
+    except BaseException:
+        for r in launched:
+            r.stop()
+        raise
+    return launched[0], launched[1:]
+
+
+def prelaunch_remote_replicas() -> None:
+    """Start the remote stack's replicas now, in the background: they load (tens of
+    seconds each, mostly one core's imports) while the first tests and the local server
+    start, instead of after them."""
+    global _PRELAUNCHED
+    if _STACK is None and _PRELAUNCHED is None:
+        _PRELAUNCHED = _launch_remote_replicas()
+
+
 def remote_stack_instance() -> RemoteStack:
     """Two replicas, a PRM replica (``thinkgate replica --prm``: the step searches score
     through thinkgate's PRM server, vLLM's ``/pooling`` wire) and a remote gateway,
-    started on first use, kept for the session."""
-    global _STACK
+    started on first use (or at the end of collection, ``prelaunch_remote_replicas``),
+    kept for the session."""
+    global _STACK, _PRELAUNCHED
     if _STACK is None:
-        port = _free_port()
-        prm = Replica(f"http://127.0.0.1:{port}", port, ("--prm",), _log_dir() / "prm.log")
-        prm.start()  # loads while the generation replicas do
+        prm, replicas = _PRELAUNCHED or _launch_remote_replicas()
+        _PRELAUNCHED = None
         try:
-            replicas = start_replicas(_log_dir(), 2)
-        except BaseException:
-            prm.stop()
-            raise
-        try:
-            prm.wait_ready()
+            for r in (*replicas, prm):
+                r.wait_ready()
             urls = ",".join(r.url for r in replicas)
             gateway = start_server(
                 _log_dir() / "gateway-remote.log",
@@ -470,8 +493,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("engine_kind", kinds, scope="session")
 
 
+def _needs_remote_stack(item: pytest.Item) -> bool:
+    if {"remote_stack", "router_stack", "replicas_back"} & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("engine_kind") in ("remote", "router")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After deselection: only a run that will use the remote stack starts its replicas.
+    if not session.config.option.collectonly and any(map(_needs_remote_stack, session.items)):
+        prelaunch_remote_replicas()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    global _STACK, _ROUTER
+    global _STACK, _ROUTER, _PRELAUNCHED
+    if _PRELAUNCHED is not None:  # launched, never used (the tests that would were skipped)
+        for r in (_PRELAUNCHED[0], *_PRELAUNCHED[1]):
+            r.stop()
+        _PRELAUNCHED = None
     if _ROUTER is not None:
         _ROUTER.stop()
         _ROUTER = None

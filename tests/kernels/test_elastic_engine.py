@@ -37,17 +37,22 @@ def llm() -> Iterator[Any]:
 
     from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
 
-    engine = LLM(
-        model=str(MODEL),
-        dtype="float32",
-        max_model_len=256,
-        max_num_seqs=64,
-        enforce_eager=True,
-        logits_processors=[ElasticLogitsProcessor],
-        seed=0,
-    )
-    yield engine
-    del engine
+    # The engine in this process: an engine process of its own is a fresh interpreter
+    # (vLLM spawns on CPU), a dozen seconds of imports that test nothing here.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        engine = LLM(
+            model=str(MODEL),
+            dtype="float32",
+            max_model_len=256,
+            max_num_seqs=64,
+            enforce_eager=True,
+            logits_processors=[ElasticLogitsProcessor],
+            seed=0,
+            distributed_executor_backend="uni",
+        )
+        yield engine
+        del engine
 
 
 @pytest.fixture(scope="module")

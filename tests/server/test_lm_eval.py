@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,13 @@ def test_lm_eval_log_likelihood_through_thinkgate_equals_vllms_own_server(
 ) -> None:
     replica = remote_stack.replicas[0].url
     upstream = httpx.get(f"{replica}/v1/models", timeout=10).json()["data"][0]["id"]
-    ours = _lm_eval(live_server.base_url, live_server.model, tmp_path / "thinkgate")
-    theirs = _lm_eval(replica, upstream, tmp_path / "vllm")
+    # Both runs at once: each is mostly lm-eval's own start-up on one core.
+    with ThreadPoolExecutor(2) as pool:
+        ours_f = pool.submit(
+            _lm_eval, live_server.base_url, live_server.model, tmp_path / "thinkgate"
+        )
+        theirs_f = pool.submit(_lm_eval, replica, upstream, tmp_path / "vllm")
+        ours, theirs = ours_f.result(), theirs_f.result()
     assert ours["acc"] == theirs["acc"]
     assert ours["acc"] >= 0.5  # the model knows its running values: not noise
     by_doc = {s["doc_id"]: s for s in theirs["samples"]}

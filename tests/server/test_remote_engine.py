@@ -313,8 +313,13 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "error stream" if errors else "ok"
 
 
+# Requests in flight when a replica is killed: enough that both replicas hold several
+# (each replica batches all it is given), few enough that the survivor ends them quickly.
+LOAD = 32
+
+
 def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) -> None:
-    """SIGKILL one of two replicas with 50 requests in flight over both: every request
+    """SIGKILL one of two replicas with 32 requests in flight over both: every request
     ends (200, or a 5xx in the error envelope), new requests go to the survivor, and the
     killed server is re-admitted when it comes back."""
     remote_stack = replicas_back
@@ -331,11 +336,11 @@ def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) 
                 _chat(
                     gw.model,
                     f"Compute {i % 10}+{(3 * i) % 10}+{(7 * i) % 10} mod 10.",
-                    max_tokens=300,
+                    max_tokens=200,
                     ignore_eos=True,
                     temperature=1.0,
                 )
-                for i in range(50)
+                for i in range(LOAD)
             ]
             tasks = [
                 asyncio.create_task(_one(client, b, stream=i % 2 == 1))
@@ -358,10 +363,10 @@ def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) 
             return list(outcomes), time.monotonic() - started
 
     outcomes, _ = asyncio.run(load())
-    assert len(outcomes) == 50
+    assert len(outcomes) == LOAD
     # A non-streamed request has shown the client nothing: placed again, never lost.
-    assert outcomes[0::2] == ["ok"] * 25, outcomes
-    assert outcomes.count("ok") >= 25, outcomes
+    assert outcomes[0::2] == ["ok"] * (LOAD // 2), outcomes
+    assert outcomes.count("ok") >= LOAD // 2, outcomes
     killed_at = time.monotonic()
 
     # Ejected within 2 s (a refused connection or the health check), and new requests
@@ -378,7 +383,7 @@ def test_killing_a_replica_under_load_loses_nothing(replicas_back: RemoteStack) 
     assert _server(remote_stack, survivor)["requests"] - calls_before == 4
     assert time.monotonic() - killed_at < 60
     print(
-        f"outcomes: {sorted(set(outcomes))}, ok {outcomes.count('ok')}/50, "
+        f"outcomes: {sorted(set(outcomes))}, ok {outcomes.count('ok')}/{LOAD}, "
         f"ejected after {ejected_in:.2f} s"
     )
 

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def _engine(name: str, runner: Literal["generate", "pooling"] = "generate") -> Iterator[LLM]:
-    llm = load_llm(model_path(name), runner=runner, seed=0)
+    llm = load_llm(model_path(name), runner=runner, seed=0, in_process=True)
     yield llm
     del llm
 
