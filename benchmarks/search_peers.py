@@ -317,8 +317,7 @@ def run(args: argparse.Namespace) -> list[Side]:
             )
         # A warm-up round first, not counted: without it every run's first round was its
         # slowest (servers that had answered nothing yet), whichever side went first.
-        warm = questions[: args.warmup]
-        rounds = [-1] * bool(warm) + list(range(args.rounds))
+        rounds = [-1] * (args.warmup > 0) + list(range(args.rounds))
         bar = tqdm(total=len(cells) * len(rounds) * len(peers), desc="search peers")
         for rnd in rounds:
             for algorithm, n in cells:
@@ -326,7 +325,9 @@ def run(args: argparse.Namespace) -> list[Side]:
                 # does not always fall on the same one.
                 order = peers[rnd % len(peers) :] + peers[: rnd % len(peers)]
                 for peer in order:
-                    asked = warm if rnd < 0 else questions
+                    asked, asked_file = (
+                        (questions[: args.warmup], warm_file) if rnd < 0 else (questions, qfile)
+                    )
                     before = counters(gen)
                     scorer = prm_of.get(peer, prm)
                     prm_before = counters(scorer, PRM_COUNTERS)
@@ -351,7 +352,7 @@ def run(args: argparse.Namespace) -> list[Side]:
                             algorithm,
                             n,
                             args.expansions,
-                            warm_file if rnd < 0 else qfile,
+                            asked_file,
                             out,
                         )
                         wall = summary["wall_s"]

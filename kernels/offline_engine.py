@@ -7,7 +7,9 @@ engine run under an ``if __name__ == "__main__":`` guard (vLLM spawns processes)
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -34,36 +36,42 @@ def cpu_llm(
     unless set. ``engine_args`` go to ``LLM`` as they are (logits processors,
     ``hf_overrides`` ...).
 
-    ``in_process``: the engine core and the model in this process. vLLM otherwise runs
-    them in a process it spawns on CPU (a fresh interpreter: a dozen seconds of imports
-    per engine), which a short-lived caller, such as a test, pays for nothing."""
+    ``in_process``: built under :func:`in_process_engine`, for a short-lived caller
+    (a test) that would otherwise pay for vLLM's spawned engine process."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
 
-    if in_process:
-        engine_args.setdefault("distributed_executor_backend", "uni")
-        saved = os.environ.get(IN_PROCESS_ENV)
-        os.environ[IN_PROCESS_ENV] = "0"  # read once, while the engine is built
-        try:
-            return cpu_llm(
-                model, seed=seed, runner=runner, max_model_len=max_model_len,
-                max_num_seqs=max_num_seqs, **engine_args,
-            )  # fmt: skip
-        finally:
-            if saved is None:
-                os.environ.pop(IN_PROCESS_ENV, None)
-            else:
-                os.environ[IN_PROCESS_ENV] = saved
-    return LLM(
-        model=str(model),
-        runner=runner,
-        dtype="float32",
-        max_model_len=max_model_len,
-        enforce_eager=True,
-        seed=seed,
-        # Whole prompts in one step: chunked prefill with seeds crashes the CPU sampler.
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=max_model_len * max_num_seqs,
-        max_num_seqs=max_num_seqs,
-        **engine_args,
+    where: contextlib.AbstractContextManager[dict[str, Any]] = (
+        in_process_engine() if in_process else contextlib.nullcontext({})
     )
+    with where as extra:
+        return LLM(
+            model=str(model),
+            runner=runner,
+            dtype="float32",
+            max_model_len=max_model_len,
+            enforce_eager=True,
+            seed=seed,
+            # Whole prompts in one step: chunked prefill with seeds crashes the CPU sampler.
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max_model_len * max_num_seqs,
+            max_num_seqs=max_num_seqs,
+            **{**extra, **engine_args},
+        )
+
+
+@contextlib.contextmanager
+def in_process_engine() -> Iterator[dict[str, Any]]:
+    """While vLLM's ``LLM`` is built inside it: its engine core and model in this process,
+    not in a process vLLM spawns on CPU (a fresh interpreter, a dozen seconds of imports
+    per engine). Yields the engine argument that goes with it (the ``uni`` executor: the
+    worker in this process too). vLLM reads the variable once, while the engine is built."""
+    saved = os.environ.get(IN_PROCESS_ENV)
+    os.environ[IN_PROCESS_ENV] = "0"
+    try:
+        yield {"distributed_executor_backend": "uni"}
+    finally:
+        if saved is None:
+            os.environ.pop(IN_PROCESS_ENV, None)
+        else:
+            os.environ[IN_PROCESS_ENV] = saved

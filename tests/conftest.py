@@ -269,15 +269,26 @@ class Replica:
             return "(no log)"
 
 
+def launch_replicas(log_dir: Path, count: int, *flags: str) -> list[Replica]:
+    """``count`` replicas on free ports, started together and not waited for."""
+    replicas: list[Replica] = []
+    try:
+        for port in (_free_port() for _ in range(count)):
+            replicas.append(
+                Replica(f"http://127.0.0.1:{port}", port, flags, log_dir / f"replica-{port}.log")
+            )
+            replicas[-1].start()
+    except BaseException:
+        for r in replicas:
+            r.stop()
+        raise
+    return replicas
+
+
 def start_replicas(log_dir: Path, count: int, *flags: str) -> list[Replica]:
     """``count`` replicas on free ports, started together (their load overlaps)."""
-    replicas = [
-        Replica(f"http://127.0.0.1:{port}", port, flags, log_dir / f"replica-{port}.log")
-        for port in (_free_port() for _ in range(count))
-    ]
+    replicas = launch_replicas(log_dir, count, *flags)
     try:
-        for r in replicas:
-            r.start()
         for r in replicas:
             r.wait_ready()
     except BaseException:
@@ -335,18 +346,12 @@ def _log_dir() -> Path:
 def _launch_remote_replicas() -> tuple[Replica, list[Replica]]:
     """The remote stack's PRM replica and two generation replicas, started together and
     not waited for."""
-    launched: list[Replica] = []
+    (prm,) = launch_replicas(_log_dir(), 1, "--prm")
     try:
-        for flags, name in ((("--prm",), "prm.log"), ((), None), ((), None)):
-            port = _free_port()
-            log = _log_dir() / (name or f"replica-{port}.log")
-            launched.append(Replica(f"http://127.0.0.1:{port}", port, flags, log))
-            launched[-1].start()
+        return prm, launch_replicas(_log_dir(), 2)
     except BaseException:
-        for r in launched:
-            r.stop()
+        prm.stop()
         raise
-    return launched[0], launched[1:]
 
 
 def prelaunch_remote_replicas() -> None:

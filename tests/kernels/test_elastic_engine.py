@@ -36,11 +36,11 @@ def llm() -> Iterator[Any]:
     from vllm import LLM
 
     from kernels.elastic.vllm_v1 import ElasticLogitsProcessor
+    from kernels.offline_engine import in_process_engine
 
     # The engine in this process: an engine process of its own is a fresh interpreter
     # (vLLM spawns on CPU), a dozen seconds of imports that test nothing here.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    with in_process_engine() as where:
         engine = LLM(
             model=str(MODEL),
             dtype="float32",
@@ -49,10 +49,10 @@ def llm() -> Iterator[Any]:
             enforce_eager=True,
             logits_processors=[ElasticLogitsProcessor],
             seed=0,
-            distributed_executor_backend="uni",
+            **where,
         )
-        yield engine
-        del engine
+    yield engine
+    del engine
 
 
 @pytest.fixture(scope="module")

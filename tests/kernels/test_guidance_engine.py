@@ -140,31 +140,27 @@ def plain_ids(plain_run: subprocess.Popen[str]) -> list[list[int]]:
 def guided_llm(plain_run: subprocess.Popen[str]) -> Iterator[Any]:
     """The wrapper engine, in process; started once the plain one's child is under way."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
     from kernels.guidance.plugin import hf_overrides
     from kernels.guidance.vllm_v1 import BudgetGuidanceLogitsProcessor
+    from kernels.offline_engine import in_process_engine
 
-    llm = LLM(
-        model=str(MODEL),
-        hf_overrides=hf_overrides(),
-        logits_processors=[_make_check_class(), BudgetGuidanceLogitsProcessor],
-        dtype="float32",
-        max_model_len=512,
-        enforce_eager=True,
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=512 * 16,
-        max_num_seqs=16,
-        distributed_executor_backend="uni",  # the worker in this process too
-    )
+    with in_process_engine() as where:  # the worker in this process too
+        llm = LLM(
+            model=str(MODEL),
+            hf_overrides=hf_overrides(),
+            logits_processors=[_make_check_class(), BudgetGuidanceLogitsProcessor],
+            dtype="float32",
+            max_model_len=512,
+            enforce_eager=True,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=512 * 16,
+            max_num_seqs=16,
+            **where,
+        )
     yield llm
     del llm
-    if old is None:
-        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    else:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
 
 def _greedy(llm: Any, prompts: list[list[int]], extra: dict[str, int] | None) -> list[list[int]]:
