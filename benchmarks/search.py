@@ -18,6 +18,9 @@ stays below 90%) once per strategy and N, temperature 1, through the OpenAI SDK:
   beam-search        N beams x ``--beam-expansions`` candidates a step, PRM-pruned
   particle-filtering N particles, resampled by PRM weight each step
   dvts               N / ``--dvts-expansions`` greedy subtrees
+  step-rejection     N paths, a step the PRM rejects drawn again from its path
+  step-rejection-adaptive  the same in rounds of 4 paths until the PRM-weighted vote
+                     settles (``adaptive: true``), N the cap
 
 Per cell: accuracy, generated (completion) tokens per question as billed in ``usage``
 (every sample and pruned candidate), the PRM's input tokens per question (reported by
@@ -59,8 +62,16 @@ STRATEGIES = (
     "beam-search",
     "particle-filtering",
     "dvts",
+    "step-rejection",
+    "step-rejection-adaptive",
 )
-SEARCHES = ("beam-search", "particle-filtering", "dvts")
+SEARCHES = (
+    "beam-search",
+    "particle-filtering",
+    "dvts",
+    "step-rejection",
+    "step-rejection-adaptive",
+)
 PRM_VOTES = ("best-of-n-prm", "best-of-n-prm-adaptive")
 PRM_GUIDED = (*SEARCHES, *PRM_VOTES)  # what the goal is checked for
 
@@ -116,6 +127,9 @@ def request_of(
         body["expansions"] = args.beam_expansions
     elif strategy == "dvts":
         body["expansions"] = args.dvts_expansions
+    elif strategy == "step-rejection-adaptive":
+        headers["X-Strategy"] = "step-rejection"
+        body["adaptive"] = True
     if strategy in SEARCHES and args.confidence is not None:
         body["confidence"] = args.confidence
     if strategy in SEARCHES:
@@ -170,7 +184,8 @@ async def run_cell(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             prm_tokens=int(tg.get("prm_tokens") or 0),
             seconds=seconds,
-            samples=int(tg.get("samples") or 0),
+            # A search reports N; its adaptive draw, the paths it drew.
+            samples=int((tg.get("adaptive") or {}).get("paths") or tg.get("samples") or 0),
             any_correct=(
                 None
                 if not voted
@@ -282,7 +297,11 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
     tok = [row(n, lambda c: f"{c.completion_tokens:.0f}") for n in names]
     prm = [row(n, lambda c: f"{c.prm_tokens:.0f}") for n in names if n in SEARCHES]
     sec = [row(n, lambda c: f"{c.seconds:.0f}") for n in names]
-    drawn = [row(n, lambda c: f"{c.samples:.1f}") for n in names if n not in SEARCHES]
+    drawn = [
+        row(n, lambda c: f"{c.samples:.1f}")
+        for n in names
+        if n not in SEARCHES or n == "step-rejection-adaptive"
+    ]
     same = [
         row(
             n,
@@ -312,7 +331,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             "with its outcome reward model and PRM (`thinkgate serve` defaults). "
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
-            "1, systematic, weights from each particle's latest step reward (the defaults: "
+            "1, systematic, weights from each particle's latest step reward; step-rejection: "
+            "a step rewarded under 0.5 drawn again, 4 times at most (the defaults: "
             "an option given to every search, below, overrides them); all searches: "
             "a path's lowest step reward as its score (the default `aggregate`) and a "
             "PRM-weighted vote over the finished paths (the default `select`); step "
@@ -348,7 +368,8 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             sep,
             *sec,
             "",
-            "## Samples drawn per question (the sampling strategies; N is the adaptive ones' cap)",
+            "## Samples (paths) drawn per question (the sampling strategies and the adaptive "
+            "search; N is the adaptive ones' cap)",
             head,
             sep,
             *drawn,

@@ -57,7 +57,8 @@ def format_asked(
         raise InvalidRequest(
             f"response_format is not applied by the {name} strategy; use plain, elastic, "
             "budget-guidance, pets, a sampling strategy (self-consistency, best-of-n, "
-            "best-of-majority) or a step search (beam-search, particle-filtering, dvts)",
+            "best-of-majority) or a step search (beam-search, particle-filtering, dvts, "
+            "step-rejection)",
             param="response_format",
         )
     if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:

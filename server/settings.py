@@ -238,7 +238,8 @@ class Settings(BaseSettings):
     """Best-of-Majority frequency threshold (a fraction of the samples); a request may
     override it with the body field ``alpha``."""
 
-    # --- step search with a process reward model (beam-search, particle-filtering, dvts)
+    # --- step search with a process reward model (beam-search, particle-filtering, dvts,
+    # step-rejection)
     step_delimiter: str | None = None
     """Where a reasoning step ends (a request may override it with ``step_delimiter``);
     None: what the served model's defaults say (the testbed: a newline), else a blank

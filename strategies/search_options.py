@@ -21,6 +21,7 @@ PARTICLE_WEIGHTS: Final = ("latest", "ratio")
 # Upper bounds a request may ask for (a search of 10^4 steps is a mistake, not a plan).
 MAX_EXPANSIONS: Final = 64
 MAX_STEPS: Final = 4096
+MAX_RETRIES: Final = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +33,8 @@ class SearchDefaults:
     max_step_tokens: int = 256
     expansions: int = 4  # M: candidates per beam (beam search) or per subtree (DVTS)
     confidence: float = 0.0  # alpha of the generator's confidence in step rewards
+    accept: float = 0.5  # step-rejection: the least step reward kept
+    retries: int = 4  # step-rejection: redraws of a rejected step
 
 
 DEFAULTS_KEY: Final = ResourceKey("search", SearchDefaults)
@@ -59,6 +62,8 @@ class SearchOptions:
     # alpha: a step's reward is the PRM's times exp(alpha * the mean log-probability the
     # generator gave the step's tokens); 0: the PRM's alone.
     confidence: float
+    accept: float  # step-rejection only: the least reward a step is kept with
+    retries: int  # step-rejection only: redraws of one step before its best try is kept
 
 
 def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
@@ -85,6 +90,8 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         resampling=options.choice(opts, "resampling", "systematic", RESAMPLINGS),
         weights=options.choice(opts, "weights", "latest", PARTICLE_WEIGHTS),
         confidence=options.number(opts, "confidence", defaults.confidence, lo=0.0, hi=100.0),
+        accept=options.number(opts, "accept", defaults.accept, lo=0.0, hi=1.0),
+        retries=options.integer(opts, "retries", defaults.retries, lo=0, hi=MAX_RETRIES),
     )
 
 
@@ -107,7 +114,7 @@ def check_budgets(request: StrategyRequest) -> None:
         if getattr(request.sampling, name) != 0.0:
             raise InvalidRequest(
                 f"{name} is not supported by the step searches (beam-search, "
-                "particle-filtering, dvts): each step is a new engine request, and the "
-                "penalty would count only that step's tokens",
+                "particle-filtering, dvts, step-rejection): each step is a new engine "
+                "request, and the penalty would count only that step's tokens",
                 param=name,
             )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
 from core.base import (
@@ -52,6 +52,7 @@ from strategies.search_paths import (
     Answered,
     Ledger,
     Path,
+    StepPlan,
     answer,
     expand,
     force_close,
@@ -61,7 +62,7 @@ from strategies.search_paths import (
     split_of,
     step_plan,
 )
-from strategies.selection import build_classes, top_by_weight
+from strategies.selection import AnswerClass, build_classes, top_by_weight
 
 COMMON_OPTIONS: Final = frozenset(
     {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select", "confidence"}
@@ -74,6 +75,21 @@ class SearchState:
 
     live: tuple[Path, ...]
     complete: tuple[Path, ...] = ()
+
+
+@dataclass(slots=True, kw_only=True)
+class Search:
+    """One request's search as it runs: what every step needs, and what it spent."""
+
+    ctx: StrategyContext
+    prm: ProcessRewardModel
+    options: SearchOptions
+    n: int
+    plan: StepPlan
+    rng: random.Random
+    ledger: Ledger = field(default_factory=Ledger)
+    steps: int = 0  # engine rounds, over every search of the request
+    rounds: int = 1  # searches run one after another (step-rejection's adaptive draw)
 
 
 def resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:
@@ -162,15 +178,35 @@ class StepSearch:
             )
 
     async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
+        search = self.begin(ctx)
+        finished: list[Path] = []
+        begun = self.start(ctx, search.n, search.options)
+        async for event in self.search(search, begun, finished):
+            yield event
+        yield await self.result(search, finished)
+
+    def begin(self, ctx: StrategyContext) -> Search:
+        """The request's search: its PRM, options, N, step plan, seeded draw and ledger."""
         prm = resolve_prm(ctx)
         options = search_options(ctx.request, search_defaults_of(ctx))
         n = samples_of(ctx)
         self.check(n, options)
-        plan = step_plan(ctx.engine.tokens, options)
         seed = ctx.request.sampling.seed
-        rng = random.Random(seed) if seed is not None else random.Random()
-        ledger = Ledger()
-        begun = self.start(ctx, n, options)
+        return Search(
+            ctx=ctx,
+            prm=prm,
+            options=options,
+            n=n,
+            plan=step_plan(ctx.engine.tokens, options),
+            rng=random.Random(seed) if seed is not None else random.Random(),
+        )
+
+    async def search(
+        self, search: Search, begun: SearchState, finished: list[Path]
+    ) -> AsyncGenerator[Progress, None]:
+        """Steps from ``begun`` until the rule stops (or ``max_steps`` of them); every
+        finished path, scored on its end, is appended to ``finished``."""
+        ctx, options, n, ledger = search.ctx, search.options, search.n, search.ledger
         settled = [settle(ctx, p) for p in begun.live]  # a thinking budget of 0: answer now
         state = SearchState(
             live=tuple(p for p in settled if p.live),
@@ -181,62 +217,72 @@ class StepSearch:
             if steps >= options.max_steps:
                 break
             children = await expand(
-                ctx, plan, options, state.live, self.per_parent(options), ledger
+                ctx, search.plan, options, state.live, self.per_parent(options), ledger
             )
             flat = [c for group in children for c in group]
-            scored = await score(ctx, prm, flat, ledger, confidence=options.confidence)
+            scored = await score(ctx, search.prm, flat, ledger, confidence=options.confidence)
             regrouped: list[list[Path]] = []
             at = 0
             for group in children:
                 regrouped.append(scored[at : at + len(group)])
                 at += len(group)
-            state = self.advance(state, regrouped, n, options, rng)
+            state = self.advance(state, regrouped, n, options, search.rng)
             steps += 1
+            search.steps += 1
             ledger.survivors.append(len(state.live))
             best = max(
-                (path_score(p, options) for p in (*state.live, *state.complete)), default=None
+                (path_score(p, options) for p in (*state.live, *state.complete, *finished)),
+                default=None,
             )
             yield Progress(
                 data={
-                    "step": steps,
+                    "step": search.steps,
                     "candidates": ledger.candidates[-1],
                     "live": len(state.live),
-                    "complete": len(state.complete),
+                    "complete": len(state.complete) + len(finished),
                     "best_score": None if best is None else round(best, 6),
                 }
             )
-        finished = await score_closings(
+        finished += await score_closings(
             ctx,
-            prm,
+            search.prm,
             list(state.complete) + force_close(state.live),
             ledger,
             confidence=options.confidence,
         )
-        yield await self._result(ctx, options, n, finished, ledger, steps)
 
-    async def _result(
+    def vote(
+        self, search: Search, finished: Sequence[Path], every: Sequence[Answered]
+    ) -> tuple[list[str | None], tuple[AnswerClass, ...]]:
+        """The answers of ``every`` finished path and their PRM-weighted classes."""
+        ctx, tokens = search.ctx, search.ctx.engine.tokens
+        scores = [path_score(p, search.options) for p in finished]
+        texts, exact = answer_keys(
+            ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in every]
+        )
+        return list(texts), build_classes(texts, scores, exact=exact)
+
+    async def result(
         self,
-        ctx: StrategyContext,
-        options: SearchOptions,
-        n: int,
+        search: Search,
         finished: list[Path],
-        ledger: Ledger,
-        steps: int,
+        every: Sequence[Answered] | None = None,
+        extra: dict[str, JSON] | None = None,
     ) -> Result:
-        tokens = ctx.engine.tokens
+        """The response from the finished paths (``every``: their answers, when the
+        strategy generated them already)."""
+        ctx, options, n, ledger = search.ctx, search.options, search.n, search.ledger
         scores = [path_score(p, options) for p in finished]
         classes_info: list[JSON] | None = None
-        if options.select == "best":
+        if options.select == "best" and every is None:
             best = best_index(finished, options)
             answered = (await answer(ctx, [finished[best]], ledger))[0]
             answers_info: list[JSON] = []
         else:
-            every = await answer(ctx, finished, ledger)
-            texts, exact = answer_keys(
-                ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in every]
-            )
-            classes = build_classes(texts, scores, exact=exact)
-            if any(a is not None for a in texts):
+            if every is None:
+                every = await answer(ctx, finished, ledger)
+            texts, classes = self.vote(search, finished, every)
+            if options.select == "vote" and any(a is not None for a in texts):
                 top = top_by_weight(classes, 1)[0]
                 best = top.representative
             else:
@@ -262,7 +308,7 @@ class StepSearch:
             "select": options.select,
             "confidence": options.confidence,
             "max_steps": options.max_steps,
-            "steps": steps,
+            "steps": search.steps,
             "candidates_per_step": list(ledger.candidates),
             "survivors_per_step": list(ledger.survivors),
             # What usage sums, so a client can audit it: every candidate, every answer.
@@ -280,12 +326,13 @@ class StepSearch:
             "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
             "chosen_score": round(scores[best], 6),
             "path_scores": [round(s, 6) for s in scores],
+            **(extra or {}),
         }
         if classes_info is not None:
             info["path_answers"] = answers_info
             info["classes"] = classes_info
         usage = Usage(
-            prompt_tokens=len(ctx.request.prompt_token_ids),
+            prompt_tokens=len(ctx.request.prompt_token_ids) * search.rounds,
             completion_tokens=ledger.completion_tokens,
             reasoning_tokens=ledger.reasoning_tokens,
         )

@@ -17,6 +17,9 @@ def test_options_go_to_every_search_request_and_to_no_sampling_one() -> None:
     assert body == {"resample_temperature": 1000, "select": "best"}
     assert request_of("beam-search", 4, args)[1] == {"expansions": 2, **body}
     assert request_of("self-consistency", 8, args)[1] == {}
+    headers, body = request_of("step-rejection-adaptive", 8, parse([]))
+    assert headers == {"X-Strategy": "step-rejection", "X-Budget-Samples": "8"}
+    assert body == {"adaptive": True}
 
 
 def test_a_bad_option_is_refused_at_parse_time(capsys: pytest.CaptureFixture[str]) -> None:

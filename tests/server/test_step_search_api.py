@@ -73,7 +73,9 @@ def audit(r: Any, tg: dict[str, Any]) -> None:
         assert len(rewards) in (lines, lines + 1), (reasoning, rewards)
 
 
-@pytest.mark.parametrize("strategy", ["beam-search", "particle-filtering", "dvts"])
+@pytest.mark.parametrize(
+    "strategy", ["beam-search", "particle-filtering", "dvts", "step-rejection"]
+)
 def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) -> None:
     right = 0
     for i, q in enumerate(EASY):
@@ -81,13 +83,12 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
         # returns each step's sampled-token logprobs with it), by the latest reward on the
         # first question and by its change (twisted SMC) on the others.
         pf_body = {**OWN_CONF, "weights": "ratio" if i else "latest"}
-        r, headers = ask(
-            openai_client,
-            q,
-            strategy,
-            4,
-            extra_body={"expansions": 2} if strategy != "particle-filtering" else pf_body,
-        )
+        body: dict[str, Any] = {"expansions": 2}
+        if strategy == "particle-filtering":
+            body = pf_body
+        elif strategy == "step-rejection":
+            body = {"accept": 0.7, "retries": 2}
+        r, headers = ask(openai_client, q, strategy, 4, extra_body=body)
         tg = r.model_extra["thinkgate"]
         assert tg["strategy"] == strategy and tg["samples"] == 4
         audit(r, tg)
@@ -102,6 +103,13 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
             assert all(s <= 4 for s in tg["survivors_per_step"])
         elif strategy == "dvts":
             assert tg["subtrees"] == 2 and tg["candidates_per_step"][0] == 4
+        elif strategy == "step-rejection":
+            # One draw per live path a round; a rejected step is drawn again, never kept
+            # unless its path ran out of redraws.
+            assert tg["paths"] == 4 and tg["accept"] == 0.7 and tg["retries"] == 2
+            assert tg["candidates_per_step"][0] == 4
+            assert all(c <= 4 for c in tg["candidates_per_step"])
+            assert tg["complete_paths"] + tg["forced_paths"] == 4
         else:
             assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
             assert tg["confidence"] == OWN_CONF["confidence"]
@@ -272,3 +280,6 @@ def test_bad_search_options_are_400s(openai_client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         ask(openai_client, EASY[0], "particle-filtering", 2, extra_body={"weights": "product"})
     assert err.value.body["param"] == "weights"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(openai_client, EASY[0], "step-rejection", 2, extra_body={"accept": 2})
+    assert err.value.body["param"] == "accept"  # type: ignore[index]

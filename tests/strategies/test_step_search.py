@@ -37,6 +37,7 @@ from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import thinking_open_after
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults, search_options
+from strategies.step_rejection import StepRejection
 from strategies.step_search import SearchState, StepSearch
 from testbed.traces import line_is_correct
 
@@ -564,6 +565,8 @@ async def test_without_a_prm_it_is_a_503(testbed_tokens: Any) -> None:
         ({"weights": "product"}, "weights"),
         ({"confidence": -1}, "confidence"),
         ({"confidence": "high"}, "confidence"),
+        ({"accept": 1.5}, "accept"),
+        ({"retries": -1}, "retries"),
     ],
 )
 def test_bad_options_are_400s_naming_the_field(
@@ -607,3 +610,118 @@ async def test_a_path_that_closes_early_is_judged_on_its_end(testbed_tokens: Any
     assert result.choices[0].reasoning == "".join(line + "\n" for line in RIGHT)
     assert result.info["chosen_step_rewards"][-1] == 0.9
     assert 0.1 in result.info["path_scores"]  # an early closer finished, and lost
+
+
+async def test_step_rejection_redraws_a_rejected_step(testbed_tokens: Any) -> None:
+    """Sample j of a request writes wrong lines when j is odd: the second path's wrong
+    line is rejected and drawn again from the same path (alone now: j = 0, right), so
+    both paths finish right, every line, and no path copies another."""
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=prm)
+    _, result = await _run(StepRejection(), ctx)
+    info = result.info
+    assert info["paths"] == 2 and info["accept"] == 0.5 and info["retries"] == 4
+    right = "".join(line + "\n" for line in RIGHT)
+    assert result.choices[0].reasoning == right
+    assert info["path_scores"] == [0.9, 0.9]
+    # Step 1: both paths draw (one request, n = 2), the second is rejected; step 2: the
+    # kept path's line 2 and the second path's redraw of line 1, and so on.
+    assert info["candidates_per_step"] == [2, 2, 2, 2, 1]
+    assert info["survivors_per_step"] == [2, 2, 2, 1, 0]
+    # Usage bills the rejected lines too.
+    assert result.usage.completion_tokens == world.generated
+    assert sum(info["tokens_per_step"]) + info["answer_tokens"] == world.generated
+
+
+async def test_step_rejection_keeps_the_best_try_after_its_retries(testbed_tokens: Any) -> None:
+    """A model that only writes wrong lines: each step is drawn 1 + retries times, then
+    the best try is kept, so the path moves on and ends (scored low)."""
+    world = World(testbed_tokens, right=lambda j: False)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=1, prm=prm, options={"retries": 2})
+    _, result = await _run(StepRejection(), ctx)
+    info = result.info
+    # Three lines, three tries each, then the closing step (rejected: the thinking did not
+    # reach the answer) three times as well.
+    assert info["candidates_per_step"] == [1] * 12
+    assert info["survivors_per_step"] == [1] * 11 + [0]
+    assert len(info["chosen_step_rewards"]) == LINES + 1
+    assert max(info["chosen_step_rewards"]) == 0.1
+    assert result.usage.completion_tokens == world.generated
+
+
+async def test_step_rejection_accepting_everything_is_independent_samples(
+    testbed_tokens: Any,
+) -> None:
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=3, prm=prm, options={"accept": 0})
+    _, result = await _run(StepRejection(), ctx)
+    assert result.info["candidates_per_step"] == [3, 3, 3, 3]
+    assert result.info["survivors_per_step"] == [3, 3, 3, 0]
+    # Wrong lines kept as drawn (no redraw): some path scores the wrong lines' 0.1.
+    assert min(result.info["path_scores"]) == 0.1
+
+
+async def test_step_rejection_is_reproducible_with_a_seed(testbed_tokens: Any) -> None:
+    outs = []
+    for _ in range(2):
+        world = World(testbed_tokens, right=lambda j: j % 3 != 1)
+        ctx = _ctx(testbed_tokens, world, samples=5, prm=ArithmeticPrm(testbed_tokens), seed=3)
+        _, result = await _run(StepRejection(), ctx)
+        seeds = [r.sampling.seed for r in world.requests]
+        outs.append((result.info["candidates_per_step"], result.info["path_scores"], seeds))
+    assert outs[0] == outs[1]
+    # Every draw (a redraw too) has a seed of its own.
+    assert len(set(outs[0][2])) == len(outs[0][2])
+
+
+async def test_step_rejection_adaptive_stops_once_the_vote_settles(testbed_tokens: Any) -> None:
+    """Rounds of 2 paths, cap 6: every path ends right (wrong lines are redrawn), so the
+    first round's vote is settled and no second round starts."""
+    world = World(testbed_tokens)
+    prm = ArithmeticPrm(testbed_tokens)
+    options = {"adaptive": True, "adaptive_round": 2}
+    ctx = _ctx(testbed_tokens, world, samples=6, prm=prm, options=options)
+    progress, result = await _run(StepRejection(), ctx)
+    adaptive = result.info["adaptive"]
+    assert adaptive["rounds"] == 1 and adaptive["stopped"] == "settled"
+    assert adaptive["paths"] == 2 and len(result.info["path_scores"]) == 2
+    assert adaptive["leader_share"] == 1.0
+    phases = [p.data for p in progress if p.data.get("phase") == "adaptive"]
+    assert phases == [{"phase": "adaptive", "samples": 2, "leader_share": 1.0, "settled": True}]
+    assert result.choices[0].content == "\n\\boxed{3}"
+    assert result.usage.completion_tokens == world.generated
+    assert result.usage.prompt_tokens == len(ctx.request.prompt_token_ids)
+
+
+async def test_step_rejection_adaptive_draws_to_the_cap_when_unsure(testbed_tokens: Any) -> None:
+    """A model that only writes wrong lines: the PRM trusts no path (0.1 each), the
+    leader never holds the least weight asked (1.0: ten such paths), so rounds go on to
+    the cap; the prompt is billed once per round."""
+    world = World(testbed_tokens, right=lambda j: False)
+    prm = ArithmeticPrm(testbed_tokens)
+    options = {"adaptive": True, "adaptive_round": 2, "adaptive_weight": 1.0, "retries": 0}
+    ctx = _ctx(testbed_tokens, world, samples=5, prm=prm, options=options)
+    _, result = await _run(StepRejection(), ctx)
+    adaptive = result.info["adaptive"]
+    assert adaptive["rounds"] == 3 and adaptive["stopped"] == "cap" and adaptive["paths"] == 5
+    assert len(result.info["path_scores"]) == 5
+    assert result.usage.completion_tokens == world.generated
+    assert result.usage.prompt_tokens == 3 * len(ctx.request.prompt_token_ids)
+    # The rounds continue the request's seeds: no draw repeats another's seed.
+    seeds = [r.sampling.seed for r in world.requests]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_step_rejection_adaptive_needs_the_vote(testbed_tokens: Any) -> None:
+    options = {"adaptive": True, "select": "best"}
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=4, options=options)
+    with pytest.raises(InvalidRequest) as err:
+        StepRejection().validate(ctx.request, ctx.engine)
+    assert err.value.param == "adaptive"
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=4, options={"adaptive_round": 2})
+    with pytest.raises(InvalidRequest) as err:
+        StepRejection().validate(ctx.request, ctx.engine)
+    assert err.value.param == "adaptive_round"
