@@ -332,7 +332,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             f"beam-search: {args.beam_expansions} candidates per beam per step; dvts: "
             f"subtrees of {args.dvts_expansions}; particle-filtering: resampling temperature "
             "1, systematic, weights from each particle's latest step reward; step-rejection: "
-            "a step rewarded under 0.5 drawn again, 4 times at most (the defaults: "
+            "a step rewarded under 0.5 drawn again, twice at most (the defaults: "
             "an option given to every search, below, overrides them); all searches: "
             "a path's lowest step reward as its score (the default `aggregate`) and a "
             "PRM-weighted vote over the finished paths (the default `select`); step "

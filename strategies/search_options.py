@@ -34,7 +34,7 @@ class SearchDefaults:
     expansions: int = 4  # M: candidates per beam (beam search) or per subtree (DVTS)
     confidence: float = 0.0  # alpha of the generator's confidence in step rewards
     accept: float = 0.5  # step-rejection: the least step reward kept
-    retries: int = 4  # step-rejection: redraws of a rejected step
+    retries: int = 2  # step-rejection: redraws of a rejected step
 
 
 DEFAULTS_KEY: Final = ResourceKey("search", SearchDefaults)

@@ -621,7 +621,7 @@ async def test_step_rejection_redraws_a_rejected_step(testbed_tokens: Any) -> No
     ctx = _ctx(testbed_tokens, world, samples=2, prm=prm)
     _, result = await _run(StepRejection(), ctx)
     info = result.info
-    assert info["paths"] == 2 and info["accept"] == 0.5 and info["retries"] == 4
+    assert info["paths"] == 2 and info["accept"] == 0.5 and info["retries"] == 2
     right = "".join(line + "\n" for line in RIGHT)
     assert result.choices[0].reasoning == right
     assert info["path_scores"] == [0.9, 0.9]
