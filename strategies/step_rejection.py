@@ -23,8 +23,8 @@ cap, with the stop rule of best-of-n's adaptive vote (``strategies.adaptive_vote
 round of ``adaptive_round`` paths is searched to its end and answered, then the
 PRM-weighted vote of every path so far stops the draw once its leader holds
 ``adaptive_share`` of the weight and ``adaptive_weight`` itself. Rounds continue the
-request's seeds, so a seeded request draws what one search of N would have at those
-positions when nothing is rejected.
+request's seed offsets: no two draws share a seed, and a seeded request is reproducible.
+``max_steps`` bounds each round's search.
 """
 
 from __future__ import annotations

@@ -87,7 +87,10 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
         if strategy == "particle-filtering":
             body = pf_body
         elif strategy == "step-rejection":
+            # The last question draws its paths in rounds of 2 until the vote settles.
             body = {"accept": 0.7, "retries": 2}
+            if i == len(EASY) - 1:
+                body.update(adaptive=True, adaptive_round=2)
         r, headers = ask(openai_client, q, strategy, 4, extra_body=body)
         tg = r.model_extra["thinkgate"]
         assert tg["strategy"] == strategy and tg["samples"] == 4
@@ -107,9 +110,17 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
             # One draw per live path a round; a rejected step is drawn again, never kept
             # unless its path ran out of redraws.
             assert tg["paths"] == 4 and tg["accept"] == 0.7 and tg["retries"] == 2
-            assert tg["candidates_per_step"][0] == 4
+            drawn = 4
+            if "adaptive" in body:
+                adaptive = tg["adaptive"]
+                drawn = adaptive["paths"]
+                assert drawn == 2 * adaptive["rounds"] and adaptive["cap"] == 4
+                if drawn < 4:  # only a settled vote stops before the cap
+                    assert adaptive["stopped"] == "settled"
+                assert r.usage.prompt_tokens % adaptive["rounds"] == 0
+            assert tg["candidates_per_step"][0] == min(drawn, 2 if "adaptive" in body else 4)
             assert all(c <= 4 for c in tg["candidates_per_step"])
-            assert tg["complete_paths"] + tg["forced_paths"] == 4
+            assert tg["complete_paths"] + tg["forced_paths"] == drawn
         else:
             assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
             assert tg["confidence"] == OWN_CONF["confidence"]
