@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
-from core.base import JSON, StrategyContext
+from core.base import JSON
 from strategies.search_options import SearchOptions
 from strategies.search_paths import Path
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch, path_score
@@ -25,9 +25,6 @@ from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch, path
 class BeamSearch(StepSearch):
     name: ClassVar[str] = "beam-search"
     body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS | {"expansions"}
-
-    def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
-        return SearchState(live=(Path(),) * n)
 
     def per_parent(self, options: SearchOptions) -> int:
         return options.expansions

@@ -34,7 +34,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
-from core.base import JSON, StrategyContext
+from core.base import JSON
 from strategies.search_options import SearchOptions
 from strategies.search_paths import Path
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch
@@ -120,9 +120,6 @@ class ParticleFiltering(StepSearch):
         "resampling",
         "weights",
     }
-
-    def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
-        return SearchState(live=(Path(),) * n)
 
     def per_parent(self, options: SearchOptions) -> int:
         return 1

@@ -117,9 +117,6 @@ class StepRejection(StepSearch):
         }
         yield await self.result(search, finished, every, info)
 
-    def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
-        return SearchState(live=(Path(),) * n)
-
     def per_parent(self, options: SearchOptions) -> int:
         return 1
 

@@ -136,7 +136,8 @@ class StepSearch:
         """Rule-specific checks of N and the options (400s)."""
 
     def start(self, ctx: StrategyContext, n: int, options: SearchOptions) -> SearchState:
-        raise NotImplementedError
+        """The paths the search begins with: N at the root, by default."""
+        return SearchState(live=(Path(),) * n)
 
     def per_parent(self, options: SearchOptions) -> int:
         """Candidates drawn from each live path per step."""

@@ -302,14 +302,26 @@ async def test_particle_filtering_resamples_towards_right_steps(testbed_tokens: 
     assert result.info["engine_requests"] < 4 * result.info["steps"]
 
 
-async def test_particle_filtering_is_reproducible_with_a_seed(testbed_tokens: Any) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "samples", "seed"), [(ParticleFiltering, 6, 7), (StepRejection, 5, 3)]
+)
+async def test_a_seeded_search_is_reproducible(
+    testbed_tokens: Any, strategy: type[StepSearch], samples: int, seed: int
+) -> None:
     outs = []
     for _ in range(2):
         world = World(testbed_tokens, right=lambda j: j % 3 != 1)
-        ctx = _ctx(testbed_tokens, world, samples=6, prm=ArithmeticPrm(testbed_tokens), seed=7)
-        _, result = await _run(ParticleFiltering(), ctx)
-        outs.append((result.info["survivors_per_step"], result.info["path_scores"]))
+        prm = ArithmeticPrm(testbed_tokens)
+        ctx = _ctx(testbed_tokens, world, samples=samples, prm=prm, seed=seed)
+        _, result = await _run(strategy(), ctx)
+        info = result.info
+        seeds = [r.sampling.seed for r in world.requests]
+        outs.append(
+            (info["candidates_per_step"], info["survivors_per_step"], info["path_scores"], seeds)
+        )
     assert outs[0] == outs[1]
+    # Every engine request (a redraw too) has a seed of its own.
+    assert len(set(outs[0][3])) == len(outs[0][3])
 
 
 def test_resampling_properties() -> None:
@@ -662,19 +674,6 @@ async def test_step_rejection_accepting_everything_is_independent_samples(
     assert result.info["survivors_per_step"] == [3, 3, 3, 0]
     # Wrong lines kept as drawn (no redraw): some path scores the wrong lines' 0.1.
     assert min(result.info["path_scores"]) == 0.1
-
-
-async def test_step_rejection_is_reproducible_with_a_seed(testbed_tokens: Any) -> None:
-    outs = []
-    for _ in range(2):
-        world = World(testbed_tokens, right=lambda j: j % 3 != 1)
-        ctx = _ctx(testbed_tokens, world, samples=5, prm=ArithmeticPrm(testbed_tokens), seed=3)
-        _, result = await _run(StepRejection(), ctx)
-        seeds = [r.sampling.seed for r in world.requests]
-        outs.append((result.info["candidates_per_step"], result.info["path_scores"], seeds))
-    assert outs[0] == outs[1]
-    # Every draw (a redraw too) has a seed of its own.
-    assert len(set(outs[0][2])) == len(outs[0][2])
 
 
 async def test_step_rejection_adaptive_stops_once_the_vote_settles(testbed_tokens: Any) -> None:
