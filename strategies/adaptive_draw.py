@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from core.base import JSON, Progress, Result, StrategyContext
 from core.engine import Sample
-from strategies.adaptive_vote import AdaptiveStop, leader_weight, settled
+from strategies.adaptive_vote import AdaptiveStop, leader_share, report, round_event, settled
 from strategies.pool import Analysed, Draw, Pool, analyse, draw, score, start_draw
 from strategies.scorers import Scorer
 from strategies.selection import build_classes
@@ -52,15 +52,7 @@ class Drawn:
         return self.pool
 
     def info(self) -> dict[str, JSON]:
-        return {
-            "round": self.stop.round,
-            "share": self.stop.share,
-            "weight": self.stop.weight,
-            "cap": self.cap,
-            "rounds": self.rounds,
-            "stopped": "settled" if self.settled else "cap",
-            "leader_share": round(self.leader_share, 6),
-        }
+        return report(self.stop, self.cap, self.rounds, self.settled, self.leader_share)
 
 
 async def draw_adaptive(
@@ -91,17 +83,9 @@ async def draw_adaptive(
         drawn.samples += fresh
         drawn.pool = read = analyse(ctx, drawn.samples)
         classes = build_classes(read.answers, drawn.rewards, exact=read.exact)
-        lead, total = leader_weight(classes)
-        drawn.leader_share = lead / total if total > 0.0 else 0.0
+        drawn.leader_share = leader_share(classes)
         drawn.settled = settled(classes, stop)
-        yield Progress(
-            data={
-                "phase": "adaptive",
-                "samples": len(drawn.samples),
-                "leader_share": round(drawn.leader_share, 6),
-                "settled": drawn.settled,
-            }
-        )
+        yield Progress(data=round_event(len(drawn.samples), drawn.leader_share, drawn.settled))
         if drawn.settled:
             return
 

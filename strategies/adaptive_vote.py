@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from core import options
-from core.base import StrategyRequest
+from core.base import JSON, StrategyRequest
 from core.errors import InvalidRequest
 from strategies.selection import AnswerClass
 
@@ -65,3 +65,32 @@ def settled(classes: Sequence[AnswerClass], stop: AdaptiveStop) -> bool:
     """Whether the vote so far stops the draw (no answered sample: never)."""
     lead, total = leader_weight(classes)
     return bool(classes) and total > 0.0 and lead >= stop.weight and lead >= stop.share * total
+
+
+def leader_share(classes: Sequence[AnswerClass]) -> float:
+    """The leading class's share of the answered samples' summed weight (none: 0)."""
+    lead, total = leader_weight(classes)
+    return lead / total if total > 0.0 else 0.0
+
+
+def round_event(samples: int, share: float, done: bool) -> dict[str, JSON]:
+    """The progress event after a round: what has been drawn and where the vote stands."""
+    return {
+        "phase": "adaptive",
+        "samples": samples,
+        "leader_share": round(share, 6),
+        "settled": done,
+    }
+
+
+def report(stop: AdaptiveStop, cap: int, rounds: int, done: bool, share: float) -> dict[str, JSON]:
+    """The ``adaptive`` object of the response: the rule, and how the draw ended."""
+    return {
+        "round": stop.round,
+        "share": stop.share,
+        "weight": stop.weight,
+        "cap": cap,
+        "rounds": rounds,
+        "stopped": "settled" if done else "cap",
+        "leader_share": round(share, 6),
+    }

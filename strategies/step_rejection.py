@@ -38,7 +38,13 @@ from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest
 from core.engine import Engine
 from core.errors import InvalidRequest
 from strategies.adaptive_vote import OPTIONS as ADAPTIVE_OPTIONS
-from strategies.adaptive_vote import adaptive_stop, leader_weight, settled
+from strategies.adaptive_vote import (
+    adaptive_stop,
+    leader_share,
+    report,
+    round_event,
+    settled,
+)
 from strategies.search_options import SearchDefaults, SearchOptions, search_options
 from strategies.search_paths import Answered, Path, answer
 from strategies.step_search import COMMON_OPTIONS, SearchState, StepSearch
@@ -92,29 +98,11 @@ class StepRejection(StepSearch):
             every += await answer(ctx, fresh, search.ledger)
             finished += fresh
             _, classes = self.vote(search, finished, every)
-            lead, total = leader_weight(classes)
-            share = lead / total if total > 0.0 else 0.0
+            share = leader_share(classes)
             done = settled(classes, stop)
-            yield Progress(
-                data={
-                    "phase": "adaptive",
-                    "samples": len(finished),
-                    "leader_share": round(share, 6),
-                    "settled": done,
-                }
-            )
-        info: dict[str, JSON] = {
-            "adaptive": {
-                "round": stop.round,
-                "share": stop.share,
-                "weight": stop.weight,
-                "cap": cap,
-                "rounds": search.rounds,
-                "stopped": "settled" if done else "cap",
-                "leader_share": round(share, 6),
-                "paths": len(finished),
-            }
-        }
+            yield Progress(data=round_event(len(finished), share, done))
+        adaptive = report(stop, cap, search.rounds, done, share)
+        info: dict[str, JSON] = {"adaptive": {**adaptive, "paths": len(finished)}}
         yield await self.result(search, finished, every, info)
 
     def per_parent(self, options: SearchOptions) -> int:
