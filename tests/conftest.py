@@ -15,7 +15,9 @@ live-server tests twice, once against the local server and once against a gatewa
 (``remote_stack``); ``"router"`` adds a third run against a gateway whose one URL is
 vLLM's router (``vllm-router``) in front of the same two replicas (``router_stack``).
 Servers are started once, on first use, and stopped at the end of the session, whatever
-order the tests run in.
+order the tests run in, and when the session is stopped by a signal: SIGTERM or SIGHUP (a
+``timeout``, a closed terminal, a CI runner cancelling the job) ends it as Ctrl-C does,
+so pytest still tears down every fixture and runs the session's finish.
 """
 
 from __future__ import annotations
@@ -469,6 +471,24 @@ def _server(kind: str) -> LiveServer:
         # The shared server runs as a user starts it: no scripts/env.sh variables.
         _CACHE[kind] = start_server(_log_dir() / "thinkgate.log", SERVER_FLAGS, bare=True)
     return _CACHE[kind]
+
+
+# Python's default for SIGTERM and SIGHUP is to die on the spot: no fixture teardown, no
+# pytest_sessionfinish, and every server the session started (each in its own process
+# group, engines included: gigabytes) would run on, orphaned, into the next run.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # Handled as Ctrl-C: pytest stops the test in progress, tears down the fixtures and
+    # calls pytest_sessionfinish, which stops the shared servers.
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):  # a runner's own handler stays
+            signal.signal(sig, _interrupt)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
