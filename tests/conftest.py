@@ -481,7 +481,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def _interrupt(signum: int, frame: object) -> None:
     # Handled as Ctrl-C: pytest stops the test in progress, tears down the fixtures and
-    # calls pytest_sessionfinish, which stops the shared servers.
+    # calls pytest_sessionfinish, which stops the shared servers. A second signal would
+    # break off that clean-up half way: ignored from now on (SIGKILL still ends it).
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
