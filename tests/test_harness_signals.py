@@ -13,6 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The probe session as a terminal would start it: a run under nohup (SIGHUP ignored,
+# which the harness then leaves ignored) passes its dispositions on to children.
+PROBE = """
+import signal, sys
+import pytest
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_DFL)
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/sigterm_probe.py"]))
+"""
 
 
 def _alive(pid: int) -> bool:
@@ -30,7 +39,7 @@ def test_a_signalled_session_tears_its_fixtures_down(tmp_path: Path, sig: signal
     env = {**os.environ, "PROBE_DIR": str(tmp_path)}
     env.pop("PYTEST_ADDOPTS", None)
     session = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/sigterm_probe.py"],
+        [sys.executable, "-c", PROBE],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -48,11 +57,15 @@ def test_a_signalled_session_tears_its_fixtures_down(tmp_path: Path, sig: signal
     session.send_signal(sig)
     try:
         out, _ = session.communicate(timeout=60)
+        left = _alive(child)
     finally:
         if session.poll() is None:
             os.killpg(session.pid, signal.SIGKILL)
+            session.wait()
+        if _alive(child):  # the probe left it: this test's own clean-up
+            os.killpg(child, signal.SIGKILL)
     text = out.decode()
     assert session.returncode == 2, text  # pytest's "interrupted"
     assert (tmp_path / "torn-down").read_text() == "yes", text
-    assert not _alive(child), text
+    assert not left, text
     assert f"stopped by {sig.name}" in text, text
