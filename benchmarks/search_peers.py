@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -98,6 +99,13 @@ class Side:
     cpu_generator: float = 0.0
     cpu_prm: float = 0.0
     cpu_front: float = 0.0
+    # Where a thinkgate question's time went, per question, from its responses' own
+    # `thinkgate` object (NaN for its_hub, which reports none): the request's latency, its
+    # search steps, and its waits on the engine and on the PRM.
+    latency_s: float = math.nan
+    steps: float = math.nan
+    engine_wait_s: float = math.nan
+    prm_wait_s: float = math.nan
 
 
 @contextmanager
@@ -149,6 +157,7 @@ async def thinkgate_side(
 
     async def one(q: Question) -> dict[str, Any]:
         async with gate:
+            t0 = time.perf_counter()
             try:
                 r = await client.chat.completions.create(
                     model=model,
@@ -164,12 +173,18 @@ async def thinkgate_side(
                     "prompt_tokens": 0,
                     "completion_tokens": 0,
                 }
+            latency = time.perf_counter() - t0
         answer = ((r.choices[0].model_extra or {}).get("thinkgate") or {}).get("answer")
+        info = (r.model_extra or {}).get("thinkgate") or {}
         usage = r.usage
         return {
             "correct": answer is not None and equivalent(str(answer), str(q.answer)),
             "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0,
+            "latency_s": latency,
+            "steps": info.get("steps"),
+            "engine_wait_s": info.get("engine_seconds"),
+            "prm_wait_s": info.get("prm_seconds"),
         }
 
     t0 = time.perf_counter()
@@ -252,7 +267,18 @@ def side_of(
         cpu_generator=cpu["generator"] / q,
         cpu_prm=cpu["prm"] / q,
         cpu_front=cpu["front"] / q,
+        **{k: _reported_mean(rows, k) for k in WAITS},
     )
+
+
+# What a thinkgate response reports of its own time (``side_of`` averages them).
+WAITS = ("latency_s", "steps", "engine_wait_s", "prm_wait_s")
+
+
+def _reported_mean(rows: Sequence[dict[str, Any]], key: str) -> float:
+    """The mean over the questions that report ``key`` (NaN when none does: its_hub)."""
+    got = [float(r[key]) for r in rows if r.get(key) is not None]
+    return statistics.fmean(got) if got else math.nan
 
 
 def _questions_file(path: Path, questions: Sequence[Question]) -> Path:
@@ -464,6 +490,7 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
                 f"{_mean(mine, 'accuracy'):.1f} | {_mean(mine, 'prompt_tokens'):.0f} | "
                 f"{_mean(mine, 'completion_tokens'):.0f} | {counted} | {prm_work} | {spent} |"
             )
+    lines += waits_table(sides, cells, peers)
     lines += [
         "",
         "Billed tokens are what each returns to its client: thinkgate's `usage` (the prompt "
@@ -485,6 +512,47 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         "",
     ]
     return "\n".join(lines)
+
+
+def waits_table(
+    sides: Sequence[Side], cells: Sequence[tuple[str, int]], peers: Sequence[str]
+) -> list[str]:
+    """Where a thinkgate question's time went: its latency, split into the waits its
+    responses report (none for its_hub)."""
+    rows: list[str] = []
+    for algorithm, n in cells:
+        for peer in peers:
+            mine = [
+                s
+                for s in sides
+                if (s.algorithm, s.n, s.peer) == (algorithm, n, peer)
+                and not math.isnan(s.latency_s)
+            ]
+            if not mine:
+                continue
+            latency, steps = _mean(mine, "latency_s"), _mean(mine, "steps")
+            engine, prm = _mean(mine, "engine_wait_s"), _mean(mine, "prm_wait_s")
+            per_step = 1000.0 / steps if steps else math.nan
+            rows.append(
+                f"| {algorithm} | {n} | {peer} | {latency:.2f} | {steps:.1f} | "
+                f"{engine:.2f} ({100 * engine / latency:.0f}%, {engine * per_step:.0f} ms) | "
+                f"{prm:.2f} ({100 * prm / latency:.0f}%, {prm * per_step:.0f} ms) | "
+                f"{latency - engine - prm:.2f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "Where a thinkgate question's time went (means per question over the rounds; "
+        "latency from the bench's client, the waits from each response's `thinkgate` "
+        "object: `steps`, `engine_seconds`, answers included, and `prm_seconds`; the rest "
+        "is the gateway's own work and the HTTP between them):",
+        "",
+        "| algorithm | N | side | latency s | steps | waiting on the engine s (share, per step) "
+        "| waiting on the PRM s (share, per step) | rest s |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def plot(sides: Sequence[Side], path: Path) -> None:
