@@ -14,6 +14,8 @@ of the lead the PRM's cache makes.
   thinkgate  ``thinkgate serve --engine remote --vllm-urls <replica> --prm-url <prm>``:
              a step of all paths is one round of token-id requests (``n`` = candidates
              per distinct path, the prefix in vLLM's cache), the PRM one batched call
+  thinkgate-speculate  the same, particle filtering with ``speculate: true`` (each next
+             step drawn while the PRM scores the current one; not a default peer)
   thinkgate-local  ``thinkgate serve`` as deployed by default: the same engine settings
              and the same PRM weights, both in its own process (no HTTP per step)
   its_hub    its_hub 1.2's library (``ParticleFiltering`` / ``BeamSearch``; its IaaS
@@ -143,7 +145,14 @@ def counters(url: str, names: Sequence[str] = GEN_COUNTERS) -> dict[str, float]:
 
 
 async def thinkgate_side(
-    url: str, algorithm: str, n: int, m: int, questions: Sequence[Question], concurrency: int
+    url: str,
+    algorithm: str,
+    n: int,
+    m: int,
+    questions: Sequence[Question],
+    concurrency: int,
+    *,
+    speculate: bool = False,
 ) -> tuple[float, list[dict[str, Any]]]:
     import openai
 
@@ -153,6 +162,8 @@ async def thinkgate_side(
     body: dict[str, Any] = {"max_steps": MAX_STEPS}
     if algorithm == "beam-search":
         body["expansions"] = m
+    if speculate and algorithm == "particle-filtering":
+        body["speculate"] = True
     headers = {"X-Strategy": algorithm, "X-Budget-Samples": str(n)}
 
     async def one(q: Question) -> dict[str, Any]:
@@ -329,6 +340,7 @@ def run(args: argparse.Namespace) -> list[Side]:
         for peer, extra in (
             ("thinkgate", ()),
             ("thinkgate-per-path", ("--no-remote-joint-calls",)),
+            ("thinkgate-speculate", ()),
         ):
             if peer in peers:
                 gateways[peer] = stack.enter_context(
@@ -367,6 +379,7 @@ def run(args: argparse.Namespace) -> list[Side]:
                                 args.expansions,
                                 asked,
                                 args.concurrency,
+                                speculate=peer == "thinkgate-speculate",
                             )
                         )
                     else:
@@ -446,6 +459,12 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         + (
             ", `its_hub-cached-prm` its_hub on thinkgate's PRM server"
             if any(s.peer == "its_hub-cached-prm" for s in sides)
+            else ""
+        )
+        + (
+            ", `thinkgate-speculate` thinkgate with particle filtering's `speculate: true` "
+            "(each next step drawn while the PRM scores the current one)"
+            if any(s.peer == "thinkgate-speculate" for s in sides)
             else ""
         )
         + (
@@ -596,7 +615,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default="thinkgate,thinkgate-local,its_hub",
         help="thinkgate: in front of the same vLLM servers; thinkgate-per-path: the same "
         "with --no-remote-joint-calls (a call per path per step); thinkgate-local: its "
-        "default deployment (engine and PRM in process); its_hub (on vLLM's PRM server); "
+        "default deployment (engine and PRM in process); thinkgate-speculate: thinkgate "
+        "with particle filtering's speculate; its_hub (on vLLM's PRM server); "
         "its_hub-cached-prm (its_hub on thinkgate's PRM server)",
     )
     p.add_argument("--ns", default="4,8")

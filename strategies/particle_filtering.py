@@ -119,7 +119,9 @@ class ParticleFiltering(StepSearch):
         "resample_temperature",
         "resampling",
         "weights",
+        "speculate",
     }
+    speculates: ClassVar[bool] = True
 
     def per_parent(self, options: SearchOptions) -> int:
         return 1
@@ -152,4 +154,5 @@ class ParticleFiltering(StepSearch):
             "resample_temperature": options.resample_temperature,
             "resampling": options.resampling,
             "weights": options.weights,
+            "speculate": options.speculate,
         }

@@ -64,6 +64,9 @@ class SearchOptions:
     confidence: float
     accept: float  # step-rejection only: the least reward a step is kept with
     retries: int  # step-rejection only: redraws of one step before its best try is kept
+    # particle filtering only: draw the next step while the PRM scores this one
+    # (strategies.step_ahead): the PRM's wait hidden, dropped particles' steps wasted.
+    speculate: bool
 
 
 def search_options(request: StrategyRequest, defaults: SearchDefaults) -> SearchOptions:
@@ -92,6 +95,7 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         confidence=options.number(opts, "confidence", defaults.confidence, lo=0.0, hi=100.0),
         accept=options.number(opts, "accept", defaults.accept, lo=0.0, hi=1.0),
         retries=options.integer(opts, "retries", defaults.retries, lo=0, hi=MAX_RETRIES),
+        speculate=options.flag(opts, "speculate", False),
     )
 
 

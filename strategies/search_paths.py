@@ -72,6 +72,11 @@ class Ledger:
     prm_calls: int = 0
     prm_tokens: int = 0
     seed_offset: int = 0  # seeded requests: child j of a request gets seed + offset + j
+    rounds_planned: int = 0  # engine rounds built so far (names their requests)
+    # speculate: candidates whose next step was drawn while the PRM scored them, and
+    # whose step was used (kept by the rule) or generated for nothing (dropped).
+    ahead_used: int = 0
+    ahead_dropped: int = 0
     candidates: list[int] = field(default_factory=list)  # per step
     step_tokens: list[int] = field(default_factory=list)  # per step, all candidates
     answer_tokens: int = 0
@@ -198,25 +203,36 @@ def settle(ctx: StrategyContext, path: Path) -> Path:
     return path
 
 
-async def expand(
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One engine round's requests, built before it is sent: seeds are given out as
+    rounds are built, so a seeded search draws alike whatever runs beside it."""
+
+    parents: tuple[Path, ...]
+    per_parent: int
+    members: tuple[tuple[int, ...], ...]  # per request: the parents (by index) it serves
+    requests: tuple[GenerateRequest, ...]
+
+
+def plan_round(
     ctx: StrategyContext,
     plan: StepPlan,
     options: SearchOptions,
     parents: Sequence[Path],
     per_parent: int,
     ledger: Ledger,
-) -> list[list[Path]]:
-    """One step: ``per_parent`` candidates of every parent, in parent order. Parents
-    with the same ids (resampled particles) share one engine request. Every parent must
-    be live and :func:`settle`\ d (it has room for a step)."""
+) -> Round:
+    """The requests of one step of ``parents`` (``per_parent`` candidates each). Parents
+    with the same ids (resampled particles) share one request. Every parent must be
+    live and :func:`settle`\ d (it has room for a step)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(parents):
         groups.setdefault(p.ids, []).append(i)
     requests: list[GenerateRequest] = []
-    keys = list(groups)
-    for g, key in enumerate(keys):
-        parent = parents[groups[key][0]]
-        n = per_parent * len(groups[key])
+    ledger.rounds_planned += 1
+    for g, members in enumerate(groups.values()):
+        parent = parents[members[0]]
+        n = per_parent * len(members)
         sampling = _sampling(
             ctx,
             ledger,
@@ -230,34 +246,78 @@ async def expand(
             token_logprobs=0 if options.confidence > 0 else None,
         )
         ledger.seed_offset += n
-        prompt = ctx.request.prompt_token_ids + parent.ids
         requests.append(
             GenerateRequest(
-                request_id=f"{ctx.request.request_id}-s{len(ledger.candidates)}-{g}",
-                prompt_token_ids=prompt,
+                request_id=f"{ctx.request.request_id}-s{ledger.rounds_planned}-{g}",
+                prompt_token_ids=ctx.request.prompt_token_ids + parent.ids,
                 sampling=sampling,
             )
         )
-    t0 = time.perf_counter()
-    results = await ctx.engine.generate_batch(requests)
-    ledger.engine_s += time.perf_counter() - t0
+    return Round(
+        parents=tuple(parents),
+        per_parent=per_parent,
+        members=tuple(tuple(m) for m in groups.values()),
+        requests=tuple(requests),
+    )
+
+
+async def send_round(ctx: StrategyContext, round_: Round) -> list[list[Sample]]:
+    """The round's samples, per request (one engine submission)."""
+    return await ctx.engine.generate_batch(list(round_.requests))
+
+
+def grow_round(
+    ctx: StrategyContext,
+    plan: StepPlan,
+    round_: Round,
+    results: Sequence[Sequence[Sample]],
+    ledger: Ledger,
+    *,
+    same_step: bool = False,
+) -> list[list[Path]]:
+    """Every parent's candidates from the round's samples, in parent order; every token
+    counted. ``same_step``: the round adds to the step the ledger holds last (a step
+    drawn in two rounds) instead of opening one."""
+    parents, per_parent = round_.parents, round_.per_parent
     out: list[list[Path]] = [[] for _ in parents]
-    for key, req, samples in zip(keys, requests, results, strict=True):
+    for members, req, samples in zip(round_.members, round_.requests, results, strict=True):
         if len(samples) != req.sampling.n:
             raise BackendError(f"engine returned {len(samples)} of {req.sampling.n} samples")
         ledger.engine_requests += 1
         ledger.engine_prompt_tokens += len(req.prompt_token_ids)
-        members = groups[key]
         for j, sample in enumerate(samples):
             parent = parents[members[j // per_parent]]
             child = _grow(ctx, plan, parent, sample)
             _count(ctx, ledger, parent, child)
             out[members[j // per_parent]].append(child)
-    ledger.candidates.append(sum(len(c) for c in out))
-    ledger.step_tokens.append(
-        sum(len(c.ids) - len(parents[i].ids) for i, group in enumerate(out) for c in group)
-    )
+    candidates = sum(len(c) for c in out)
+    tokens = sum(len(c.ids) - len(parents[i].ids) for i, group in enumerate(out) for c in group)
+    if same_step and ledger.candidates:
+        ledger.candidates[-1] += candidates
+        ledger.step_tokens[-1] += tokens
+    else:
+        ledger.candidates.append(candidates)
+        ledger.step_tokens.append(tokens)
     return out
+
+
+async def expand(
+    ctx: StrategyContext,
+    plan: StepPlan,
+    options: SearchOptions,
+    parents: Sequence[Path],
+    per_parent: int,
+    ledger: Ledger,
+    *,
+    same_step: bool = False,
+) -> list[list[Path]]:
+    """One step: ``per_parent`` candidates of every parent, in parent order, in one
+    engine round (:func:`plan_round`, :func:`send_round`, :func:`grow_round`)."""
+    round_ = plan_round(ctx, plan, options, parents, per_parent, ledger)
+    t0 = time.perf_counter()
+    results = await send_round(ctx, round_)
+    ledger.engine_s += time.perf_counter() - t0
+    return grow_round(ctx, plan, round_, results, ledger, same_step=same_step)
 
 
 def _count(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> None:

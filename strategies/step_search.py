@@ -4,7 +4,9 @@ Every step: all live paths are extended by one step in one engine round
 (``search_paths.expand``), every new step is scored by the PRM in one batched call,
 and the strategy's rule (:meth:`StepSearch.advance`) decides which paths go on. The
 loop ends when the rule says so, no path is live, or ``max_steps`` is reached (live
-paths are then closed by the gateway). Then the answer: the best finished path by its
+paths are then closed by the gateway). A rule that ``speculates`` (particle filtering,
+option ``speculate``) may have the next step drawn while the PRM scores this one
+(``strategies.step_ahead``). Then the answer: the best finished path by its
 aggregate PRM score (``select: best``, one answer generated) or a PRM-weighted vote
 over every finished path (``select: vote``, one answer per distinct path).
 
@@ -63,6 +65,7 @@ from strategies.search_paths import (
     step_plan,
 )
 from strategies.selection import AnswerClass, build_classes, top_by_weight
+from strategies.step_ahead import Ahead
 
 COMMON_OPTIONS: Final = frozenset(
     {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select", "confidence"}
@@ -130,6 +133,10 @@ class StepSearch:
     # grammar; the steps before it never are.
     honours_response_format: ClassVar[bool] = True
     honours_tools: ClassVar[bool] = True
+    # The rule may take the next step drawn while the PRM scores this one (the option
+    # ``speculate``: strategies.step_ahead); a rule whose candidates per parent vary by
+    # step, or which needs every candidate's score before it draws, cannot.
+    speculates: ClassVar[bool] = False
 
     # --- the rule, per strategy -------------------------------------------------------
     def check(self, n: int, options: SearchOptions) -> None:
@@ -214,36 +221,55 @@ class StepSearch:
             complete=begun.complete + tuple(p for p in settled if not p.live),
         )
         steps = 0
-        while not self.done(state, n):
-            if steps >= options.max_steps:
-                break
-            children = await expand(
-                ctx, search.plan, options, state.live, self.per_parent(options), ledger
-            )
-            flat = [c for group in children for c in group]
-            scored = await score(ctx, search.prm, flat, ledger, confidence=options.confidence)
-            regrouped: list[list[Path]] = []
-            at = 0
-            for group in children:
-                regrouped.append(scored[at : at + len(group)])
-                at += len(group)
-            state = self.advance(state, regrouped, n, options, search.rng)
-            steps += 1
-            search.steps += 1
-            ledger.survivors.append(len(state.live))
-            best = max(
-                (path_score(p, options) for p in (*state.live, *state.complete, *finished)),
-                default=None,
-            )
-            yield Progress(
-                data={
-                    "step": search.steps,
-                    "candidates": ledger.candidates[-1],
-                    "live": len(state.live),
-                    "complete": len(state.complete) + len(finished),
-                    "best_score": None if best is None else round(best, 6),
-                }
-            )
+        ahead: Ahead | None = None  # the next step, drawn while the PRM scores this one
+        try:
+            while not self.done(state, n):
+                if steps >= options.max_steps:
+                    break
+                if ahead is None:
+                    children = await expand(
+                        ctx, search.plan, options, state.live, self.per_parent(options), ledger
+                    )
+                else:
+                    children = await ahead.children(state.live)
+                    ahead = None
+                flat = [c for group in children for c in group]
+                scoring = score(ctx, search.prm, flat, ledger, confidence=options.confidence)
+                if self.speculates and options.speculate and steps + 1 < options.max_steps:
+                    ahead = Ahead.start(search, flat)
+                scored = await scoring
+                if ahead is not None:
+                    ahead.scored(scored)
+                regrouped: list[list[Path]] = []
+                at = 0
+                for group in children:
+                    regrouped.append(scored[at : at + len(group)])
+                    at += len(group)
+                state = self.advance(state, regrouped, n, options, search.rng)
+                steps += 1
+                search.steps += 1
+                ledger.survivors.append(len(state.live))
+                best = max(
+                    (path_score(p, options) for p in (*state.live, *state.complete, *finished)),
+                    default=None,
+                )
+                yield Progress(
+                    data={
+                        "step": search.steps,
+                        "candidates": ledger.candidates[-1],
+                        "live": len(state.live),
+                        "complete": len(state.complete) + len(finished),
+                        "best_score": None if best is None else round(best, 6),
+                    }
+                )
+            if ahead is not None:
+                # Drawn for a step that will not come: its tokens were generated, so they
+                # are counted (into the last step), then dropped.
+                await ahead.children(())
+                ahead = None
+        finally:
+            if ahead is not None:  # the request failed or its client left
+                await ahead.cancel()
         finished += await score_closings(
             ctx,
             search.prm,
@@ -324,6 +350,11 @@ class StepSearch:
             # Where the request's time went (waits overlap nothing: steps are sequential).
             "engine_seconds": round(ledger.engine_s, 4),
             "prm_seconds": round(ledger.prm_s, 4),
+            **(
+                {"ahead_used": ledger.ahead_used, "ahead_dropped": ledger.ahead_dropped}
+                if options.speculate and self.speculates
+                else {}
+            ),
             "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
             "chosen_score": round(scores[best], 6),
             "path_scores": [round(s, 6) for s in scores],

@@ -83,6 +83,8 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
         # returns each step's sampled-token logprobs with it), by the latest reward on the
         # first question and by its change (twisted SMC) on the others.
         pf_body = {**OWN_CONF, "weights": "ratio" if i else "latest"}
+        # The last question draws each next step while the PRM scores the current one.
+        pf_body["speculate"] = i == len(EASY) - 1
         body: dict[str, Any] = {"expansions": 2}
         if strategy == "particle-filtering":
             body = pf_body
@@ -125,6 +127,12 @@ def test_search_answers_with_audited_usage(openai_client: Any, strategy: str) ->
             assert tg["particles"] == 4 and tg["candidates_per_step"][0] == 4
             assert tg["confidence"] == OWN_CONF["confidence"]
             assert tg["weights"] == pf_body["weights"]
+            assert tg["speculate"] is pf_body["speculate"]
+            if pf_body["speculate"]:
+                # Every candidate drawn ahead was taken by a particle or dropped; the
+                # audit above holds with the dropped ones' tokens billed.
+                assert tg["ahead_used"] > 0 and tg["ahead_dropped"] >= 0
+                assert tg["ahead_used"] + tg["ahead_dropped"] <= sum(tg["candidates_per_step"])
     assert right >= 2  # easy questions: the testbed model is right on them greedily
 
 
