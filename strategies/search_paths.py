@@ -308,8 +308,6 @@ async def expand(
     parents: Sequence[Path],
     per_parent: int,
     ledger: Ledger,
-    *,
-    same_step: bool = False,
 ) -> list[list[Path]]:
     """One step: ``per_parent`` candidates of every parent, in parent order, in one
     engine round (:func:`plan_round`, :func:`send_round`, :func:`grow_round`)."""
@@ -317,7 +315,7 @@ async def expand(
     t0 = time.perf_counter()
     results = await send_round(ctx, round_)
     ledger.engine_s += time.perf_counter() - t0
-    return grow_round(ctx, plan, round_, results, ledger, same_step=same_step)
+    return grow_round(ctx, plan, round_, results, ledger)
 
 
 def _count(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> None:

@@ -347,7 +347,8 @@ class StepSearch:
             "engine_prompt_tokens": ledger.engine_prompt_tokens,
             "prm_calls": ledger.prm_calls,
             "prm_tokens": ledger.prm_tokens,
-            # Where the request's time went (waits overlap nothing: steps are sequential).
+            # Where the request's time went: waits, one after the other (with speculate
+            # the engine draws during the PRM's wait; only the wait after it is the engine's).
             "engine_seconds": round(ledger.engine_s, 4),
             "prm_seconds": round(ledger.prm_s, 4),
             **(

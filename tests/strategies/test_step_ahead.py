@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from core.base import Result
 from core.errors import InvalidRequest
 from strategies.particle_filtering import ParticleFiltering
 from tests.strategies.test_step_search import RIGHT, ArithmeticPrm, World, _ctx, _run
@@ -31,6 +32,22 @@ class WatchedPrm(ArithmeticPrm):
         return await super().step_rewards(sequences)
 
 
+async def _filtering(
+    tokens: Any,
+    world: World,
+    *,
+    samples: int,
+    prm: Any = None,
+    seed: int | None = 0,
+    **options: Any,
+) -> Result:
+    """Particle filtering over ``world`` (the arithmetic PRM unless ``prm``)."""
+    prm = ArithmeticPrm(tokens) if prm is None else prm
+    ctx = _ctx(tokens, world, samples=samples, prm=prm, seed=seed, options=options)
+    _, result = await _run(ParticleFiltering(), ctx)
+    return result
+
+
 def _alternating() -> Any:
     """Right, right, wrong, ... over every line the world writes (a request's only
     sample is j = 0, so a rule by j alone would write every speculative line right)."""
@@ -41,8 +58,7 @@ def _alternating() -> Any:
 async def test_the_next_step_is_drawn_while_the_prm_scores(testbed_tokens: Any) -> None:
     world = World(testbed_tokens, right=_alternating())
     prm = WatchedPrm(testbed_tokens, world)
-    ctx = _ctx(testbed_tokens, world, samples=4, prm=prm, options={"speculate": True})
-    _, result = await _run(ParticleFiltering(), ctx)
+    result = await _filtering(testbed_tokens, world, samples=4, prm=prm, speculate=True)
     info = result.info
     assert info["speculate"] is True
     # Before the PRM answered step 1, step 2's requests were already with the engine.
@@ -63,8 +79,7 @@ async def test_the_next_step_is_drawn_while_the_prm_scores(testbed_tokens: Any) 
 async def test_without_speculate_nothing_is_drawn_ahead(testbed_tokens: Any) -> None:
     world = World(testbed_tokens, right=_alternating())
     prm = WatchedPrm(testbed_tokens, world)
-    ctx = _ctx(testbed_tokens, world, samples=4, prm=prm)
-    _, result = await _run(ParticleFiltering(), ctx)
+    result = await _filtering(testbed_tokens, world, samples=4, prm=prm)
     # Each PRM call saw only the rounds up to its own step: the generator waited for it.
     for call, seen in enumerate(prm.seen):
         rounds = {int(r.request_id.split("-")[1][1:]) for r in world.requests[:seen]}
@@ -78,14 +93,7 @@ async def test_a_speculative_search_bills_and_ends_like_one_without(testbed_toke
     outs = []
     for speculate in (False, True):
         world = World(testbed_tokens, right=lambda j: True)
-        ctx = _ctx(
-            testbed_tokens,
-            world,
-            samples=3,
-            prm=ArithmeticPrm(testbed_tokens),
-            options={"speculate": speculate},
-        )
-        _, result = await _run(ParticleFiltering(), ctx)
+        result = await _filtering(testbed_tokens, world, samples=3, speculate=speculate)
         assert result.usage.completion_tokens == world.generated
         outs.append((result.info["steps"], result.info["survivors_per_step"], result.choices[0]))
         if speculate:
@@ -98,14 +106,7 @@ async def test_a_speculative_search_bills_and_ends_like_one_without(testbed_toke
 
 async def test_max_steps_draws_no_step_past_the_last(testbed_tokens: Any) -> None:
     world = World(testbed_tokens, right=lambda j: True)
-    ctx = _ctx(
-        testbed_tokens,
-        world,
-        samples=2,
-        prm=ArithmeticPrm(testbed_tokens),
-        options={"speculate": True, "max_steps": 2},
-    )
-    _, result = await _run(ParticleFiltering(), ctx)
+    result = await _filtering(testbed_tokens, world, samples=2, speculate=True, max_steps=2)
     assert result.info["steps"] == 2 and result.info["forced_paths"] == 2
     # Two step rounds (the first, and the second drawn ahead) and the answers.
     step_rounds = {r.request_id.split("-")[1] for r in world.requests if r.request_id[2] == "s"}
@@ -117,15 +118,7 @@ async def test_a_seeded_speculative_search_is_reproducible(testbed_tokens: Any) 
     outs = []
     for _ in range(2):
         world = World(testbed_tokens, right=_alternating())
-        ctx = _ctx(
-            testbed_tokens,
-            world,
-            samples=5,
-            prm=ArithmeticPrm(testbed_tokens),
-            seed=11,
-            options={"speculate": True},
-        )
-        _, result = await _run(ParticleFiltering(), ctx)
+        result = await _filtering(testbed_tokens, world, samples=5, seed=11, speculate=True)
         info = result.info
         seeds = [r.sampling.seed for r in world.requests]
         outs.append((info["candidates_per_step"], info["path_scores"], info["ahead_used"], seeds))
