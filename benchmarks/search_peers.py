@@ -328,9 +328,17 @@ def run(args: argparse.Namespace) -> list[Side]:
                 log=LOGS / "search-peers-replica.log",
             )
         )
-        prm = stack.enter_context(replica("--prm", log=LOGS / "search-peers-prm.log"))
+        # Both sides' PRM servers get the same engine flags (``--prm-flags``).
+        prm_flags = args.prm_flags.split()
+        prm = stack.enter_context(replica("--prm", *prm_flags, log=LOGS / "search-peers-prm.log"))
         prm_vllm = stack.enter_context(
-            replica("--prm", "--prm-server", "vllm", log=LOGS / "search-peers-prm-vllm.log")
+            replica(
+                "--prm",
+                "--prm-server",
+                "vllm",
+                *prm_flags,
+                log=LOGS / "search-peers-prm-vllm.log",
+            )
         )
         prm_of = {"its_hub": prm_vllm, "its_hub-cached-prm": prm}
         gateways: dict[str, ServerUrl] = {}
@@ -437,6 +445,17 @@ def _mean(xs: Sequence[Side], field: str) -> float:
     return statistics.fmean(getattr(s, field) for s in xs) if xs else 0.0
 
 
+def _engine_flags(args: argparse.Namespace) -> str:
+    """How the servers' engines ran: eager (``thinkgate replica``'s CPU default) unless
+    the flags say otherwise."""
+    extra = [
+        f"generator `{args.generator_flags}`" if args.generator_flags else "",
+        f"both PRM servers `{args.prm_flags}`" if args.prm_flags else "",
+    ]
+    told = "; ".join(x for x in extra if x)
+    return f"Engine flags added: {told}." if told else "Engines eager (the CPU default)."
+
+
 def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> str:
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -476,7 +495,8 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
         + "; `thinkgate-local` is `thinkgate serve` as deployed by "
         "default, the same engine settings and PRM weights in its own process. "
         f"Beam search: thinkgate N beams x {args.expansions} candidates, "
-        f"its_hub budget N x {args.expansions} and width N. Total {minutes:.1f} min.",
+        f"its_hub budget N x {args.expansions} and width N. {_engine_flags(args)} "
+        f"Total {minutes:.1f} min.",
         "",
         "| algorithm | N | side | q/s (median of rounds, range) | / its_hub, same round (median, range) | accuracy % | prompt tokens billed per question | completion tokens billed | vLLM server counted per question: requests / prompt (of which from its prefix cache) / generated | PRM tokens computed per question | CPU s per question: generator / PRM / own process (sum) |",  # noqa: E501
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -635,6 +655,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--generator-flags",
         default="",
         help="more vLLM flags for the shared generator replica (one string)",
+    )
+    p.add_argument(
+        "--prm-flags",
+        default="",
+        help="more engine flags for both sides' PRM servers (one string), e.g. --no-enforce-eager",
     )
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

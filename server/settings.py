@@ -136,7 +136,8 @@ class Settings(BaseSettings):
     every step handed over twice through shared memory); ``auto``: ``uni`` on a CPU host
     with one worker, vLLM's own choice elsewhere."""
     enforce_eager: bool = True
-    """Local engine: no CUDA graphs / compilation (what CPU needs; off on GPU for speed)."""
+    """Local engine: no CUDA graphs / torch.compile (on CPU it saves about a minute of
+    start-up; off for speed, on GPU above all)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     """Local engine: share of GPU memory vLLM may take (GPU only)."""
     tensor_parallel_size: int = Field(default=1, ge=1)

@@ -264,6 +264,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=512)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="default: float32 on CPU, else auto")
+    parser.add_argument(
+        "--enforce-eager",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="no torch.compile / CUDA graphs (default: on CPU, where compiling adds a minute "
+        "to start-up; off elsewhere, vLLM's own default)",
+    )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trust-remote-code", action="store_true")
@@ -276,6 +283,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+def eager(asked: bool | None, *, on_cpu: bool) -> bool:
+    """Whether the engine runs eager: as asked, else on CPU only (compiling there costs
+    about a minute of start-up; ``thinkgate replica`` makes the same choice)."""
+    return on_cpu if asked is None else asked
+
+
 def main(argv: Sequence[str]) -> int:
     import os
 
@@ -285,12 +298,14 @@ def main(argv: Sequence[str]) -> int:
     from engines.local import engine_wait, executor
 
     args = parse_args(argv)
-    dtype = args.dtype or ("float32" if current_platform.is_cpu() else "auto")
+    on_cpu = current_platform.is_cpu()
+    dtype = args.dtype or ("float32" if on_cpu else "auto")
     prm = PrmEngine.start(
         args.model,
         step_tag_id=args.step_tag_id,
         max_model_len=args.max_model_len,
         dtype=dtype,
+        enforce_eager=eager(args.enforce_eager, on_cpu=on_cpu),
         max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed,

@@ -229,6 +229,19 @@ def test_the_prm_replica_runs_thinkgates_prm_server_by_default() -> None:
     assert parsed.port == 8111 and parsed.max_model_len == 512
 
 
+def test_the_prm_server_compiles_off_cpu_or_when_told() -> None:
+    from engines.local.prm_server import eager, parse_args
+
+    # Unasked: eager on CPU only (vLLM's own default, compiled, elsewhere).
+    unasked = parse_args(["--model", "m"]).enforce_eager
+    assert unasked is None
+    assert eager(unasked, on_cpu=True) and not eager(unasked, on_cpu=False)
+    told = parse_args(["--model", "m", "--no-enforce-eager"]).enforce_eager
+    assert told is False and not eager(told, on_cpu=True)
+    forced = parse_args(["--model", "m", "--enforce-eager"]).enforce_eager
+    assert eager(forced, on_cpu=False)
+
+
 def test_the_vllm_prm_replica_runs_step_pooling_at_the_prms_tag() -> None:
     cmd = build_prm_command(None, ["--port", "8111"], cpu=True, server="vllm")
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
