@@ -27,6 +27,7 @@ from core.base import Attached
 from core.engine import Engine
 from engines.remote.scorer_clients import RemoteClassify, VerifierClient
 from server import model_match
+from server.prm_resources import prm_model_path
 from server.settings import Settings
 from strategies.pool import DEFAULTS_KEY, SamplingDefaults
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
@@ -148,10 +149,17 @@ async def sampling_resources(settings: Settings, engine: Engine, stack: AsyncExi
         scorers.append(VerifierScorer(verifier))
     names = {s.name for s in scorers}
     default = settings.default_scorer
-    if default not in names:
+    beside: str | None = None
+    if default == "prm":
+        # The PRM is another builder's resource (``server.prm_resources``): the requests
+        # resolve it; the set's own default is the fallback where none is attached.
+        beside, default = "prm", "logprob"
+        if settings.prm_url is None and prm_model_path(settings) is None:
+            log.warning("scoring.default.unavailable", wanted="prm", using="logprob")
+    elif default not in names:
         log.warning("scoring.default.unavailable", wanted=default, using="logprob")
         default = "logprob"
     return {
-        DEFAULTS_KEY: SamplingDefaults(alpha=settings.bom_alpha),
+        DEFAULTS_KEY: SamplingDefaults(alpha=settings.bom_alpha, scorer=beside),
         SCORERS_KEY: ScorerSet.build(*scorers, default=default),
     }

@@ -232,9 +232,10 @@ class Settings(BaseSettings):
     reasoning} -> {scores}."""
     scorer_timeout_s: float = Field(default=60.0, gt=0)
     """Timeout of one remote scoring call (reward server, verifier)."""
-    default_scorer: Literal["reward", "logprob", "verifier"] = "reward"
+    default_scorer: Literal["reward", "logprob", "verifier", "prm"] = "reward"
     """Scorer of best-of-n / best-of-majority when the request names none (logprob if
-    the one named here is not configured)."""
+    the one named here is not configured; ``prm``: the process reward model's lowest
+    step reward)."""
     bom_alpha: float = Field(default=0.02, ge=0.0, le=1.0)
     """Best-of-Majority frequency threshold (a fraction of the samples); a request may
     override it with the body field ``alpha``."""

@@ -57,6 +57,9 @@ class SamplingDefaults:
 
     samples: int = 8  # N when the request sets no samples budget
     alpha: float = 0.02  # Best-of-Majority frequency threshold
+    # The server's default scorer when the scorer set cannot hold it: "prm", the step
+    # searches' PRM, is attached by a builder of its own (None: the set's default).
+    scorer: str | None = None
 
 
 DEFAULTS_KEY: Final = ResourceKey("sampling", SamplingDefaults)

@@ -445,7 +445,13 @@ def router_stack_instance() -> RouterStack:
                 if time.monotonic() > deadline:
                     pytest.fail(f"vllm-router not ready: {log_path.read_text()[-2000:]}")
                 time.sleep(0.3)
-            prm = () if remote.prm is None else ("--prm-url", remote.prm.url)
+            # With a PRM this gateway also serves ``--default-scorer prm`` (one gateway start
+            # for both; tests/server/test_router_stack.py checks it).
+            prm = (
+                ()
+                if remote.prm is None
+                else ("--prm-url", remote.prm.url, "--default-scorer", "prm")
+            )
             gateway = start_server(
                 _log_dir() / "gateway-router.log", (*REMOTE_FLAGS, "--vllm-urls", url, *prm)
             )

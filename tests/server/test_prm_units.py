@@ -252,3 +252,23 @@ def test_the_vllm_prm_replica_runs_step_pooling_at_the_prms_tag() -> None:
     assert "--logits-processors" not in cmd and cmd[-2:] == ["--port", "8111"]
     named = build_prm_command("/x/prm", ["--pooler-config", "{}"], cpu=False, server="vllm")
     assert named.count("--pooler-config") == 1 and "--max-model-len" not in named
+
+
+async def test_default_scorer_prm_is_left_to_each_request(testbed_tokens: Any) -> None:
+    """``--default-scorer prm``: the scorer set keeps logprob as its own default (the
+    fallback) and the sampling defaults name the PRM, which another builder attaches."""
+    from server.scoring import sampling_resources
+    from strategies.pool import DEFAULTS_KEY, SamplingDefaults
+    from strategies.scorers import RESOURCE_KEY, ScorerSet
+
+    settings = Settings(reward_model="none", default_scorer="prm")
+    async with AsyncExitStack() as stack:
+        got = await sampling_resources(settings, _engine(testbed_tokens), stack)
+    defaults, scorers = got[DEFAULTS_KEY], got[RESOURCE_KEY]
+    assert isinstance(defaults, SamplingDefaults) and defaults.scorer == "prm"
+    assert isinstance(scorers, ScorerSet) and scorers.default == "logprob"
+    async with AsyncExitStack() as stack:
+        plain = await sampling_resources(
+            Settings(reward_model="none"), _engine(testbed_tokens), stack
+        )
+    assert plain[DEFAULTS_KEY].scorer is None  # type: ignore[attr-defined]

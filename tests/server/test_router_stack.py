@@ -149,6 +149,33 @@ def test_a_step_search_goes_through_the_router_one_call_per_step(
     )
 
 
+def test_best_of_n_scores_with_the_prm_when_the_server_says_so(router_stack: RouterStack) -> None:
+    """This gateway runs with ``--default-scorer prm``: a best-of-n request naming no
+    scorer is scored by the PRM (so ``select: vote`` is a PRM-weighted vote, which the
+    logprob fallback would refuse with a 400); one naming a scorer still gets it."""
+    import openai
+
+    client = openai.OpenAI(
+        base_url=f"{router_stack.gateway.base_url}/v1", api_key="x", max_retries=0, timeout=120
+    )
+
+    def ask(body: dict[str, Any]) -> dict[str, Any]:
+        r = client.chat.completions.create(
+            model=router_stack.gateway.model,
+            messages=_question(5),  # type: ignore[arg-type]
+            temperature=1.0,
+            extra_headers={"X-Strategy": "best-of-n", "X-Budget-Samples": "4"},
+            extra_body=body,
+        )
+        info: dict[str, Any] = (r.model_extra or {})["thinkgate"]
+        return info
+
+    voted = ask({"select": "vote"})
+    assert voted["scorer"] == "prm" and voted["rule"] == "weighted-majority", voted
+    assert all(0.0 <= c["mean_reward"] <= 1.0 for c in voted["classes"]), voted
+    assert ask({"scorer": "logprob"})["scorer"] == "logprob"
+
+
 def test_a_replica_killed_behind_the_router_loses_nothing(
     router_stack: RouterStack, replicas_back: Any
 ) -> None:

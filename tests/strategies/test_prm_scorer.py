@@ -18,11 +18,14 @@ from core.errors import BackendUnavailable, InvalidRequest
 from engines.scripted import ScriptedEngine
 from engines.tokens import TokenizerTokens
 from strategies.best_of_n import BestOfN
+from strategies.pool import DEFAULTS_KEY as SAMPLING_KEY
+from strategies.pool import SamplingDefaults
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.prm_scorer import PrmScorer, cut, sample_steps
 from strategies.reasoning import thinking_open_after
-from strategies.scorers import ScoreQuery
+from strategies.sampling import resolve_scorer
+from strategies.scorers import MeanLogprob, ScoreQuery
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 
 NL = 47  # the testbed tokenizer's newline: step delimiter and PRM step tag
@@ -147,7 +150,13 @@ POOL = ("1-5=6\n</think>\\boxed{6}", "1-5=6\n</think>\\boxed{6}", "1-5=5\n</thin
 TABLE = {"1-5=6": 0.8, "1-5=5": 0.95, "</think>": 1.0}
 
 
-def _ctx(tokens: TokenizerTokens, options: dict[str, Any], prm: LinePrm | None) -> StrategyContext:
+def _ctx(
+    tokens: TokenizerTokens,
+    options: dict[str, Any],
+    prm: LinePrm | None,
+    *,
+    scorer: str | None = None,
+) -> StrategyContext:
     async def engine(request: GenerateRequest) -> list[Sample]:
         return [_sample(tokens, POOL[j], j) for j in range(request.sampling.n)]
 
@@ -162,7 +171,10 @@ def _ctx(tokens: TokenizerTokens, options: dict[str, Any], prm: LinePrm | None) 
         stream=False,
         options=options,
     )
-    items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
+    items: dict[str, object] = {
+        DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n"),
+        SAMPLING_KEY.name: SamplingDefaults(scorer=scorer),
+    }
     if prm is not None:
         items[PRM_KEY.name] = ProcessRewardModel(model=prm, step_tag_id=NL)
     return StrategyContext(
@@ -209,3 +221,19 @@ async def test_bad_select_and_a_missing_prm(tokens: TokenizerTokens) -> None:
     with pytest.raises(BackendUnavailable, match="--prm-model") as err:
         await _answer(_ctx(tokens, {"scorer": "prm"}, None))
     assert err.value.code == "resource_unavailable"
+
+
+async def test_the_servers_default_scorer_can_be_the_prm(tokens: TokenizerTokens) -> None:
+    """``--default-scorer prm``: a request naming no scorer gets the PRM (a weighted vote
+    allowed); without a PRM attached, the scorer set's fallback (logprob)."""
+    prm = LinePrm(tokens, TABLE)
+    ctx = _ctx(tokens, {"select": "vote"}, prm, scorer="prm")
+    got, info = await _answer(ctx)
+    assert info["scorer"] == "prm" and info["rule"] == "weighted-majority"
+    assert got == "6" and len(prm.batches) == 1
+    named = resolve_scorer(_ctx(tokens, {"scorer": "logprob"}, prm, scorer="prm"))
+    assert isinstance(named, MeanLogprob)
+    assert isinstance(resolve_scorer(_ctx(tokens, {}, None, scorer="prm")), MeanLogprob)
+    assert isinstance(resolve_scorer(_ctx(tokens, {}, prm, scorer="prm")), PrmScorer)
+    # The server's default left as it was: the scorer set decides (logprob without one).
+    assert isinstance(resolve_scorer(_ctx(tokens, {}, prm)), MeanLogprob)
