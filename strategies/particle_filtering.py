@@ -104,8 +104,11 @@ def resample(
 ) -> list[Path]:
     """N particles drawn by weight: the softmax of ``log_weights`` (default: each
     particle's latest reward as log-odds) at ``temperature``."""
-    z = [logit(latest(p)) for p in particles] if log_weights is None else log_weights
-    w = softmax(z, temperature)
+    w = (
+        weights([latest(p) for p in particles], temperature)
+        if log_weights is None
+        else softmax(log_weights, temperature)
+    )
     if method == "systematic":
         picks = systematic(w, len(particles), rng)
     else:
