@@ -101,8 +101,9 @@ def tools_asked(
             "tools with response_format: the answer's grammar leaves no room for a call",
             param="response_format",
         )
+    single = body.parallel_tool_calls is False
     if choice is None or choice == "auto":
-        return CallForm("tags"), None
+        return CallForm("tags", single=single), None
     # Forced: the answer is held to JSON by the engine's grammar (as vLLM's server does),
     # after thinking, like response_format.
     if not getattr(strategy, "honours_response_format", False):
@@ -130,9 +131,10 @@ def tools_asked(
         schema = {
             "type": "array",
             "minItems": 1,
+            **({"maxItems": 1} if single else {}),
             "items": {"anyOf": [_call_schema(n, p) for n, p in tools.items()]},
         }
-        form = CallForm("required")
+        form = CallForm("required", single=single)
     text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     return form, StructuredOutput(kind="json_schema", schema=text)
 

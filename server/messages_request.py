@@ -2,21 +2,22 @@
 becomes.
 
 Honoured: ``system`` (a string or text blocks), ``messages`` (``user`` / ``assistant``
-turns of text blocks; an assistant turn's ``thinking`` blocks are its thinking, as chat's
-``reasoning_content``, and its ``tool_use`` blocks its calls; a user turn's
+turns of text blocks; an assistant turn's ``thinking`` blocks are its thinking, as
+chat's ``reasoning_content``, and its ``tool_use`` blocks its calls; a user turn's
 ``tool_result`` blocks are the tools' results, chat's ``tool`` messages), ``tools``
 (client tools: ``name``, ``description``, ``input_schema``) and ``tool_choice``
 (``auto``, ``any``, ``tool`` naming one, ``none``: chat's ``auto``, ``required``, a
-named function, ``none``), ``max_tokens`` (required; thinking included, as Anthropic
-counts it), ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``, ``stream``,
-``thinking`` (``enabled`` with ``budget_tokens``: the thinking budget, below an
-``X-Budget-Thinking`` header and under ``max_tokens``; ``disabled``: a thinking budget of
-0; ``adaptive``: no budget); thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``,
-``min_p``, ``repetition_penalty``; other fields pass on as strategy options. Accepted and
-ignored: ``metadata``, ``service_tier``, ``cache_control`` on blocks and tools,
-``disable_parallel_tool_use``. A 400 in Anthropic's envelope: server tools (web search,
-code execution, ...), ``mcp_servers``, ``container``, other blocks (images, documents),
-a last turn from the assistant (prefill), ``budget_tokens`` not below ``max_tokens`` (as
+named function, ``none``; ``disable_parallel_tool_use``: at most one ``tool_use`` block,
+chat's ``parallel_tool_calls: false``), ``max_tokens`` (required; thinking included, as
+Anthropic counts it), ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``,
+``stream``, ``thinking`` (``enabled`` with ``budget_tokens``: the thinking budget, below
+an ``X-Budget-Thinking`` header and under ``max_tokens``; ``disabled``: a thinking
+budget of 0; ``adaptive``: no budget); thinkgate's ``strategy`` and ``budget`` and
+vLLM's ``seed``, ``min_p``, ``repetition_penalty``; other fields pass on as strategy
+options. Accepted and ignored: ``metadata``, ``service_tier``, ``cache_control`` on
+blocks and tools. A 400 in Anthropic's envelope: server tools (web search, code
+execution, ...), ``mcp_servers``, ``container``, other blocks (images, documents), a
+last turn from the assistant (prefill), ``budget_tokens`` not below ``max_tokens`` (as
 Anthropic's API refuses it), and ``thinking`` together with a body ``budget.thinking``.
 """
 
@@ -104,7 +105,7 @@ class Tool(_Strict):
 class ToolChoice(_Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
-    disable_parallel_tool_use: bool | None = None  # one answer's calls, however many
+    disable_parallel_tool_use: bool | None = None  # true: at most one tool_use block
 
     def as_chat(self) -> object:
         if self.type == "tool":
@@ -286,8 +287,16 @@ def translate(raw: bytes) -> MessagesCall:
         "repetition_penalty": body.repetition_penalty,
         "tools": tools,
         "tool_choice": tool_choice,
+        "parallel_tool_calls": (
+            False
+            if body.tool_choice is not None and body.tool_choice.disable_parallel_tool_use
+            else None
+        ),
     }
-    renames = {"stop": "stop_sequences"}
+    renames = {
+        "stop": "stop_sequences",
+        "parallel_tool_calls": "tool_choice.disable_parallel_tool_use",
+    }
     if isinstance(body.thinking, ThinkingEnabled):
         renames["budget.thinking"] = "thinking.budget_tokens"
     elif body.thinking is not None and body.thinking.type == "disabled":

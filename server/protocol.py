@@ -191,11 +191,17 @@ class _Common(BaseModel):
     budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
     reasoning_effort: Effort | None = None
     user: str | None = None
+    parallel_tool_calls: Annotated[
+        bool | None,
+        Field(
+            description="false: at most one tool call per answer (the first the model "
+            "writes; tool_choice required is held to one by the grammar). Default: any number."
+        ),
+    ] = None
     # OpenAI platform fields, accepted and ignored.
     store: Annotated[bool | None, Field(description=_IGNORED_DOC)] = None
     metadata: Annotated[dict[str, str] | None, Field(description=_IGNORED_DOC)] = None
     service_tier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
-    parallel_tool_calls: Annotated[bool | None, Field(description=_IGNORED_DOC)] = None
     prompt_cache_key: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
     safety_identifier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
     # vLLM's extensions, as vLLM's own server takes them (its clients send them).

@@ -50,6 +50,7 @@ class Echo:
     text_format: dict[str, object] = field(default_factory=lambda: {"type": "text"})
     tools: Sequence[Mapping[str, object]] = ()  # as the request gave them
     tool_choice: object = "none"
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +104,7 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "max_output_tokens": echo.max_output_tokens,
         "model": env.model,
         "output": output,
-        "parallel_tool_calls": False,
+        "parallel_tool_calls": echo.parallel_tool_calls,
         "previous_response_id": None,
         "reasoning": {"effort": echo.effort, "summary": None},
         "store": False,

@@ -6,17 +6,18 @@ Honoured: ``input`` (a string, or a list of messages with ``user`` / ``system`` 
 the next assistant message's thinking; ``function_call`` items given back are the
 assistant's calls and ``function_call_output`` items the tools' results), ``tools``
 (function tools) and ``tool_choice`` (``none``, ``auto``, ``required``, a named
-function), as chat's, ``instructions`` (a system message first),
-``max_output_tokens``, ``temperature``, ``top_p``, ``reasoning.effort`` (the effort table,
-``server.effort``), ``metadata`` (echoed), ``stream``; thinkgate's ``strategy`` and
-``budget`` and vLLM's ``seed``, ``top_k``, ``min_p``, ``repetition_penalty`` as on chat;
-other fields pass on as strategy options. Accepted and ignored: ``user``,
-``safety_identifier``, ``prompt_cache_key``, ``service_tier``, ``truncation``,
-``parallel_tool_calls``, ``max_tool_calls``, ``reasoning.summary``, ``stream_options``.
-What a stateless server cannot do is a 400 naming the field: ``previous_response_id``,
-``conversation``, ``store: true``, ``background: true``, tools other than functions
-(hosted tools: web search, file search, ...), ``include``, ``prompt``, ``top_logprobs``,
-other item types, non-text content parts.
+function), as chat's, ``parallel_tool_calls`` (``false``: at most one call, as chat's),
+``instructions`` (a system message first), ``max_output_tokens``, ``temperature``,
+``top_p``, ``reasoning.effort`` (the effort table, ``server.effort``), ``metadata``
+(echoed), ``stream``; thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``,
+``top_k``, ``min_p``, ``repetition_penalty`` as on chat; other fields pass on as
+strategy options. Accepted and ignored: ``user``, ``safety_identifier``,
+``prompt_cache_key``, ``service_tier``, ``truncation``, ``max_tool_calls``,
+``reasoning.summary``, ``stream_options``. What a stateless server cannot do is a 400
+naming the field: ``previous_response_id``, ``conversation``, ``store: true``,
+``background: true``, tools other than functions (hosted tools: web search, file search,
+...), ``include``, ``prompt``, ``top_logprobs``, other item types, non-text content
+parts.
 ``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
 """
 
@@ -342,6 +343,7 @@ def translate(raw: bytes) -> ResponsesCall:
         "response_format": fmt.as_chat() if fmt is not None else None,
         "tools": tools,
         "tool_choice": tool_choice,
+        "parallel_tool_calls": body.parallel_tool_calls,
     }
     chat = to_chat(ROUTE, fields, body.model_extra or {})
     echo = Echo(
@@ -354,6 +356,8 @@ def translate(raw: bytes) -> ResponsesCall:
         text_format=fmt.echo() if fmt is not None else {"type": "text"},
         tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
         tool_choice=_echo_choice(body),
+        # OpenAI's default: parallel calls allowed.
+        parallel_tool_calls=body.parallel_tool_calls is not False,
     )
     return ResponsesCall(chat=chat, echo=echo, renames=RENAMES)
 

@@ -31,10 +31,13 @@ class CallForm:
     """How an answer holds its calls: ``tags`` (the model's own ``<tool_call>`` blocks,
     ``tool_choice: auto``), or JSON the engine's grammar held it to: ``named`` (the
     arguments object of the function ``name``), ``required`` (an array of
-    ``{"name", "parameters"}``)."""
+    ``{"name", "parameters"}``). ``single``: at most one call per answer (chat's
+    ``parallel_tool_calls: false``): the first the model wrote; the others are dropped
+    (a ``required`` answer is held to one by its grammar already)."""
 
     kind: Literal["tags", "named", "required"]
     name: str | None = None
+    single: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,14 @@ def vote_key(text: str) -> str | None:
 
 def read_calls(text: str, form: CallForm) -> Parsed:
     """The calls of an answer in ``form`` (a forced form whose JSON was cut: no calls,
-    the text as it is)."""
+    the text as it is); with ``form.single``, the first only."""
+    parsed = _read(text, form)
+    if form.single and len(parsed.calls) > 1:
+        return Parsed(content=parsed.content, calls=parsed.calls[:1])
+    return parsed
+
+
+def _read(text: str, form: CallForm) -> Parsed:
     if form.kind == "tags":
         return parse_tool_calls(text)
     try:

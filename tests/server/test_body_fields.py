@@ -43,7 +43,6 @@ def test_openai_platform_fields_are_accepted_and_ignored(
         store=False,
         metadata={"team": "evals"},
         service_tier="auto",
-        parallel_tool_calls=False,
         extra_body={"prompt_cache_key": "k1", "safety_identifier": "user-1"},
     )
     assert _text(r) == _text(plain)

@@ -296,3 +296,95 @@ async def test_messages_bad_tools_are_400s_in_anthropics_envelope(
     error = info.value.body
     assert isinstance(error, dict) and error["error"]["type"] == "invalid_request_error"
     assert words in error["error"]["message"]
+
+
+# -- one call only: chat's parallel_tool_calls, its Responses twin, Anthropic's flag --------
+
+SECOND_ARGS = {"expression": "2+2", "modulo": 10}
+TWO_CALLS = CALL + (
+    f'<tool_call>{{"name": "{TOOL_NAME}", "arguments": {json.dumps(SECOND_ARGS)}}}</tool_call>'
+)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_chat_parallel_tool_calls_false_keeps_the_first_call(
+    scripted_app: Callable[..., Any], tools_tokens: Any, stream: bool
+) -> None:
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    async with scripted_app(_answers(tools_tokens, TWO_CALLS), tokens=tools_tokens) as app:
+        client = app.openai()
+
+        async def calls(**kw: Any) -> list[Any]:
+            if not stream:
+                r = await client.chat.completions.create(
+                    model=app.model, messages=messages, tools=[CALCULATOR], **kw
+                )
+                return list(r.choices[0].message.tool_calls or [])
+            async with client.chat.completions.stream(
+                model=app.model, messages=messages, tools=[CALCULATOR], **kw
+            ) as helper:
+                final = await helper.get_final_completion()
+            return list(final.choices[0].message.tool_calls or [])
+
+        both = await calls()
+        (one,) = await calls(parallel_tool_calls=False)
+    assert [json.loads(c.function.arguments) for c in both] == [ARGS, SECOND_ARGS]
+    assert json.loads(one.function.arguments) == ARGS
+
+
+async def test_chat_required_with_one_call_is_held_to_one_by_the_grammar(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    answer = f'<think>\n</think>\n[{{"name": "{TOOL_NAME}", "parameters": {json.dumps(ARGS)}}}]'
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    async with scripted_app(_answers(tools_tokens, answer), tokens=tools_tokens) as app:
+        for parallel in (False, None):
+            extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+            await app.openai().chat.completions.create(
+                model=app.model,
+                messages=messages,
+                tools=[CALCULATOR],
+                tool_choice="required",
+                **extra,
+            )
+        single, free = app.engine.calls
+    assert json.loads(single.sampling.structured.schema)["maxItems"] == 1
+    assert "maxItems" not in json.loads(free.sampling.structured.schema)
+
+
+async def test_responses_parallel_tool_calls_is_honoured_and_repeated(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    async with scripted_app(_answers(tools_tokens, TWO_CALLS), tokens=tools_tokens) as app:
+        client = app.openai()
+        both = await client.responses.create(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL]
+        )
+        one = await client.responses.create(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL], parallel_tool_calls=False
+        )
+    assert [i.type for i in both.output].count("function_call") == 2
+    assert both.parallel_tool_calls is True
+    (call,) = [i for i in one.output if i.type == "function_call"]
+    assert json.loads(call.arguments) == ARGS and one.parallel_tool_calls is False
+
+
+async def test_messages_disable_parallel_tool_use_keeps_one_tool_use_block(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    async with scripted_app(_answers(tools_tokens, TWO_CALLS), tokens=tools_tokens) as app:
+        claude = app.anthropic()
+        turns: Any = [{"role": "user", "content": QUESTION}]
+        both = await claude.messages.create(
+            model=app.model, max_tokens=256, messages=turns, tools=[ANTHROPIC_TOOL]
+        )
+        one = await claude.messages.create(
+            model=app.model,
+            max_tokens=256,
+            messages=turns,
+            tools=[ANTHROPIC_TOOL],
+            tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        )
+    assert [b.input for b in both.content if b.type == "tool_use"] == [ARGS, SECOND_ARGS]
+    assert [b.input for b in one.content if b.type == "tool_use"] == [ARGS]
+    assert one.stop_reason == "tool_use"

@@ -99,6 +99,25 @@ def test_a_named_function_holds_the_answer_to_its_arguments(client: openai.OpenA
     assert isinstance(args["expression"], str) and isinstance(args["modulo"], int)
 
 
+def test_required_with_parallel_calls_off_is_one_call(client: openai.OpenAI) -> None:
+    """``parallel_tool_calls: false`` holds ``required``'s array to one item in vLLM's own
+    grammar (``maxItems``)."""
+    r = client.chat.completions.create(
+        model="testbed-tools",
+        messages=_ask(LONG),
+        tools=[CALCULATOR],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=300,
+        temperature=0,
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator"
+    assert isinstance(json.loads(call.function.arguments)["expression"], str)
+
+
 def test_streamed_call(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model="testbed-tools", messages=_ask(LONG), tools=[CALCULATOR], stream=True, temperature=0

@@ -14,7 +14,14 @@ import orjson
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
 from strategies.answers import group_answers
-from strategies.tool_calls import KEY_PREFIX, ToolCall, parse_tool_calls, vote_key
+from strategies.tool_calls import (
+    KEY_PREFIX,
+    CallForm,
+    ToolCall,
+    parse_tool_calls,
+    read_calls,
+    vote_key,
+)
 
 CALL = (
     '<tool_call>{"name": "calculator", "arguments": {"expression": "3+4", "modulo": 10}}'
@@ -46,6 +53,18 @@ def test_complete_calls_are_read_and_the_rest_stays_text() -> None:
     no_args = '<tool_call>{"name": "f", "arguments": [1]}</tool_call>'
     assert parse_tool_calls(no_args).calls == ()
     assert parse_tool_calls("\n\\boxed{7}").content == "\n\\boxed{7}"  # untouched
+
+
+def test_one_call_forms_keep_the_first_call_only() -> None:
+    first = '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    second = '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    text = f"before {first} between {second} after"
+    both = read_calls(text, CallForm("tags"))
+    one = read_calls(text, CallForm("tags", single=True))
+    assert [c.name for c in both.calls] == ["f", "g"]
+    assert one.calls == both.calls[:1] and one.content == both.content
+    array = '[{"name": "f", "parameters": {}}, {"name": "g", "parameters": {}}]'
+    assert [c.name for c in read_calls(array, CallForm("required", single=True)).calls] == ["f"]
 
 
 def test_calls_vote_as_canonical_values_never_as_mathematics() -> None:
