@@ -293,10 +293,7 @@ def translate(raw: bytes) -> MessagesCall:
             else None
         ),
     }
-    renames = {
-        "stop": "stop_sequences",
-        "parallel_tool_calls": "tool_choice.disable_parallel_tool_use",
-    }
+    renames = {"stop": "stop_sequences"}
     if isinstance(body.thinking, ThinkingEnabled):
         renames["budget.thinking"] = "thinking.budget_tokens"
     elif body.thinking is not None and body.thinking.type == "disabled":

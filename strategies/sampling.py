@@ -59,11 +59,9 @@ def resolve_scorer(ctx: StrategyContext) -> Scorer:
     that provides it): the request is right, the server lacks it. ``logprob`` always
     exists."""
     name = option_scorer(ctx.request)
-    if name is None and defaults_of(ctx).scorer == "prm":
-        # The server's default; without a PRM, the scorer set's fallback below.
-        default = _prm_scorer(ctx)
-        if default is not None:
-            return default
+    prm_attached = ctx.resources.get(PRM_KEY) is not None
+    if name is None and defaults_of(ctx).scorer == "prm" and prm_attached:
+        name = "prm"  # the server's default; without a PRM, the scorer set's fallback
     scorers = ctx.resources.get(SCORERS_KEY) or ScorerSet()
     scorer = _prm_scorer(ctx) if name == "prm" else scorers.get(name)
     if scorer is not None:
