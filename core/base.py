@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
+from core.allowance import Allowance
 from core.budget import Budget
 from core.engine import Engine, FinishReason, SamplingConfig
 
@@ -163,6 +164,9 @@ class StrategyContext:
     engine: Engine
     request: StrategyRequest
     resources: Resources = field(default_factory=Resources)
+    # The request's total-token ceiling and deadline, which every engine call draws from
+    # (``server.request_engine``); unlimited unless the request set them.
+    allowance: Allowance = field(default_factory=Allowance)
 
 
 @runtime_checkable

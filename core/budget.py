@@ -13,9 +13,16 @@ class Budget:
     solution: int | None = None  # answer tokens after </think>, per sample
     samples: int | None = None  # trajectories drawn (a cap for adaptive strategies)
     k: int | None = None  # answers returned (pass@k), best first
+    # The request as a whole (every sample, step, redraw and answer): its completion
+    # tokens, and the wall time from its arrival to its last byte (core.allowance).
+    tokens: int | None = None
+    deadline_ms: int | None = None
+    # Thinking tokens spent before thinking may end, per sample (s1's budget forcing).
+    thinking_min: int | None = None
 
     def header(self) -> str:
-        """The ``X-Budget-Applied`` header value: ``thinking=64;solution=32;samples=8;k=1``.
+        """The ``X-Budget-Applied`` header value: ``thinking=64;solution=32;samples=8;k=1``
+        (then ``tokens``, ``deadline_ms``, ``thinking_min`` when set).
 
         Unset fields are left out; an empty budget is ``none``.
         """

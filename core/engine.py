@@ -108,6 +108,10 @@ class GenerateRequest:
     # Calls with one key belong to one client request (its samples and follow-ups share
     # a prompt): a router in front of the fleet keeps them on one replica. None: no key.
     affinity: str | None = None
+    # The call draws thinking only and a later call of the request answers (a search's
+    # steps, two-pass's first pass): a request's ceiling and deadline keep the answer's
+    # share back from it (``core.allowance``).
+    thinking_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

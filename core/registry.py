@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 
-from core.base import Strategy
+from core.base import ResourceKey, Strategy
 from core.errors import InvalidRequest, UnknownStrategy
 
 GROUP = "thinkgate.strategies"
@@ -104,3 +104,8 @@ class Registry:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+# The server's registry, attached as a resource: a strategy that runs others (``auto``)
+# finds them here, never by importing their modules.
+REGISTRY_KEY = ResourceKey("strategies", Registry)

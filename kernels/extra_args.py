@@ -9,6 +9,7 @@ naming its key (vLLM answers the request with a 400 at admission).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
@@ -33,6 +34,23 @@ def int_arg(extra: Mapping[str, object], key: str, lo: int, hi: int) -> int | No
     if not lo <= value <= hi:
         raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
     return value
+
+
+def float_arg(extra: Mapping[str, object], key: str, lo: float, hi: float) -> float | None:
+    """The number at ``key`` (an int or a float, finite) in ``[lo, hi]``, None when absent;
+    ValueError naming the key. Instants in seconds travel this way (``vllm_xargs`` keeps a
+    JSON number a number)."""
+    if key not in extra or extra[key] is None:
+        return None
+    value = extra[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(
+            f"extra_args[{key!r}] must be a number, got {type(value).__name__} {value!r}"
+        )
+    number = float(value)
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise ValueError(f"extra_args[{key!r}] must be in [{lo}, {hi}], got {value}")
+    return number
 
 
 def usable_args(

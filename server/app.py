@@ -16,8 +16,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import structlog
 from fastapi import FastAPI
 
+from core.base import Resources
 from core.engine import Engine
-from core.registry import Registry
+from core.registry import REGISTRY_KEY, Registry
 from engines.factory import open_engine
 from engines.local import stopping
 from server import errors
@@ -102,7 +103,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             pauses = GcPauses(metrics.gc_pause)
             pauses.attach()
             stack.callback(pauses.detach)
-            async with build_resources(settings, active) as resources:
+            async with build_resources(settings, active) as built:
+                resources = Resources(items={**built.items, REGISTRY_KEY.name: registry})
                 app.state.gateway = Gateway(
                     settings=settings,
                     engine=active,

@@ -7,9 +7,12 @@ for fields the strategy honours).
 
 With no strategy named (``X-Strategy`` > body ``strategy``), a request that sets a
 thinking or solution budget runs ``Settings.budget_strategy`` (``elastic``), one that
-sets ``samples > 1`` runs ``Settings.samples_strategy`` (``self-consistency``), any
-other ``Settings.default_strategy`` (``plain``). A field the request sets that the
-strategy does not honour is a 400 naming where it came from: never silently ignored.
+sets ``samples > 1`` runs ``Settings.samples_strategy`` (``self-consistency``), one that
+sets only the request's own limits (``tokens``, ``deadline_ms``) runs
+``Settings.limits_strategy`` (``auto``), any other ``Settings.default_strategy``
+(``plain``). A field the request sets that the strategy does not honour is a 400 naming
+where it came from: never silently ignored. ``tokens`` and ``deadline_ms`` belong to the
+request, not to a strategy: every strategy honours them (``core.allowance``).
 """
 
 from __future__ import annotations
@@ -24,8 +27,18 @@ from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
 from server.effort import thinking_tokens
 from server.settings import EFFORTS, Effort, Settings
 
-FIELDS: Final = ("thinking", "solution", "samples", "k")
-HEADERS: Final = {f: f"X-Budget-{f.capitalize() if f != 'k' else 'K'}" for f in FIELDS}
+FIELDS: Final = ("thinking", "solution", "samples", "k", "tokens", "deadline_ms", "thinking_min")
+HEADERS: Final = {
+    "thinking": "X-Budget-Thinking",
+    "solution": "X-Budget-Solution",
+    "samples": "X-Budget-Samples",
+    "k": "X-Budget-K",
+    "tokens": "X-Budget-Tokens",
+    "deadline_ms": "X-Budget-Deadline-Ms",
+    "thinking_min": "X-Budget-Thinking-Min",
+}
+# Limits of the request as a whole: honoured by every strategy.
+REQUEST_FIELDS: Final = frozenset({"tokens", "deadline_ms"})
 STRATEGY_HEADER: Final = "X-Strategy"
 _INT: Final = re.compile(r"[+-]?\d+")
 
@@ -71,10 +84,12 @@ def resolve(
 
     strategy, strategy_param = _strategy(lower, body)
     if strategy is None:
-        if "thinking" in values or "solution" in values:
+        if "thinking" in values or "solution" in values or "thinking_min" in values:
             strategy = settings.budget_strategy
         elif "samples" in values and values["samples"].value > 1:
             strategy = settings.samples_strategy
+        elif REQUEST_FIELDS & values.keys():
+            strategy = settings.limits_strategy
         else:
             strategy = settings.default_strategy
 
@@ -86,7 +101,7 @@ def resolve(
                 f"unknown strategy {strategy!r}{why}; available: {', '.join(sorted(honoured))}",
                 param=strategy_param or "strategy",
             )
-        fields = honoured[strategy]
+        fields = honoured[strategy] | REQUEST_FIELDS
         for name, v in values.items():
             if name not in fields:
                 takes = ", ".join(sorted(fields)) or "no budget"
@@ -97,7 +112,7 @@ def resolve(
                 )
     applied = {name: v.value for name, v in values.items()}
     for name in FIELDS:
-        default = getattr(settings, f"default_{name}")
+        default = getattr(settings, f"default_{name}", None)  # the per-sample ones
         if name not in applied and name in fields and default is not None:
             applied[name] = default
     if "k" in applied and "samples" in applied and applied["k"] > applied["samples"]:
@@ -105,7 +120,26 @@ def resolve(
         raise InvalidBudget(
             f"k ({applied['k']}) cannot exceed samples ({applied['samples']})", param=param
         )
+    minimum, thinking = applied.get("thinking_min"), applied.get("thinking")
+    if minimum is not None and thinking is not None and minimum > thinking:
+        param = values["thinking_min"].param if "thinking_min" in values else "thinking_min"
+        raise InvalidBudget(
+            f"{param} ({minimum}) cannot exceed the thinking budget ({thinking})", param=param
+        )
     return strategy, Budget(**applied)
+
+
+def check_ceiling(budget: Budget, least: int, headers: Mapping[str, str]) -> None:
+    """A total-token ceiling must leave room for one answer (``least`` tokens: the
+    server's answer reserve, the closing delimiter and one)."""
+    if budget.tokens is not None and budget.tokens < least:
+        lower = {k.lower() for k in headers}
+        param = HEADERS["tokens"] if HEADERS["tokens"].lower() in lower else "budget.tokens"
+        raise InvalidBudget(
+            f"{param} is {budget.tokens}; the least that leaves room for an answer on this "
+            f"server is {least}",
+            param=param,
+        )
 
 
 def _strategy(headers: Mapping[str, str], body: Mapping[str, object]) -> tuple[str | None, str]:
@@ -126,9 +160,7 @@ def _body_budget(value: object) -> Mapping[str, object]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InvalidBudget(
-            "budget must be an object {thinking, solution, samples, k}", param="budget"
-        )
+        raise InvalidBudget(f"budget must be an object {{{', '.join(FIELDS)}}}", param="budget")
     for key in value:
         if key not in FIELDS:
             raise InvalidBudget(
@@ -155,8 +187,13 @@ def _check_int(value: object, param: str) -> int:
 
 
 def _check_range(name: str, v: _Value, settings: Settings) -> None:
-    low = 1 if name in ("samples", "k") else 0
-    high = settings.max_budget_tokens if name in ("thinking", "solution") else settings.max_samples
+    low = 1 if name in ("samples", "k", "tokens", "deadline_ms") else 0
+    high = {
+        "samples": settings.max_samples,
+        "k": settings.max_samples,
+        "tokens": settings.max_budget_tokens * settings.max_samples,
+        "deadline_ms": settings.max_deadline_ms,
+    }.get(name, settings.max_budget_tokens)
     if v.value < low:
         what = "a positive" if low else "a non-negative"
         raise InvalidBudget(f"{v.param} must be {what} integer, got {v.value}", param=v.param)

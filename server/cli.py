@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
-    "calibrate": "strategies.pets.calibration.cli:main",
+    "calibrate": "server.calibrate_cli:main",
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "engines.local.replica:main",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
+from core.allowance import DecodeSpeed
 from core.base import Resources
 from core.engine import Engine
 from core.errors import BackendUnavailable
@@ -26,6 +27,9 @@ class Gateway:
     admission: Admission
     lifecycle: Lifecycle
     started_at: int  # unix time, for /v1/models
+    # Decode speed per row measured on this server's calls: what a deadline leaves the
+    # answer (core.allowance).
+    speed: DecodeSpeed = field(default_factory=DecodeSpeed)
 
 
 def gateway(conn: HTTPConnection) -> Gateway:

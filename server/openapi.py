@@ -46,6 +46,18 @@ _HEADER_DOCS: Final[dict[str, tuple[str, Schema]]] = {
     "solution": ("Answer tokens per sample.", {"type": "integer", "minimum": 0}),
     "samples": ("Trajectories drawn.", {"type": "integer", "minimum": 1}),
     "k": ("Answers returned (pass@k), at most the samples.", {"type": "integer", "minimum": 1}),
+    "tokens": (
+        "Completion tokens of the whole request (every sample, step and answer).",
+        {"type": "integer", "minimum": 1},
+    ),
+    "deadline_ms": (
+        "Milliseconds from the request's arrival to its last byte.",
+        {"type": "integer", "minimum": 1},
+    ),
+    "thinking_min": (
+        "Thinking tokens per sample before thinking may end.",
+        {"type": "integer", "minimum": 0},
+    ),
 }
 
 REQUEST_HEADERS: Final[list[Schema]] = [

@@ -54,6 +54,19 @@ BUDGET_SCHEMA: dict[str, JsonValue] = {
                 "solution": {**_TOKENS, "description": "answer tokens per sample"},
                 "samples": {**_COUNT, "description": "trajectories drawn"},
                 "k": {**_COUNT, "description": "answers returned (pass@k), <= samples"},
+                "tokens": {
+                    **_COUNT,
+                    "description": "completion tokens of the whole request (every sample, "
+                    "step and answer), at least the answer's reserve",
+                },
+                "deadline_ms": {
+                    **_COUNT,
+                    "description": "milliseconds from the request's arrival to its last byte",
+                },
+                "thinking_min": {
+                    **_TOKENS,
+                    "description": "thinking tokens per sample before thinking may end",
+                },
             },
             "additionalProperties": False,
         },

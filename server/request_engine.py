@@ -14,14 +14,25 @@ request's ``Result``: ``usage.completion_tokens`` counts every generated token, 
 ones included, and the ``thinkgate`` object says how many samples were drawn again
 (``redrawn_samples``, ``redrawn_lost_tokens``). One place for every strategy, so none
 has to thread the count through its own bookkeeping.
+
+Ceiling and clock: a request's total-token ceiling and deadline (``core.allowance``)
+hold here, for every call of every strategy (``server.call_fit`` fits each call: fewer
+tokens, a thinking budget that leaves the answer room, the instant thinking ends inside
+the engine). A call that no longer fits raises ``BudgetSpent`` before it is sent; a call
+still running when the deadline comes is ended here (its engine request aborted, every
+unfinished sample closed with ``finish_reason="length"``), so the request's last engine
+token comes by its deadline even where the engine cannot end thinking itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 
-from core.base import Result, StrategyEvent, Usage
+from core.allowance import Allowance, BudgetSpent, DecodeSpeed
+from core.base import Choice, Result, StrategyEvent, Usage
 from core.engine import (
     Engine,
     EngineLoad,
@@ -29,7 +40,10 @@ from core.engine import (
     ModelTokens,
     Sample,
     SampleDelta,
+    TokenLogprob,
+    all_of,
 )
+from server.call_fit import Fitted, fit_call
 
 
 @dataclass(slots=True)
@@ -44,12 +58,25 @@ class RequestEngine:
     """``engine`` as one request sees it: calls pass through with the request's affinity
     key, redraws are counted."""
 
-    def __init__(self, engine: Engine, tally: Tally, *, affinity: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        tally: Tally,
+        *,
+        affinity: str,
+        allowance: Allowance | None = None,
+        speed: DecodeSpeed | None = None,
+        answer_reserve: int = 16,
+    ) -> None:
         self._engine = engine
         self.tally = tally
         self.affinity = affinity
         self.model_name: str = engine.model_name
         self.tokens: ModelTokens = engine.tokens
+        self.allowance = allowance or Allowance()
+        # The server's decode speed, measured on every call that is not streamed live.
+        self.speed = speed or self.allowance.speed
+        self.answer_reserve = answer_reserve
 
     @property
     def max_model_len(self) -> int:
@@ -62,13 +89,65 @@ class RequestEngine:
     def _keyed(self, request: GenerateRequest) -> GenerateRequest:
         return request if request.affinity else replace(request, affinity=self.affinity)
 
+    def _fit(self, request: GenerateRequest) -> Fitted:
+        """The call as it is sent under the request's ceiling and clock, its tokens
+        reserved (raises ``BudgetSpent`` when it does not fit)."""
+        fitted = fit_call(
+            self._keyed(request),
+            self.allowance,
+            tokens=self.tokens,
+            max_model_len=self.max_model_len,
+            processors=self.processors,
+            answer_reserve=self.answer_reserve,
+        )
+        self.allowance.reserve(fitted.reserved)
+        if fitted.clamped:
+            self.allowance.clamped_calls += 1
+        return fitted
+
     async def generate(self, request: GenerateRequest) -> list[Sample]:
-        return await self._engine.generate(self._keyed(request))
+        if not self.allowance.limited:
+            return await self._engine.generate(self._keyed(request))
+        return (await self._generate_fitted([self._fit(request)]))[0]
 
     async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
-        return await self._engine.generate_batch([self._keyed(r) for r in requests])
+        if not self.allowance.limited:
+            return await self._engine.generate_batch([self._keyed(r) for r in requests])
+        fitted: list[Fitted] = []
+        try:
+            for r in requests:
+                fitted.append(self._fit(r))
+        except BudgetSpent:
+            for f in fitted:  # none was sent
+                self.allowance.settle(f.reserved, 0)
+            raise
+        return await self._generate_fitted(fitted)
+
+    async def _generate_fitted(self, fitted: Sequence[Fitted]) -> list[list[Sample]]:
+        if all(f.cut_at is None for f in fitted) or any(
+            f.request.sampling.prompt_logprobs is not None for f in fitted
+        ):
+            # No deadline (or prompt logprobs, which only whole calls return): the engine's
+            # own calls, batched as it batches them; the deadline, if any, still ends
+            # them, losing their tokens (BudgetSpent).
+            try:
+                async with asyncio.timeout(_seconds_to(fitted)):
+                    results = await self._engine.generate_batch([f.request for f in fitted])
+            except TimeoutError:
+                for f in fitted:
+                    self.allowance.settle(f.reserved, f.reserved)  # generated, unknown how many
+                self.allowance.deadline_cuts += 1
+                raise BudgetSpent("deadline", "the deadline came during the call") from None
+            for f, samples in zip(fitted, results, strict=True):
+                self.allowance.settle(f.reserved, sum(len(s.token_ids) for s in samples))
+            return results
+        # A deadline: each call as a stream, so that a call the deadline ends keeps the
+        # tokens it generated (its unfinished samples end as cut by length).
+        return await all_of(_collect(self._metered(f)) for f in fitted)
 
     def stream(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
+        if self.allowance.limited:
+            return self._metered(self._fit(request))
         keyed = self._keyed(request)
         if request.visible:
             # Never redrawn (the engine ends it in an error instead): the engine's own
@@ -78,16 +157,54 @@ class RequestEngine:
 
     async def _counted(self, request: GenerateRequest) -> AsyncGenerator[SampleDelta, None]:
         deltas = self._engine.stream(request)
+        clock = _RowClock(self.speed)
         try:
             async for delta in deltas:
                 if delta.redrawn:
                     self.tally.samples += 1
                     self.tally.lost_tokens += delta.lost_tokens
+                clock.saw(delta)
                 yield delta
         finally:
             # The consumer stopped early (or failed): close the engine's stream now, so
             # that it aborts its upstream calls at once.
             await deltas.aclose()
+
+    async def _metered(self, fitted: Fitted) -> AsyncGenerator[SampleDelta, None]:
+        """The engine's stream of a fitted call: its tokens settled against the
+        reservation when it ends, cut in the gateway when the deadline comes."""
+        request, allowance = fitted.request, self.allowance
+        deltas = self._engine.stream(request)
+        clock = _RowClock(self.speed)
+        used = 0
+        ended: set[int] = set()
+        try:
+            while True:
+                wait = None if fitted.cut_at is None else fitted.cut_at - allowance.clock()
+                try:
+                    async with asyncio.timeout(wait):
+                        delta = await anext(deltas)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    allowance.deadline_cuts += 1
+                    await deltas.aclose()  # aborts the engine request
+                    for i in range(request.sampling.n):
+                        if i not in ended:
+                            yield SampleDelta(index=i, token_ids=(), finish_reason="length")
+                    break
+                if delta.redrawn:
+                    self.tally.samples += 1
+                    self.tally.lost_tokens += delta.lost_tokens
+                    used += delta.lost_tokens
+                used += len(delta.token_ids)
+                if delta.finish_reason is not None:
+                    ended.add(delta.index)
+                clock.saw(delta)
+                yield delta
+        finally:
+            await deltas.aclose()
+            allowance.settle(fitted.reserved, used)
 
     def load(self) -> EngineLoad | None:
         return self._engine.load()
@@ -99,8 +216,95 @@ class RequestEngine:
         """The shared engine outlives a request: nothing to close here."""
 
 
-def billed(result: Result, tally: Tally) -> Result:
-    """``result`` with the lost tokens in its usage and the redraws in its info."""
+class _RowClock:
+    """Measures one call's decode speed per row: each sample's tokens after its first,
+    over the time they took (``DecodeSpeed``)."""
+
+    __slots__ = ("_first", "_tokens", "_speed")
+
+    def __init__(self, speed: DecodeSpeed) -> None:
+        self._speed = speed
+        self._first: dict[int, float] = {}
+        self._tokens: dict[int, int] = {}
+
+    def saw(self, delta: SampleDelta) -> None:
+        i = delta.index
+        if delta.redrawn:
+            self._first.pop(i, None)
+            self._tokens.pop(i, None)
+            return
+        now = time.perf_counter()
+        if i not in self._first:
+            self._first[i] = now
+            self._tokens[i] = len(delta.token_ids) - 1
+        else:
+            self._tokens[i] += len(delta.token_ids)
+        if delta.finish_reason is not None:
+            self._speed.observe(now - self._first[i], self._tokens[i])
+
+
+async def _collect(deltas: AsyncGenerator[SampleDelta, None]) -> list[Sample]:
+    """A call's deltas as its finished samples, ordered by index (what ``generate``
+    gives), redraws forgotten as the engine contract says (``strategies.pool.draw``
+    reads a pool the same way)."""
+    ids: dict[int, list[int]] = {}
+    confs: dict[int, list[float]] = {}
+    bare: set[int] = set()  # tokens that came without confidences (an injected one)
+    lps: dict[int, list[TokenLogprob]] = {}
+    done: dict[int, Sample] = {}
+    async with _closing(deltas):
+        async for d in deltas:
+            i = d.index
+            if d.redrawn:
+                ids.pop(i, None)
+                confs.pop(i, None)
+                lps.pop(i, None)
+                bare.discard(i)
+                continue
+            ids.setdefault(i, []).extend(d.token_ids)
+            if d.confidences is not None and len(d.confidences) == len(d.token_ids):
+                confs.setdefault(i, []).extend(d.confidences)
+            elif d.token_ids:
+                bare.add(i)
+            if d.logprobs is not None:
+                lps.setdefault(i, []).extend(d.logprobs)
+            if d.finish_reason is not None and i not in done:
+                done[i] = Sample(
+                    index=i,
+                    token_ids=tuple(ids.get(i, ())),
+                    finish_reason=d.finish_reason,
+                    cumulative_logprob=d.cumulative_logprob,
+                    stop_reason=d.stop_reason,
+                    confidences=None if i in bare or i not in confs else tuple(confs[i]),
+                    logprobs=tuple(lps[i]) if i in lps else None,
+                )
+    return [done[i] for i in sorted(done)]
+
+
+class _closing:
+    """``contextlib.aclosing`` for an async generator (typed for mypy)."""
+
+    def __init__(self, gen: AsyncGenerator[SampleDelta, None]) -> None:
+        self._gen = gen
+
+    async def __aenter__(self) -> AsyncGenerator[SampleDelta, None]:
+        return self._gen
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._gen.aclose()
+
+
+def _seconds_to(fitted: Sequence[Fitted]) -> float | None:
+    cuts = [f.cut_at for f in fitted if f.cut_at is not None]
+    return None if not cuts else max(0.0, min(cuts) - time.perf_counter())
+
+
+def billed(result: Result, tally: Tally, allowance: Allowance | None = None) -> Result:
+    """``result`` with the lost tokens in its usage, the redraws and the request's
+    allowance (ceiling, deadline) in its info."""
+    if allowance is not None and allowance.limited:
+        used = result.usage.completion_tokens + tally.lost_tokens
+        result = replace(result, info={**result.info, "allowance": allowance.report(used)})
     if not tally.samples:
         return result
     u = result.usage
@@ -118,11 +322,35 @@ def billed(result: Result, tally: Tally) -> Result:
 
 
 async def with_tally(
-    run: AsyncGenerator[StrategyEvent, None], tally: Tally
+    run: AsyncGenerator[StrategyEvent, None], tally: Tally, allowance: Allowance | None = None
 ) -> AsyncGenerator[StrategyEvent, None]:
-    """``run``'s events, its ``Result`` billed for the request's redraws."""
+    """``run``'s events, its ``Result`` billed for the request's redraws (and reporting
+    its allowance)."""
     try:
         async for event in run:
-            yield billed(event, tally) if isinstance(event, Result) else event
+            yield billed(event, tally, allowance) if isinstance(event, Result) else event
+    except BudgetSpent as spent:
+        # The strategy had no call left that fits (a deadline already past when it began,
+        # or a strategy that does not stop by itself): an empty answer, on time, honest.
+        if allowance is None:
+            raise
+        allowance.stop(spent.reason)
+        yield billed(unanswered(spent), tally, allowance)
     finally:
         await run.aclose()
+
+
+def unanswered(spent: BudgetSpent) -> Result:
+    """The result of a request whose limits left no call: no text, cut by length."""
+    choice = Choice(
+        index=0,
+        reasoning="",
+        content="",
+        finish_reason="length",
+        info={"unanswered": str(spent)},
+    )
+    return Result(
+        choices=(choice,),
+        usage=Usage(prompt_tokens=0, completion_tokens=0, reasoning_tokens=0),
+        samples=0,
+    )

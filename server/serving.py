@@ -25,6 +25,7 @@ import structlog
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from core.allowance import Allowance, Limits
 from core.base import (
     Choice,
     Result,
@@ -33,6 +34,7 @@ from core.base import (
     StrategyEvent,
     StrategyRequest,
 )
+from core.budget import Budget
 from core.engine import SamplingConfig
 from core.errors import (
     BackendError,
@@ -119,15 +121,27 @@ class Admitted:
     started: float
     include_usage: bool
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
+    limits: Limits  # each prompt's ceiling (a share of the request's) and deadline
 
     def runs(self) -> list[AsyncGenerator[StrategyEvent, None]]:
         """The strategy's run per prompt, each over the engine as its request sees it
-        (``server.request_engine``: affinity key, redraws billed)."""
+        (``server.request_engine``: affinity key, redraws billed, ceiling and clock)."""
         out: list[AsyncGenerator[StrategyEvent, None]] = []
         for i, ctx in enumerate(self.contexts):
             tally = Tally()
-            engine = RequestEngine(ctx.engine, tally, affinity=ctx.request.request_id)
-            run = with_tally(self.strategy.run(replace(ctx, engine=engine)), tally)
+            allowance = Allowance(limits=self.limits, speed=self.gw.speed)
+            engine = RequestEngine(
+                ctx.engine,
+                tally,
+                affinity=ctx.request.request_id,
+                allowance=allowance,
+                answer_reserve=self.gw.settings.answer_reserve,
+            )
+            run = with_tally(
+                self.strategy.run(replace(ctx, engine=engine, allowance=allowance)),
+                tally,
+                allowance,
+            )
             out.append(_with_echo(run, self.echoes[i]) if self.echoes else run)
         return out
 
@@ -254,6 +268,8 @@ async def admit(
         reserve=settings.answer_reserve,
     )
     request.state.budget = budget
+    limits = _limits(gw, budget, started, len(prompts))
+    budgets.check_ceiling(budget, limits.answer, request.headers)
     sreqs = [
         StrategyRequest(
             # Engine ids are ours and unique: the client's X-Request-Id is for logs and the
@@ -295,8 +311,26 @@ async def admit(
             and body.stream_options.include_usage
             and body.stream_options.continuous_usage_stats
         ),
+        limits=limits,
     )
     return admitted, body.stream
+
+
+def _limits(gw: Gateway, budget: Budget, started: float, prompts: int) -> Limits:
+    """The request's ceiling (split evenly over a list of prompts) and its deadline,
+    counted from its arrival (``started``, on ``time.perf_counter``)."""
+    answer = gw.settings.answer_reserve + len(gw.engine.tokens.think_end_ids) + 1
+    deadline = wall = None
+    if budget.deadline_ms is not None:
+        deadline = started + budget.deadline_ms / 1000
+        wall = time.time() + (deadline - time.perf_counter())
+    return Limits(
+        tokens=None if budget.tokens is None else budget.tokens // max(1, prompts),
+        deadline=deadline,
+        wall_deadline=wall,
+        answer=answer,
+        margin_s=gw.settings.deadline_margin_ms / 1000,
+    )
 
 
 async def _json_response(

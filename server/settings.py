@@ -164,6 +164,14 @@ class Settings(BaseSettings):
     """Strategy of a request that names none but sets a thinking/solution budget."""
     samples_strategy: str = "self-consistency"
     """Strategy of a request that names none but sets samples > 1."""
+    limits_strategy: str = "auto"
+    """Strategy of a request that names none and sets only its total-token ceiling or
+    its deadline (``budget.tokens``, ``budget.deadline_ms``)."""
+    max_deadline_ms: int = Field(default=3_600_000, ge=1)
+    """Cap on a request's deadline (``budget.deadline_ms``); larger values are a 400."""
+    deadline_margin_ms: int = Field(default=50, ge=0)
+    """Time a deadline keeps for what follows the last engine token (selection,
+    rendering, the network): engine calls end this much before it."""
     effort_none: float = Field(default=0.0, ge=0.0, le=1.0)
     """Thinking budget of reasoning effort ``none``, as a share of the model's context
     (docs/apis.md has the table)."""
@@ -191,6 +199,10 @@ class Settings(BaseSettings):
     """Cap on thinking and solution budgets; larger values are a 400."""
     max_samples: int = Field(default=64, ge=1)
     """Cap on the samples (and k) budget; larger values are a 400."""
+    auto_table: str | None = None
+    """Calibrated plans of ``auto`` (JSON from ``thinkgate calibrate auto``); None: the
+    testbed table shipped in ``strategies/auto_tables/``, attached only in front of its
+    model; ``none``: no table (``auto`` plans by its documented rule)."""
     pets_table: str | None = None
     """PETS online allocation table (JSON from ``thinkgate calibrate pets``); None: the
     testbed table shipped in ``strategies/pets/tables/``; ``none``: no table (the

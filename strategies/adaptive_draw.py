@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
+from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext
 from core.engine import Sample
 from strategies.adaptive_vote import AdaptiveStop, leader_share, report, round_event, settled
@@ -64,13 +65,19 @@ async def draw_adaptive(
     stop, cap = drawn.stop, drawn.cap
     while len(drawn.samples) < cap:
         first = len(drawn.samples)
-        source = start_draw(
-            ctx,
-            min(stop.round, cap - first),
-            logprobs=scorer.needs_logprobs,
-            suffix=f"pool{drawn.rounds}",
-            first=first,
-        )
+        size = min(stop.round, cap - first)
+        if first and (why := ctx.allowance.short(size)) is not None:
+            ctx.allowance.stop(why)
+            return  # the request's ceiling or deadline: vote over what was drawn
+        try:
+            source = start_draw(
+                ctx, size, logprobs=scorer.needs_logprobs, suffix=f"pool{drawn.rounds}", first=first
+            )
+        except BudgetSpent as spent:
+            if not first:
+                raise
+            ctx.allowance.stop(spent.reason)
+            return
         drawn.draws.append(source)
         pool = Pool(samples=[])
         async for progress in draw(source, pool):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from core import options
+from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest
 from core.engine import Engine, EngineLoad, Sample, TokenLogprob
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
@@ -125,7 +126,9 @@ def online_plan(request: StrategyRequest, n: int) -> OnlinePlan:
 
 class DeepConf:
     name: ClassVar[str] = "deepconf"
-    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
+    budget_fields: ClassVar[frozenset[str]] = frozenset(
+        {"samples", "k", "thinking", "solution", "thinking_min"}
+    )
     body_options: ClassVar[frozenset[str]] = frozenset(
         {"warmup", "round_size", "variant", "consensus", "elastic_mode", *VOTE_OPTIONS}
     )
@@ -190,17 +193,25 @@ class DeepConf:
         client_logprobs = request.sampling.token_logprobs is not None
         while len(samples) < n and share < plan.consensus:
             size, seen = round_size(plan, n - len(samples), engine.load())
+            if (why := ctx.allowance.short(size)) is not None:
+                ctx.allowance.stop(why)  # the request's ceiling or deadline: vote so far
+                break
+            try:
+                online = start_draw(
+                    ctx,
+                    size,
+                    logprobs=False,
+                    top_logprobs=top_k,
+                    extra_args=conf_args.extra_args(args),
+                    suffix=f"online-{rounds}",
+                    first=len(samples),
+                )
+            except BudgetSpent as spent:
+                ctx.allowance.stop(spent.reason)
+                break
+            size = online.n  # fewer when the ceiling leaves fewer answers' room
             sizes.append(size)
             loads.append(seen)
-            online = start_draw(
-                ctx,
-                size,
-                logprobs=False,
-                top_logprobs=top_k,
-                extra_args=conf_args.extra_args(args),
-                suffix=f"online-{rounds}",
-                first=len(samples),
-            )
             rounds += 1
             ids: list[list[int]] = [[] for _ in range(size)]
             cs: list[list[float]] = [[] for _ in range(size)]

@@ -34,7 +34,7 @@ class Elastic:
     """``elastic``: thinking and solution budgets, enforced in one decoding pass."""
 
     name: ClassVar[str] = "elastic"
-    budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution"})
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking", "solution", "thinking_min"})
     body_options: ClassVar[frozenset[str]] = frozenset({"elastic_mode", "return_token_ids"})
     streams_live: ClassVar[bool] = True
     # The engine's grammar on the answer; with a solution budget in two passes.
@@ -44,10 +44,11 @@ class Elastic:
     honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
-        if request.budget.thinking is None and request.budget.solution is None:
+        b = request.budget
+        if b.thinking is None and b.solution is None and b.thinking_min is None:
             raise InvalidBudget(
-                "elastic needs a thinking and/or solution budget "
-                "(X-Budget-Thinking, X-Budget-Solution or budget.thinking/solution)",
+                "elastic needs a thinking and/or solution budget (X-Budget-Thinking, "
+                "X-Budget-Solution or budget.thinking/solution) or a thinking minimum",
                 param="budget.thinking",
             )
         plan(request, engine)

@@ -42,6 +42,17 @@ def requested_mode(request: StrategyRequest, engine: Engine) -> str:
             )
         return "two-pass"
     has_processor = PROCESSOR in engine.processors
+    if request.budget.thinking_min and not has_processor:
+        raise InvalidRequest(
+            "a thinking minimum is held inside the engine: this engine has no elastic "
+            "logits processor",
+            param="budget.thinking_min",
+        )
+    if request.budget.thinking_min and mode == "two-pass":
+        raise InvalidRequest(
+            "a thinking minimum needs one-pass budgets; use elastic_mode auto or one-pass",
+            param="budget.thinking_min",
+        )
     if mode == "one-pass" and not has_processor:
         raise InvalidRequest(
             "this engine has no elastic logits processor; use elastic_mode two-pass or auto",
@@ -125,6 +136,8 @@ def plan(request: StrategyRequest, engine: Engine, budget: Budget | None = None)
         extra[elastic_args.THINK_END_IDS] = ",".join(map(str, end_ids))
     extra[elastic_args.EOS_ID] = tokens.eos_token_ids[0]
     extra[elastic_args.THINKING_OPEN] = int(request.thinking_open)
+    if budget.thinking_min:
+        extra[elastic_args.THINKING_MIN] = min(budget.thinking_min, t)
     return ElasticPlan(
         thinking=t,
         solution=s,
@@ -205,6 +218,7 @@ async def two_pass(
                 first = GenerateRequest(
                     request_id=f"{request.request_id}-think",
                     prompt_token_ids=request.prompt_token_ids,
+                    thinking_only=True,
                     sampling=replace(
                         base,
                         n=request.n,

@@ -132,7 +132,8 @@ def validate_common(
 
 
 def has_token_budget(request: StrategyRequest) -> bool:
-    return request.budget.thinking is not None or request.budget.solution is not None
+    b = request.budget
+    return b.thinking is not None or b.solution is not None or b.thinking_min is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +172,7 @@ def start_draw(
     threshold) next to elastic's.
     """
     request, engine = ctx.request, ctx.engine
+    n = ctx.allowance.samples(n)  # the request's ceiling: each sample keeps an answer's room
     widened = replace(request, n=n)
     extra = dict(extra_args or {})
 

@@ -99,7 +99,9 @@ class SamplingStrategy:
     """Base of the three sampling strategies: draw, (score), select, answer."""
 
     name: ClassVar[str] = ""
-    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "k", "thinking", "solution"})
+    budget_fields: ClassVar[frozenset[str]] = frozenset(
+        {"samples", "k", "thinking", "solution", "thinking_min"}
+    )
     streams_live: ClassVar[bool] = False
     # The chosen samples' logprobs, when the client asks for them.
     returns_logprobs: ClassVar[bool] = True

@@ -251,6 +251,7 @@ def plan_round(
                 request_id=f"{ctx.request.request_id}-s{ledger.rounds_planned}-{g}",
                 prompt_token_ids=ctx.request.prompt_token_ids + parent.ids,
                 sampling=sampling,
+                thinking_only=True,  # the answer is answer()'s call
             )
         )
     return Round(

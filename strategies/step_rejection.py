@@ -91,6 +91,9 @@ class StepRejection(StepSearch):
         search.rounds = 0
         while len(finished) < cap and not done:
             k = min(stop.round, cap - len(finished))
+            if finished and (why := ctx.allowance.short(k)) is not None:
+                ctx.allowance.stop(why)
+                break  # the request's ceiling or deadline: vote over the paths so far
             fresh: list[Path] = []
             search.rounds += 1
             async for event in self.search(search, SearchState(live=(Path(),) * k), fresh):

@@ -23,10 +23,12 @@ is reported in the ``thinkgate`` object (``prm_tokens``), not billed as completi
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
+from core.allowance import BudgetSpent
 from core.base import (
     JSON,
     Choice,
@@ -222,14 +224,24 @@ class StepSearch:
         )
         steps = 0
         ahead: Ahead | None = None  # the next step, drawn while the PRM scores this one
+        step_s = 0.0  # the last step's wall time: the next one is not started without it
         try:
             while not self.done(state, n):
                 if steps >= options.max_steps:
                     break
+                began = time.perf_counter()
                 if ahead is None:
-                    children = await expand(
-                        ctx, search.plan, options, state.live, self.per_parent(options), ledger
-                    )
+                    rows = len(state.live) * self.per_parent(options)
+                    if (why := ctx.allowance.short(1, rows, seconds=step_s)) is not None:
+                        ctx.allowance.stop(why)  # answer from the paths so far
+                        break
+                    try:
+                        children = await expand(
+                            ctx, search.plan, options, state.live, self.per_parent(options), ledger
+                        )
+                    except BudgetSpent as spent:
+                        ctx.allowance.stop(spent.reason)
+                        break
                 else:
                     children = await ahead.children(state.live)
                     ahead = None
@@ -246,6 +258,7 @@ class StepSearch:
                     regrouped.append(scored[at : at + len(group)])
                     at += len(group)
                 state = self.advance(state, regrouped, n, options, search.rng)
+                step_s = time.perf_counter() - began
                 steps += 1
                 search.steps += 1
                 ledger.survivors.append(len(state.live))
@@ -301,10 +314,16 @@ class StepSearch:
         ctx, options, n, ledger = search.ctx, search.options, search.n, search.ledger
         scores = [path_score(p, options) for p in finished]
         classes_info: list[JSON] | None = None
-        if options.select == "best" and every is None:
+        if every is None and (why := ctx.allowance.short(len(finished))) is not None:
+            # The limits leave room for one answer, not one per path: the best path's.
+            ctx.allowance.stop(why)
             best = best_index(finished, options)
             answered = (await answer(ctx, [finished[best]], ledger))[0]
             answers_info: list[JSON] = []
+        elif options.select == "best" and every is None:
+            best = best_index(finished, options)
+            answered = (await answer(ctx, [finished[best]], ledger))[0]
+            answers_info = []
         else:
             if every is None:
                 every = await answer(ctx, finished, ledger)

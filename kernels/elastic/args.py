@@ -29,6 +29,15 @@ A request opts in by carrying :data:`THINKING_BUDGET`. Then:
   already closed by the template): decoding starts in the answer phase, ``t`` is
   unused and only ``s`` applies. A ``<think>`` the model writes then is plain answer
   text; nothing reopens the thinking phase.
+* :data:`THINKING_MIN` ``0 <= m <= t``, default 0: while fewer than ``m`` thinking tokens
+  are spent, the first token of the closing sequence and EOS are masked, so thinking
+  goes on (s1's budget forcing; the request's ``budget.thinking_min``).
+* :data:`THINK_DEADLINE`: a wall-clock instant (``time.time()`` seconds, a number) at
+  which thinking ends: from the first engine step at or after it, the closing sequence
+  is forced as if ``t`` had run out (the minimum no longer holds). The gateway sets it
+  to the request's deadline less the answer's time at the measured decode speed. The
+  engine compares it with its own clock: a remote server's clock must agree with the
+  gateway's (NTP); the gateway's own cut at the deadline holds regardless.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kernels.extra_args import MAX_TOKEN_ID, int_arg
+from kernels.extra_args import MAX_TOKEN_ID, float_arg, int_arg
 
 # The one name of this processor: --logits-processors, Engine.processors, replica probes.
 PROCESSOR_NAME: Final = "elastic"
@@ -48,6 +57,8 @@ THINK_END_ID: Final = "thinkgate_think_end_id"
 THINK_END_IDS: Final = "thinkgate_think_end_ids"
 EOS_ID: Final = "thinkgate_eos_id"
 THINKING_OPEN: Final = "thinkgate_thinking_open"
+THINKING_MIN: Final = "thinkgate_thinking_min"
+THINK_DEADLINE: Final = "thinkgate_think_deadline"
 
 KEYS: Final = (
     THINKING_BUDGET,
@@ -56,6 +67,8 @@ KEYS: Final = (
     EOS_ID,
     THINKING_OPEN,
     THINK_END_IDS,
+    THINKING_MIN,
+    THINK_DEADLINE,
 )
 
 # Budgets above this are refused: they are almost surely a unit mistake, and every
@@ -64,6 +77,8 @@ MAX_BUDGET: Final = 1_000_000
 # Longest closing sequence: the row state keeps one column per token (harmony's hand-over
 # is 6 tokens; a BPE-split ``</think>`` is 3 to 5).
 MAX_THINK_END_TOKENS: Final = 16
+# Instants are seconds since the epoch: anything past this (year 2286) is a unit mistake.
+MAX_INSTANT: Final = 1e10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +92,8 @@ class ElasticArgs:
     thinking_open: bool = True
     # The whole closing sequence; left empty it is ``(think_end_id,)``.
     think_end_ids: tuple[int, ...] = ()
+    thinking_min: int = 0  # the end of thinking is held back until this many are spent
+    think_deadline: float | None = None  # time.time() instant that ends thinking
 
     def __post_init__(self) -> None:
         if not self.think_end_ids:
@@ -106,6 +123,12 @@ def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
     end_ids = ids_arg(extra_args, THINK_END_IDS)
     eos = int_arg(extra_args, EOS_ID, 0, MAX_TOKEN_ID)
     open_ = int_arg(extra_args, THINKING_OPEN, 0, 1)
+    minimum = int_arg(extra_args, THINKING_MIN, 0, MAX_BUDGET)
+    deadline = float_arg(extra_args, THINK_DEADLINE, 0.0, MAX_INSTANT)
+    if minimum is not None and minimum > thinking:
+        raise ValueError(
+            f"extra_args[{THINKING_MIN!r}] ({minimum}) exceeds [{THINKING_BUDGET!r}] ({thinking})"
+        )
     if end_ids is not None:
         if think_end is not None and think_end != end_ids[0]:
             raise ValueError(
@@ -127,6 +150,8 @@ def parse(extra_args: Mapping[str, object] | None) -> ElasticArgs | None:
         eos_id=eos,
         thinking_open=open_ != 0 if open_ is not None else True,
         think_end_ids=end_ids or (),
+        thinking_min=minimum or 0,
+        think_deadline=deadline,
     )
 
 

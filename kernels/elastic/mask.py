@@ -7,6 +7,9 @@ of :class:`~kernels.elastic.state.ElasticCol`:
   allowed, token ``MATCHED`` (``THINK_END_ID`` for a one-token ``</think>``): the whole
   sequence is forced one token per step, continuing a prefix the model began itself;
 * active, ANSWER, ``s >= 0`` and ``used >= s``: only ``EOS_ID`` is allowed;
+* active, THINKING and ``used < THINK_MIN`` (a thinking minimum not yet spent): the
+  next token of the closing sequence and ``EOS_ID`` are set to ``-inf``, so thinking
+  goes on (:func:`apply_elastic_mask` with ``minimum=True``; other steps skip it);
 * otherwise the row is untouched, bit for bit.
 
 A forced row becomes ``-inf`` everywhere except the forced token, whose logit is set
@@ -28,26 +31,50 @@ import torch
 from kernels.elastic.state import ANSWER, THINKING, ElasticCol
 
 
+def _columns(table: torch.Tensor, idx_mapping: torch.Tensor | None, num_rows: int) -> torch.Tensor:
+    if idx_mapping is None:
+        return table[:, :num_rows]
+    return table.index_select(1, idx_mapping.to(torch.int64))
+
+
+def _next_end_token(cols: torch.Tensor) -> torch.Tensor:
+    """Per row, the next token of the closing sequence: column THINK_END_ID for token 0,
+    else END_TAIL + k - 1 (a one-token row has MATCHED = 0, so this is THINK_END_ID)."""
+    k = cols[ElasticCol.MATCHED].clamp(min=0)
+    k = torch.minimum(k, (cols[ElasticCol.END_LEN] - 1).clamp(min=0))
+    col = torch.where(k == 0, int(ElasticCol.THINK_END_ID), int(ElasticCol.END_TAIL) - 1 + k)
+    return cols.gather(0, col.to(torch.int64).unsqueeze(0)).squeeze(0)
+
+
+def elastic_held_tokens(
+    table: torch.Tensor, idx_mapping: torch.Tensor | None, num_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([num_rows], [num_rows])`` int32: per row the closing token and the EOS id held
+    back while its thinking minimum is not spent, or -1 for a row that holds nothing."""
+    cols = _columns(table, idx_mapping, num_rows)
+    active = cols[ElasticCol.ACTIVE] != 0
+    thinking = active & (cols[ElasticCol.PHASE] == THINKING)
+    used = cols[ElasticCol.USED]
+    hold = thinking & (used < cols[ElasticCol.THINK_MIN]) & (used < cols[ElasticCol.THINK_BUDGET])
+    none = torch.full_like(used, -1)
+    return (
+        torch.where(hold, _next_end_token(cols), none),
+        torch.where(hold, cols[ElasticCol.EOS_ID], none),
+    )
+
+
 def elastic_forced_tokens(
     table: torch.Tensor, idx_mapping: torch.Tensor | None, num_rows: int
 ) -> torch.Tensor:
     """``[num_rows]`` int32: the token each row is forced to, or -1 for a free row."""
-    if idx_mapping is None:
-        cols = table[:, :num_rows]
-    else:
-        cols = table.index_select(1, idx_mapping.to(torch.int64))
+    cols = _columns(table, idx_mapping, num_rows)
     active = cols[ElasticCol.ACTIVE] != 0
     phase = cols[ElasticCol.PHASE]
     used = cols[ElasticCol.USED]
     solution = cols[ElasticCol.SOLUTION_BUDGET]
     force_end = active & (phase == THINKING) & (used >= cols[ElasticCol.THINK_BUDGET])
     force_eos = active & (phase == ANSWER) & (solution >= 0) & (used >= solution)
-    # The next token of the closing sequence: column THINK_END_ID for token 0, else
-    # END_TAIL + k - 1 (a one-token row has MATCHED = 0, so this is THINK_END_ID).
-    k = cols[ElasticCol.MATCHED].clamp(min=0)
-    k = torch.minimum(k, (cols[ElasticCol.END_LEN] - 1).clamp(min=0))
-    col = torch.where(k == 0, int(ElasticCol.THINK_END_ID), int(ElasticCol.END_TAIL) - 1 + k)
-    end_token = cols.gather(0, col.to(torch.int64).unsqueeze(0)).squeeze(0)
+    end_token = _next_end_token(cols)
     none = torch.full_like(used, -1)
     return torch.where(
         force_end,
@@ -57,7 +84,11 @@ def elastic_forced_tokens(
 
 
 def elastic_mask_ref(
-    logits: torch.Tensor, table: torch.Tensor, idx_mapping: torch.Tensor | None = None
+    logits: torch.Tensor,
+    table: torch.Tensor,
+    idx_mapping: torch.Tensor | None = None,
+    *,
+    minimum: bool = False,
 ) -> torch.Tensor:
     """Apply the mask in place with torch ops; returns ``logits``.
 
@@ -69,6 +100,9 @@ def elastic_mask_ref(
     num_rows, vocab = logits.shape
     if num_rows == 0:
         return logits
+    if minimum:  # before forcing: a forced row holds nothing back (used >= t)
+        for held in elastic_held_tokens(table, idx_mapping, num_rows):
+            _hold_back(logits, held, (held >= 0) & (held < vocab))
     forced = elastic_forced_tokens(table, idx_mapping, num_rows)
     hit = (forced >= 0) & (forced < vocab)
     if logits.device.type == "cpu":
@@ -76,6 +110,18 @@ def elastic_mask_ref(
     else:
         _force_rows_branch_free(logits, forced, hit)
     return logits
+
+
+def _hold_back(logits: torch.Tensor, held: torch.Tensor, hit: torch.Tensor) -> None:
+    """``-inf`` at ``(row, held[row])`` for the rows of ``hit``; the rest untouched."""
+    if logits.device.type == "cpu":
+        rows = hit.nonzero().squeeze(1)
+        if rows.numel():
+            logits[rows, held[rows].to(torch.int64)] = float("-inf")
+        return
+    col = torch.where(hit, held, torch.zeros_like(held)).to(torch.int64).unsqueeze(1)
+    kept = logits.gather(1, col)
+    logits.scatter_(1, col, torch.where(hit.unsqueeze(1), float("-inf"), kept))
 
 
 def _force_rows_indexed(logits: torch.Tensor, forced: torch.Tensor, hit: torch.Tensor) -> None:
@@ -103,16 +149,21 @@ def apply_elastic_mask(
     idx_mapping: torch.Tensor | None = None,
     *,
     sequences: bool = False,
+    minimum: bool = False,
 ) -> torch.Tensor:
     """In place: the Triton kernel for CUDA tensors, :func:`elastic_mask_ref` otherwise.
+
+    ``minimum``: some row holds a thinking minimum back; such batches take the torch op
+    as well (the Triton kernel forces only; a GPU to test a hold-back kernel on is not
+    part of this project's CI).
 
     ``sequences``: some row closes thinking with several tokens. The Triton kernel
     forces ``THINK_END_ID`` only, so such batches take the torch op (also on CUDA:
     correct, and no host sync, at the cost of a pass over the logits; extending the
     kernel needs a GPU to test, which the CPU project does not have).
     """
-    if logits.is_cuda and not sequences:
+    if logits.is_cuda and not sequences and not minimum:
         from kernels.elastic.mask_triton import apply_elastic_mask_triton
 
         return apply_elastic_mask_triton(logits, table, idx_mapping)
-    return elastic_mask_ref(logits, table, idx_mapping)
+    return elastic_mask_ref(logits, table, idx_mapping, minimum=minimum)

@@ -39,11 +39,14 @@ class ElasticCol(IntEnum):
     END_LEN = 10
     MATCHED = 11  # how many of its tokens the output ends with now, while thinking
     END_TAIL = 12  # first of MAX_THINK_END_TOKENS - 1 columns: tokens 1.. of the sequence
+    # After the tail: thinking tokens before the end of thinking may come (0: none held
+    # back). A deadline that passes sets it and THINK_BUDGET to 0 (the end is forced).
+    THINK_MIN = 12 + MAX_THINK_END_TOKENS - 1
 
 
-NUM_COLS: Final = ElasticCol.END_TAIL + MAX_THINK_END_TOKENS - 1
-DEFAULTS: Final = (0, THINKING, 0, 0, UNLIMITED, 0, 0, 1, -1, 0, 1, 0) + (0,) * (
-    MAX_THINK_END_TOKENS - 1
+NUM_COLS: Final = ElasticCol.THINK_MIN + 1
+DEFAULTS: Final = (
+    (0, THINKING, 0, 0, UNLIMITED, 0, 0, 1, -1, 0, 1, 0) + (0,) * (MAX_THINK_END_TOKENS - 1) + (0,)
 )
 assert len(DEFAULTS) == NUM_COLS
 
@@ -71,6 +74,7 @@ def row_values(args: ElasticArgs) -> list[int]:
         0,
         *tail,
         *[0] * (MAX_THINK_END_TOKENS - 1 - len(tail)),
+        args.thinking_min,
     ]
 
 

@@ -21,6 +21,7 @@ time. On GPU use :mod:`kernels.elastic.vllm_v2` (Model Runner V2, the GPU defaul
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -52,6 +53,8 @@ class _Track:
     phase_start: int = 0  # index in ``out`` where the current phase began
     scanned: int = 0  # ``out[:scanned]`` holds no complete closing (while thinking)
     matched: int = 0  # ``out[:scanned]`` ends with this many of its tokens
+    deadline: float | None = None  # time.time() instant that ends thinking (None: none left)
+    minimum: bool = False  # holds a thinking minimum back (until the deadline, if any)
 
     def step(self) -> tuple[int, int, int]:
         """(phase, tokens used in it, closing tokens matched) after the tokens so far.
@@ -95,6 +98,10 @@ class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor)
         # Some active row closes thinking with several tokens (MATCHED column in use; the
         # mask must take the torch op, which forces token MATCHED of the sequence).
         self._sequences = False
+        # Some active row holds a thinking minimum back (the torch op again), or has a
+        # thinking deadline still to come (checked against the clock once per step).
+        self._minimum = False
+        self._deadlines = False
 
     def is_argmax_invariant(self) -> bool:
         """Forcing a token changes the argmax, so greedy rows must see it."""
@@ -109,7 +116,9 @@ class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor)
         try:
             if batch_update is not None:
                 self._apply_batch_update(batch_update)
-                self._sequences = any(len(t.closing) > 1 for t in self._tracks.values())
+                self._rescan_flags()
+            if self._deadlines:
+                self._end_due_thinking()
             if self._tracks:
                 rows = list(self._tracks)
                 steps = [self._tracks[row].step() for row in rows]
@@ -122,6 +131,28 @@ class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor)
             # Raising here kills the engine for every request; drop our state instead.
             self._fail("update_state")
 
+    def _rescan_flags(self) -> None:
+        tracks = self._tracks.values()
+        self._sequences = any(len(t.closing) > 1 for t in tracks)
+        self._minimum = any(t.minimum for t in tracks)
+        self._deadlines = any(t.deadline is not None for t in tracks)
+
+    def _end_due_thinking(self) -> None:
+        """Rows whose thinking deadline has come: the end of thinking is forced from this
+        step on (budget and minimum 0), as if ``t`` had run out. O(rows with a deadline)
+        per step, one clock read."""
+        now = time.time()
+        due = [r for r, t in self._tracks.items() if t.deadline is not None and t.deadline <= now]
+        if not due:
+            return
+        for row in due:
+            self._tracks[row].deadline = None
+            self._tracks[row].minimum = False
+        zeros = [0] * len(due)
+        self._state.set_column(ElasticCol.THINK_BUDGET, due, zeros)
+        self._state.set_column(ElasticCol.THINK_MIN, due, zeros)
+        self._rescan_flags()
+
     def _apply_batch_update(self, batch_update: BatchUpdate) -> None:
         apply_batch_update(batch_update, self._state, self._tracks, self._admit)
 
@@ -130,14 +161,22 @@ class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor)
         if parsed is None:
             return None
         self._state.write(row, row_values(parsed))
-        return _Track(out, SequenceMatcher(parsed.think_end_ids), parsed.thinking_open)
+        return _Track(
+            out,
+            SequenceMatcher(parsed.think_end_ids),
+            parsed.thinking_open,
+            deadline=parsed.think_deadline if parsed.thinking_open else None,
+            minimum=parsed.thinking_open and parsed.thinking_min > 0,
+        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Once per step, on ``[num_rows, vocab]`` fp32 logits; in place, never raises."""
         if not self._state.active_count:
             return logits
         try:
-            return apply_elastic_mask(logits, self._state.device, sequences=self._sequences)
+            return apply_elastic_mask(
+                logits, self._state.device, sequences=self._sequences, minimum=self._minimum
+            )
         except Exception:
             self._fail("apply")
             return logits
@@ -145,5 +184,5 @@ class ElasticLogitsProcessor(RowArgs[elastic_args.ElasticArgs], LogitsProcessor)
     def _fail(self, where: str) -> None:
         """Log once and deactivate every row: unbudgeted output beats a dead engine."""
         self.report_failure(where, "budgets disabled")
-        self._sequences = False
+        self._sequences = self._minimum = self._deadlines = False
         drop_every_row(self._state, self._tracks)

@@ -63,15 +63,44 @@ class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcesso
         # Host view of END_LEN: a batch with a multi-token closing takes the torch ops
         # (the Triton kernels force and find one token only); known without a sync.
         self._end_len_np: np.ndarray = self._state.host_np[ElasticCol.END_LEN]
+        # Host view of THINK_MIN (a batch holding a minimum back takes the torch op too),
+        # and each slot's thinking deadline (time.time() seconds; inf: none), compared
+        # with the clock on the host once per step.
+        self._min_np: np.ndarray = self._state.host_np[ElasticCol.THINK_MIN]
+        import numpy
+
+        self._deadline_np: np.ndarray = numpy.full(req_states.max_num_reqs, numpy.inf)
+        self._col_budget = int(ElasticCol.THINK_BUDGET)
+        self._col_min = int(ElasticCol.THINK_MIN)
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
         """When a request takes slot ``req_idx``: overwrite the slot; True if budgeted."""
         parsed = self.row_args(sampling_params, self._req_states.vocab_size)
         if parsed is None:
             self._state.clear(req_idx)
+            self._deadline_np[req_idx] = float("inf")
             return False
         self._state.write(req_idx, self._row_values(parsed))
+        deadline = parsed.think_deadline if parsed.thinking_open else None
+        self._deadline_np[req_idx] = float("inf") if deadline is None else deadline
         return True
+
+    def _end_due_thinking(self, slots: np.ndarray) -> None:
+        """Scheduled slots whose thinking deadline has come: budget and minimum 0 from
+        this step on. The host row is shipped whole: its device-owned tracking columns
+        go back to their start values, and the tracking op, which runs next, rescans the
+        row's committed tokens from the prompt's end and finds the same phase again."""
+        import time
+
+        due = slots[self._deadline_np[slots] <= time.time()]
+        if not due.size:
+            return
+        rows = [int(s) for s in due]
+        self._deadline_np[due] = float("inf")
+        zeros = [0] * len(rows)
+        self._state.set_column(self._col_budget, rows, zeros)
+        self._state.set_column(self._col_min, rows, zeros)
+        self._state.flush()
 
     def apply_staged_writes(self) -> None:
         """Once per step before the forward pass: ship the rows written by add_request."""
@@ -83,8 +112,12 @@ class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcesso
             return logits
         try:
             rs = self._req_states
+            slots = ctx.idx_mapping_np
+            if (self._deadline_np[slots] < float("inf")).any():
+                self._end_due_thinking(slots)
             table = self._state.device
-            end_len = int(self._end_len_np[ctx.idx_mapping_np].max())
+            end_len = int(self._end_len_np[slots].max())
+            minimum = bool(self._min_np[slots].any())
             self._track(
                 table,
                 ctx.idx_mapping,
@@ -93,7 +126,13 @@ class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcesso
                 rs.total_len.gpu,
                 end_len,
             )
-            self._mask(logits, table, ctx.expanded_idx_mapping, sequences=end_len > 1)
+            self._mask(
+                logits,
+                table,
+                ctx.expanded_idx_mapping,
+                sequences=end_len > 1,
+                minimum=minimum,
+            )
         except Exception:
             # Raising here kills the engine for every request: pass the logits through.
             self.report_failure("apply", "logits passed through")

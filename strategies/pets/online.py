@@ -107,7 +107,7 @@ class Pets:
                 planned_average=round(table.expected_budget, 4),
             )
             rounds = 1
-            if target > len(samples):
+            if target > len(samples) and ctx.allowance.affords(target - len(samples)):
                 samples.extend(await _generate(ctx, target - len(samples), round_no=1))
                 rounds = 2
                 yield Progress(data={"phase": "extra", "samples": len(samples)})
@@ -119,6 +119,9 @@ class Pets:
             while True:
                 more, confidence = next_round(labels, cap=cap, rule=rule, rng=rng)
                 if more == 0:
+                    break
+                if (why := ctx.allowance.short(more)) is not None:
+                    ctx.allowance.stop(why)  # the request's ceiling or deadline
                     break
                 samples.extend(await _generate(ctx, more, round_no=rounds))
                 rounds += 1
@@ -145,6 +148,7 @@ async def _generate(ctx: StrategyContext, n: int, *, round_no: int) -> list[Samp
     if sampling.seed is not None:
         # Children j of a request get seed + j: keep rounds on disjoint streams.
         sampling = replace(sampling, seed=sampling.seed + 1000 * round_no)
+    n = ctx.allowance.samples(n)  # the request's ceiling: each sample keeps an answer's room
     request = GenerateRequest(
         request_id=f"{ctx.request.request_id}-pets{round_no}",
         prompt_token_ids=ctx.request.prompt_token_ids,

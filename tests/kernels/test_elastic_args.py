@@ -34,6 +34,8 @@ def test_key_names_are_stable() -> None:
         "thinkgate_eos_id",
         "thinkgate_thinking_open",
         "thinkgate_think_end_ids",
+        "thinkgate_thinking_min",
+        "thinkgate_think_deadline",
     )
 
 
@@ -53,6 +55,12 @@ def test_key_names_are_stable() -> None:
         (args.EOS_ID, 2**31),
         (args.THINKING_OPEN, 2),
         (args.THINKING_OPEN, True),
+        (args.THINKING_MIN, -1),
+        (args.THINKING_MIN, "3"),
+        (args.THINK_DEADLINE, "1700000000"),
+        (args.THINK_DEADLINE, True),
+        (args.THINK_DEADLINE, float("nan")),
+        (args.THINK_DEADLINE, -1.0),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: object) -> None:
@@ -70,3 +78,18 @@ def test_ids_required_with_a_budget(missing: str) -> None:
 def test_solution_budget_alone_is_refused() -> None:
     with pytest.raises(ValueError, match=args.THINKING_BUDGET):
         parse({args.SOLUTION_BUDGET: 4, args.THINK_END_ID: 4, args.EOS_ID: 2})
+
+
+def test_minimum_and_deadline_parse() -> None:
+    got = parse({**BASE, args.THINKING_MIN: 2, args.THINK_DEADLINE: 1_800_000_000.25})
+    assert got is not None
+    assert got.thinking_min == 2 and got.think_deadline == 1_800_000_000.25
+    plain = parse(BASE)
+    assert plain is not None and plain.thinking_min == 0 and plain.think_deadline is None
+
+
+def test_a_minimum_above_the_budget_is_refused() -> None:
+    t = BASE[args.THINKING_BUDGET]
+    assert isinstance(t, int)
+    with pytest.raises(ValueError, match=args.THINKING_MIN):
+        parse({**BASE, args.THINKING_MIN: t + 1})

@@ -196,3 +196,87 @@ def test_bad_args_are_refused_and_the_engine_lives(
     assert isinstance(info.value.__cause__, ValueError)
     (ok,) = llm.generate([prompt], SamplingParams(max_tokens=4, extra_args=_extra(ids, 0, 0)))
     assert list(ok.outputs[0].token_ids) == [ids["end"], ids["eos"]]
+
+
+def test_a_thinking_minimum_holds_the_end_back(llm: Any, ids: dict[str, Any]) -> None:
+    """With ``thinking_min`` m, no ``</think>`` (and no EOS) before m thinking tokens; the
+    budget still forces it at t. Without the minimum the same seeds close earlier."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    end, prompt = ids["end"], ids["prompt"]
+    t, m = 120, 90
+    held = SamplingParams(
+        n=6,
+        temperature=1.0,
+        seed=3,
+        max_tokens=t + 1 + 20,
+        extra_args={**_extra(ids, t, 20), keys.THINKING_MIN: m},
+    )
+    free = SamplingParams(
+        n=6, temperature=1.0, seed=3, max_tokens=t + 1 + 20, extra_args=_extra(ids, t, 20)
+    )
+    with_min, without = llm.generate([TokensPrompt(prompt_token_ids=prompt)] * 2, [held, free])
+    for completion in with_min.outputs:
+        out = list(completion.token_ids)
+        assert end in out, out
+        assert m <= out.index(end) <= t, (out.index(end), out)
+    natural = [list(c.token_ids).index(end) for c in without.outputs if end in c.token_ids]
+    assert natural and min(natural) < m, natural  # the minimum changed something
+
+
+def test_a_past_thinking_deadline_forces_the_end_at_once(llm: Any, ids: dict[str, Any]) -> None:
+    """A wall-clock instant already past: thinking ends at the first step, the answer
+    follows; an instant far ahead changes nothing."""
+    import time
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    end, prompt = ids["end"], ids["prompt"]
+    past = SamplingParams(
+        n=3,
+        temperature=1.0,
+        seed=5,
+        max_tokens=MAX_TOKENS,
+        extra_args={**_extra(ids, 200, 16), keys.THINK_DEADLINE: time.time() - 1.0},
+    )
+    ahead = SamplingParams(
+        temperature=0.0,
+        max_tokens=MAX_TOKENS,
+        extra_args={**_extra(ids, 200, 16), keys.THINK_DEADLINE: time.time() + 3600.0},
+    )
+    plain = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=prompt)] * 3, [past, ahead, plain])
+    for completion in outs[0].outputs:
+        out = list(completion.token_ids)
+        assert out[0] == end, out
+        assert completion.finish_reason == "stop" and out[-1] in ids["stops"], out
+    assert list(outs[1].outputs[0].token_ids) == list(outs[2].outputs[0].token_ids)
+
+
+def test_a_thinking_deadline_ends_thinking_mid_decode(llm: Any, ids: dict[str, Any]) -> None:
+    """An instant a little ahead: the first steps think, then the end is forced before
+    the budget would have forced it (the clock, not the count)."""
+    import time
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    end, prompt = ids["end"], ids["prompt"]
+    # A long forced thought: the minimum keeps it going until the deadline ends it.
+    t0 = time.time()
+    params = SamplingParams(
+        temperature=1.0,
+        seed=7,
+        max_tokens=240,
+        extra_args={
+            **_extra(ids, 220, 10),
+            keys.THINKING_MIN: 220,
+            keys.THINK_DEADLINE: t0 + 0.15,
+        },
+    )
+    (result,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], [params])
+    out = list(result.outputs[0].token_ids)
+    assert end in out, out
+    assert 0 < out.index(end) < 220, out.index(end)

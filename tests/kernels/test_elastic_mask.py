@@ -129,3 +129,27 @@ def test_cpu_indexed_and_branch_free_paths_agree(seed: int) -> None:
     _force_rows_indexed(a, forced, hit)
     _force_rows_branch_free(b, forced, hit)
     assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_a_thinking_minimum_masks_the_end_and_eos_until_spent() -> None:
+    state = new_state(4, CPU)
+    held = ElasticArgs(
+        thinking_budget=10, solution_budget=None, think_end_id=3, eos_id=5, thinking_min=4
+    )
+    for row in range(4):
+        state.write(row, row_values(held))
+    # rows: 2 thinking tokens used (held), 4 used (free), thinking at t (forced), answering
+    state.set_column(ElasticCol.USED, [0, 1, 2, 3], [2, 4, 10, 2])
+    state.set_column(ElasticCol.PHASE, [0, 1, 2, 3], [THINKING, THINKING, THINKING, ANSWER])
+    state.flush()
+    logits = torch.zeros(4, 8)
+    apply_elastic_mask(logits, state.device, minimum=True)
+    assert logits[0, 3] == float("-inf") and logits[0, 5] == float("-inf")
+    assert torch.isfinite(logits[0, [0, 1, 2, 4, 6, 7]]).all()
+    assert torch.equal(logits[1], torch.zeros(8))  # minimum spent: untouched
+    assert logits[2, 3] == 0.0 and torch.isinf(logits[2, [0, 1, 2, 4, 5]]).all()  # forced
+    assert torch.equal(logits[3], torch.zeros(8))
+    # Without the flag (no row of the batch holds a minimum) nothing is held back.
+    plain = torch.zeros(4, 8)
+    apply_elastic_mask(plain, state.device)
+    assert plain[0, 3] == 0.0

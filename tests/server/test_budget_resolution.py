@@ -14,6 +14,7 @@ HONOURED = {
     "elastic": frozenset({"thinking", "solution"}),
     "self-consistency": frozenset({"samples", "thinking", "solution"}),
     "best-of-majority": frozenset({"samples", "k"}),
+    "auto": frozenset(),
 }
 
 
@@ -115,7 +116,11 @@ def test_server_defaults_fill_only_honoured_fields() -> None:
         ({}, {"budget": {"thinking": "12"}}, "budget.thinking"),
         ({}, {"budget": {"solution": 10**12}}, "budget.solution"),
         ({}, {"budget": {"k": 0}}, "budget.k"),
-        ({}, {"budget": {"tokens": 5}}, "budget.tokens"),
+        ({}, {"budget": {"tokenz": 5}}, "budget.tokenz"),
+        ({}, {"budget": {"tokens": 0}}, "budget.tokens"),
+        ({"X-Budget-Deadline-Ms": "soon"}, {}, "X-Budget-Deadline-Ms"),
+        ({"X-Budget-Deadline-Ms": "3600001"}, {}, "X-Budget-Deadline-Ms"),
+        ({}, {"budget": {"thinking_min": 9, "thinking": 8}}, "budget.thinking_min"),
         ({}, {"budget": [5]}, "budget"),
         ({"X-Strategy": "best-of-majority"}, {"budget": {"samples": 2, "k": 3}}, "budget.k"),
     ],
@@ -167,3 +172,24 @@ def test_bad_effort_is_invalid_request(settings: Settings) -> None:
 def test_applied_header_format(settings: Settings) -> None:
     _, budget = resolve({"X-Budget-Thinking": "64", "X-Budget-Solution": "32"}, {}, settings)
     assert budget.header() == "thinking=64;solution=32"
+
+
+def test_the_request_limits_choose_auto_and_every_strategy_honours_them(
+    settings: Settings,
+) -> None:
+    name, budget = resolve({"X-Budget-Tokens": "300"}, {}, settings, honoured=HONOURED)
+    assert name == "auto" and budget.tokens == 300
+    name, budget = resolve({}, {"budget": {"deadline_ms": 2000}}, settings, honoured=HONOURED)
+    assert name == "auto" and budget.deadline_ms == 2000
+    # Named strategies take them whatever their own fields.
+    name, budget = resolve(
+        {"X-Strategy": "plain", "X-Budget-Deadline-Ms": "900"},
+        {"budget": {"tokens": 64}},
+        settings,
+        honoured=HONOURED,
+    )
+    assert name == "plain" and (budget.tokens, budget.deadline_ms) == (64, 900)
+    assert budget.header() == "tokens=64;deadline_ms=900"
+    # A minimum is a thinking budget: it picks the budget strategy.
+    name, budget = resolve({"X-Budget-Thinking-Min": "12"}, {}, settings)
+    assert name == "elastic" and budget.thinking_min == 12

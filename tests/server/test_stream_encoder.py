@@ -66,7 +66,15 @@ def test_multi_sample_progress_then_replayed_choices() -> None:
     assert finish1["thinkgate"] == {  # type: ignore[index]
         "strategy": "self-consistency",
         "samples": 4,
-        "budget": {"thinking": None, "solution": None, "samples": 4, "k": None},
+        "budget": {
+            "thinking": None,
+            "solution": None,
+            "samples": 4,
+            "k": None,
+            "tokens": None,
+            "deadline_ms": None,
+            "thinking_min": None,
+        },
         "votes": {"7": 3},
     }
     assert usage["choices"] == []  # type: ignore[index]

@@ -1,0 +1,308 @@
+"""``auto``: the request's budget (a total-token ceiling, a deadline) turned into a plan,
+a strategy with its samples and per-sample budgets, then that plan run.
+
+With a calibrated table for the served model (``AutoTable``, built offline on calibration
+questions by ``thinkgate calibrate auto``) the plan is the row with the highest expected
+accuracy whose worst case fits the request: ``samples x (thinking + answer)`` within the
+ceiling, and the row's measured seconds, scaled by the engine's current load, within the
+deadline. Without a table, the documented rule of :func:`rule_plan`. Either way the ceiling
+and the deadline are then held by the request's allowance (``core.allowance``) like any
+strategy's, so a plan that was optimistic still ends in time and within its tokens.
+
+The ``thinkgate`` object says what was chosen and why (``auto``: the plan, its source,
+the budget and load it was chosen for, its expected accuracy where a table gave one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar, Final
+
+from core.base import (
+    JSON,
+    ChoiceDelta,
+    ResourceKey,
+    Result,
+    Strategy,
+    StrategyContext,
+    StrategyEvent,
+    StrategyRequest,
+)
+from core.budget import Budget
+from core.engine import Engine, EngineLoad
+from core.errors import BackendUnavailable
+from core.registry import REGISTRY_KEY
+
+MAX_SAMPLES: Final = 16  # the rule's largest vote (more rarely pays on a deadline)
+MIN_VOTE: Final = 3  # fewer samples than this do not make a vote worth its tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRow:
+    """One calibrated plan: what it runs and what it achieved on calibration questions."""
+
+    strategy: str  # "elastic" or "self-consistency"
+    samples: int
+    thinking: int
+    accuracy: float
+    tokens: float  # mean completion tokens per question
+    seconds: float  # mean wall time per question, alone on the server
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutoTable:
+    """The calibrated plans of one model (JSON, ``thinkgate calibrate auto``)."""
+
+    model: str
+    rows: tuple[PlanRow, ...]
+    questions: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> AutoTable:
+        data = json.loads(path.read_text())
+        rows = tuple(PlanRow(**r) for r in data["rows"])
+        return cls(model=data["model"], rows=rows, questions=int(data.get("questions", 0)))
+
+    def as_json(self) -> dict[str, JSON]:
+        return {
+            "model": self.model,
+            "questions": self.questions,
+            "rows": [
+                {
+                    "strategy": r.strategy,
+                    "samples": r.samples,
+                    "thinking": r.thinking,
+                    "accuracy": r.accuracy,
+                    "tokens": r.tokens,
+                    "seconds": r.seconds,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+TABLE_KEY: Final = ResourceKey("auto_table", AutoTable)
+DEFAULT_TABLE: Final = Path(__file__).resolve().parent / "auto_tables" / "testbed-base.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What ``auto`` runs, and why."""
+
+    strategy: str
+    samples: int
+    thinking: int
+    source: str  # "table" or "rule"
+    expected_accuracy: float | None = None
+    reason: str = ""
+
+    def info(self) -> dict[str, JSON]:
+        return {
+            "strategy": self.strategy,
+            "samples": self.samples,
+            "thinking": self.thinking,
+            "source": self.source,
+            "expected_accuracy": self.expected_accuracy,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Means:
+    """What the plan is chosen for: the request's budget and the server's state now."""
+
+    tokens: int | None  # the ceiling
+    seconds: float | None  # time left for engine work (None: no deadline)
+    seconds_per_token: float  # measured decode speed per row
+    answer: int  # tokens one answer needs
+    room: int  # context left after the prompt
+    free_rows: int  # engine rows a new draw gets at once
+    load: float  # busy share of the engine's rows (0..1+)
+
+
+def rule_plan(m: Means) -> Plan:
+    """The plan without a table: the longest thinking each sample can afford, and as
+    many samples as both limits allow.
+
+    * per sample, at most ``room`` tokens, and with a deadline ``seconds / seconds_per_token``
+      (samples decode side by side, so time bounds each sample's length, not their sum);
+    * samples: the ceiling over a sample of ``min(length, 4 x answer + answer)`` tokens
+      (a short but real thought), at most the engine's free rows under a deadline, at
+      most :data:`MAX_SAMPLES`;
+    * fewer than :data:`MIN_VOTE` samples: one ``elastic`` sample with all of it;
+      otherwise ``self-consistency`` with the ceiling spread evenly.
+    """
+    length = m.room
+    if m.seconds is not None:
+        length = min(length, int(m.seconds / max(m.seconds_per_token, 1e-6)))
+    length = max(length, m.answer)
+    thought = max(1, min(length - m.answer, 4 * m.answer))
+    by_tokens = MAX_SAMPLES if m.tokens is None else m.tokens // (thought + m.answer)
+    rows = m.free_rows if m.seconds is not None else MAX_SAMPLES
+    n = max(1, min(MAX_SAMPLES, by_tokens, max(1, rows)))
+    if n < MIN_VOTE:
+        total = length if m.tokens is None else min(length, m.tokens)
+        return Plan(
+            strategy="elastic",
+            samples=1,
+            thinking=max(0, total - m.answer),
+            source="rule",
+            reason=f"room for {n} sample(s) of a short thought: one sample thinks longer",
+        )
+    per = length if m.tokens is None else min(length, m.tokens // n)
+    return Plan(
+        strategy="self-consistency",
+        samples=n,
+        thinking=max(0, per - m.answer),
+        source="rule",
+        reason=f"{n} samples fit the budget with a thought each",
+    )
+
+
+def table_plan(table: AutoTable, m: Means) -> Plan | None:
+    """The table's most accurate row that fits (None: none does)."""
+    slowdown = 1.0 + max(0.0, m.load)  # a busy engine shares its batch: rows run slower
+    best: PlanRow | None = None
+    for row in table.rows:
+        worst = row.samples * (row.thinking + m.answer)
+        if m.tokens is not None and worst > m.tokens:
+            continue
+        if row.thinking + m.answer > m.room:
+            continue
+        too_slow = m.seconds is not None and (
+            row.seconds * slowdown > m.seconds or row.samples > max(1, m.free_rows)
+        )
+        if too_slow:
+            continue
+        if best is None or (row.accuracy, -row.tokens) > (best.accuracy, -best.tokens):
+            best = row
+    if best is None:
+        return None
+    return Plan(
+        strategy=best.strategy,
+        samples=best.samples,
+        thinking=best.thinking,
+        source="table",
+        expected_accuracy=best.accuracy,
+        reason="the most accurate calibrated plan that fits",
+    )
+
+
+def choose(ctx: StrategyContext) -> tuple[Plan, Means]:
+    request, engine, allowance = ctx.request, ctx.engine, ctx.allowance
+    load = engine.load()
+    means = Means(
+        tokens=allowance.left(),
+        seconds=_seconds(allowance.time_left(), allowance.answer_seconds()),
+        seconds_per_token=allowance.speed.seconds_per_token,
+        answer=allowance.limits.answer,
+        room=engine.max_model_len - len(request.prompt_token_ids),
+        free_rows=_free(load),
+        load=0.0 if load is None or not load.rows else load.busy / load.rows,
+    )
+    table = ctx.resources.get(TABLE_KEY)  # attached only in front of its model
+    if table is not None:
+        plan = table_plan(table, means)
+        if plan is not None:
+            return plan, means
+    return rule_plan(means), means
+
+
+def _seconds(left: float | None, answer_s: float) -> float | None:
+    return None if left is None else max(0.0, left - answer_s)
+
+
+def _free(load: EngineLoad | None) -> int:
+    return MAX_SAMPLES if load is None else max(1, load.free)
+
+
+class Auto:
+    """``auto``: chooses the plan for the request's budget and the engine's load."""
+
+    name: ClassVar[str] = "auto"
+    # tokens and deadline_ms are every strategy's; auto sets the others itself.
+    budget_fields: ClassVar[frozenset[str]] = frozenset()
+    body_options: ClassVar[frozenset[str]] = frozenset()
+    # The chosen plan may draw many samples: progress events, then the answer.
+    streams_live: ClassVar[bool] = False
+    honours_response_format: ClassVar[bool] = True
+    honours_tools: ClassVar[bool] = True
+    returns_logprobs: ClassVar[bool] = True
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        """Nothing of its own: the chosen strategy is checked when it is chosen."""
+
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
+        plan, means = choose(ctx)
+        budget = Budget(
+            thinking=plan.thinking,
+            samples=plan.samples if plan.strategy != "elastic" else None,
+            tokens=ctx.request.budget.tokens,
+            deadline_ms=ctx.request.budget.deadline_ms,
+        )
+        request = replace(ctx.request, budget=budget)
+        strategy = _strategy(ctx, plan.strategy)
+        strategy.validate(request, ctx.engine)
+        why: dict[str, JSON] = {
+            **plan.info(),
+            "for": {
+                "tokens": means.tokens,
+                "seconds": None if means.seconds is None else round(means.seconds, 3),
+                "seconds_per_token": round(means.seconds_per_token, 6),
+                "free_rows": means.free_rows,
+                "load": round(means.load, 3),
+            },
+        }
+        run = strategy.run(replace(ctx, request=request))
+        try:
+            async for event in run:
+                if isinstance(event, ChoiceDelta):
+                    continue  # the answer comes whole with the result (not live)
+                if isinstance(event, Result):
+                    info = {**event.info, "strategy": "auto", "auto": why}
+                    yield replace(event, info=info)
+                    return
+                yield event
+        finally:
+            await run.aclose()
+
+
+def _strategy(ctx: StrategyContext, name: str) -> Strategy:
+    registry = ctx.resources.get(REGISTRY_KEY)
+    if registry is None or name not in registry.names():
+        raise BackendUnavailable(
+            f"auto chose {name!r}, which this server does not load (--strategies)",
+            param="strategy",
+            code="resource_unavailable",
+        )
+    return registry.get(name)
+
+
+def accuracy_interval(correct: int, total: int) -> tuple[float, float]:
+    """Wilson's 95% interval of an accuracy (the calibration report's)."""
+    if total == 0:
+        return 0.0, 1.0
+    z = 1.96
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rows_of(results: Sequence[Mapping[str, float | int | str]]) -> tuple[PlanRow, ...]:
+    """Calibration results as table rows."""
+    return tuple(
+        PlanRow(
+            strategy=str(r["strategy"]),
+            samples=int(r["samples"]),
+            thinking=int(r["thinking"]),
+            accuracy=float(r["accuracy"]),
+            tokens=float(r["tokens"]),
+            seconds=float(r["seconds"]),
+        )
+        for r in results
+    )
