@@ -27,6 +27,7 @@ from typing import Any
 
 from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask, summary
 from benchmarks.servers import ROOT, machine, thinkgate
+from core import defaults
 from strategies.auto import DEFAULT_TABLE, AutoTable, PlanRow
 from testbed import model_path
 from testbed.task import make_questions
@@ -80,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         directory = Path(args.model) if args.model else model_path("base")
         with thinkgate(directory, "--reward-model", "none", "--auto-table", "none", log=log) as url:
             model, rows = asyncio.run(measure(url, CALIBRATION_GRID, args.questions, args.seed))
+    if not args.server:
+        # A table names the model as clients do: the default model by its served name.
+        offered = defaults.installed()
+        if offered.is_default_model(directory):
+            model = offered.served_name
     table = AutoTable(
         model=model,
         rows=tuple(PlanRow(**r) for r in rows),

@@ -37,6 +37,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
     "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),
+    "budgets": ("benchmarks.budgets", "deadlines and token ceilings held; auto vs fixed plans"),
 }
 
 

@@ -24,7 +24,7 @@ from typing import Final
 
 from core.budget import Budget
 from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
-from server.effort import thinking_tokens
+from server.effort import ceiling, thinking_tokens
 from server.settings import EFFORTS, Effort, Settings
 
 FIELDS: Final = ("thinking", "solution", "samples", "k", "tokens", "deadline_ms", "thinking_min")
@@ -76,13 +76,23 @@ def resolve(
         elif (bv := body_budget.get(name)) is not None:
             values[name] = _Value(_check_int(bv, f"budget.{name}"), f"budget.{name}")
     effort = body.get("reasoning_effort")
+    chosen_effort: Effort | None = None
     if effort is not None and "thinking" not in values:
-        tokens = thinking_tokens(settings, _effort(effort), context or settings.max_model_len)
+        chosen_effort = _effort(effort)
+        tokens = thinking_tokens(settings, chosen_effort, context or settings.max_model_len)
         values["thinking"] = _Value(tokens, "reasoning_effort")
     for name, v in values.items():
         _check_range(name, v, settings)
 
     strategy, strategy_param = _strategy(lower, body)
+    per_sample = {"thinking", "solution", "thinking_min", "samples", "k"} & values.keys()
+    if strategy is None and chosen_effort is not None and per_sample == {"thinking"}:
+        # An effort alone is a whole plan: auto under the effort's ceiling, the effort's
+        # thinking capping each sample (server.effort).
+        strategy = settings.limits_strategy
+        if "tokens" not in values:
+            cap = ceiling(settings, chosen_effort, values["thinking"].value)
+            values["tokens"] = _Value(max(1, cap), "reasoning_effort")
     if strategy is None:
         if "thinking" in values or "solution" in values or "thinking_min" in values:
             strategy = settings.budget_strategy

@@ -13,6 +13,17 @@ testbed and a 128K-token model alike. With the defaults:
     medium    1/4      128                  8,192
     high      5/8      320                  20,480
 
+An effort is a whole plan, not only a thinking budget: a request that names no strategy
+and sets nothing but an effort runs ``auto`` under a total-token ceiling of
+``samples x (thinking + answer_reserve + 2)``, with the effort's samples
+
+    effort    none  minimal  low  medium  high
+    samples   1     1        2    4       8
+
+so ``auto`` may spend more effort as more samples as well as longer thinking, and the
+thinking budget caps each sample. With a strategy named, an effort stays that
+strategy's thinking budget.
+
 An explicit thinking budget (``X-Budget-Thinking``, body ``budget.thinking``, Anthropic's
 ``thinking.budget_tokens``) always wins over an effort. Whatever its source, a thinking
 budget is then lowered so that the answer still fits the request's output limit: it
@@ -23,6 +34,7 @@ closing think delimiter. ``X-Budget-Applied`` reports the budget after both step
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final
 
 from core.budget import Budget
 from server.settings import EFFORTS, Effort, Settings
@@ -32,6 +44,21 @@ def thinking_tokens(settings: Settings, effort: Effort, context: int) -> int:
     """The thinking budget of ``effort`` on a model with ``context`` tokens (never over
     the server's ``max_budget_tokens``)."""
     return min(int(settings.effort_share(effort) * context), settings.max_budget_tokens)
+
+
+EFFORT_SAMPLES: Final[dict[Effort, int]] = {
+    "none": 1,
+    "minimal": 1,
+    "low": 2,
+    "medium": 4,
+    "high": 8,
+}
+
+
+def ceiling(settings: Settings, effort: Effort, thinking: int) -> int:
+    """The total-token ceiling of ``effort``'s plan: its samples, each thinking at most
+    ``thinking`` and answering in the server's answer reserve (and the delimiters)."""
+    return EFFORT_SAMPLES[effort] * (thinking + settings.answer_reserve + 2)
 
 
 def table(settings: Settings, context: int) -> dict[Effort, int]:

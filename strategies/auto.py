@@ -3,8 +3,8 @@ a strategy with its samples and per-sample budgets, then that plan run.
 
 With a calibrated table for the served model (``AutoTable``, built offline on calibration
 questions by ``thinkgate calibrate auto``) the plan is the row with the highest expected
-accuracy whose worst case fits the request: ``samples x (thinking + answer)`` within the
-ceiling, and the row's measured seconds, scaled by the engine's current load, within the
+accuracy that fits the request: its calibrated mean usage, with a 20% margin, within the
+ceiling, and its measured seconds, scaled by the engine's current load, within the
 deadline. Without a table, the documented rule of :func:`rule_plan`. Either way the ceiling
 and the deadline are then held by the request's allowance (``core.allowance``) like any
 strategy's, so a plan that was optimistic still ends in time and within its tokens.
@@ -38,6 +38,7 @@ from core.errors import BackendUnavailable
 from core.registry import REGISTRY_KEY
 
 MAX_SAMPLES: Final = 16  # the rule's largest vote (more rarely pays on a deadline)
+USAGE_MARGIN: Final = 1.2  # a table plan fits a ceiling when its mean usage x this does
 MIN_VOTE: Final = 3  # fewer samples than this do not make a vote worth its tokens
 
 
@@ -122,6 +123,7 @@ class Means:
     room: int  # context left after the prompt
     free_rows: int  # engine rows a new draw gets at once
     load: float  # busy share of the engine's rows (0..1+)
+    thinking_cap: int | None = None  # the request's own thinking budget (an effort's)
 
 
 def rule_plan(m: Means) -> Plan:
@@ -149,7 +151,7 @@ def rule_plan(m: Means) -> Plan:
         return Plan(
             strategy="elastic",
             samples=1,
-            thinking=max(0, total - m.answer),
+            thinking=_capped(max(0, total - m.answer), m),
             source="rule",
             reason=f"room for {n} sample(s) of a short thought: one sample thinks longer",
         )
@@ -157,10 +159,14 @@ def rule_plan(m: Means) -> Plan:
     return Plan(
         strategy="self-consistency",
         samples=n,
-        thinking=max(0, per - m.answer),
+        thinking=_capped(max(0, per - m.answer), m),
         source="rule",
         reason=f"{n} samples fit the budget with a thought each",
     )
+
+
+def _capped(thinking: int, m: Means) -> int:
+    return thinking if m.thinking_cap is None else min(thinking, m.thinking_cap)
 
 
 def table_plan(table: AutoTable, m: Means) -> Plan | None:
@@ -168,8 +174,12 @@ def table_plan(table: AutoTable, m: Means) -> Plan | None:
     slowdown = 1.0 + max(0.0, m.load)  # a busy engine shares its batch: rows run slower
     best: PlanRow | None = None
     for row in table.rows:
-        worst = row.samples * (row.thinking + m.answer)
-        if m.tokens is not None and worst > m.tokens:
+        if m.thinking_cap is not None and row.thinking > m.thinking_cap:
+            continue
+        # What the plan spent on calibration, with a margin (its worst case, samples x
+        # (thinking + answer), is rarely reached: thinking mostly ends by itself). The
+        # allowance holds the ceiling whatever the plan spends.
+        if m.tokens is not None and row.tokens * USAGE_MARGIN > m.tokens:
             continue
         if row.thinking + m.answer > m.room:
             continue
@@ -203,6 +213,7 @@ def choose(ctx: StrategyContext) -> tuple[Plan, Means]:
         room=engine.max_model_len - len(request.prompt_token_ids),
         free_rows=_free(load),
         load=0.0 if load is None or not load.rows else load.busy / load.rows,
+        thinking_cap=request.budget.thinking,
     )
     table = ctx.resources.get(TABLE_KEY)  # attached only in front of its model
     if table is not None:
@@ -224,8 +235,9 @@ class Auto:
     """``auto``: chooses the plan for the request's budget and the engine's load."""
 
     name: ClassVar[str] = "auto"
-    # tokens and deadline_ms are every strategy's; auto sets the others itself.
-    budget_fields: ClassVar[frozenset[str]] = frozenset()
+    # tokens and deadline_ms are every strategy's; a thinking budget (an effort's) caps
+    # each sample of the plan; auto sets the others itself.
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking"})
     body_options: ClassVar[frozenset[str]] = frozenset()
     # The chosen plan may draw many samples: progress events, then the answer.
     streams_live: ClassVar[bool] = False

@@ -14,7 +14,7 @@ HONOURED = {
     "elastic": frozenset({"thinking", "solution"}),
     "self-consistency": frozenset({"samples", "thinking", "solution"}),
     "best-of-majority": frozenset({"samples", "k"}),
-    "auto": frozenset(),
+    "auto": frozenset({"thinking"}),
 }
 
 
@@ -57,7 +57,7 @@ def test_effort_is_its_configured_share_of_the_models_context(effort: str, setti
     settings = Settings.model_validate({setting: 0.25})
     body = {"reasoning_effort": effort}
     name, budget = resolve({}, body, settings, honoured=HONOURED, context=4096)
-    assert (name, budget.thinking) == ("elastic", 1024)
+    assert (name, budget.thinking) == ("auto", 1024)  # an effort alone is auto's plan
     # Without a context given, the server's own max_model_len.
     assert resolve({}, body, settings)[1].thinking == settings.max_model_len // 4
 
@@ -82,7 +82,13 @@ def test_default_strategies_follow_the_budget(settings: Settings) -> None:
     assert resolve({"X-Budget-Samples": "8"}, {}, settings)[0] == "self-consistency"
     assert resolve({"X-Budget-Samples": "1"}, {}, settings)[0] == "plain"
     custom = Settings(budget_strategy="budget-guidance", samples_strategy="best-of-n")
-    assert resolve({}, {"reasoning_effort": "low"}, custom)[0] == "budget-guidance"
+    # An effort alone is a whole plan (auto under the effort's ceiling)...
+    name, budget = resolve({}, {"reasoning_effort": "low"}, custom)
+    assert name == "auto" and budget.tokens == 2 * (budget.thinking + 16 + 2)
+    # ... and beside another per-sample field it is a thinking budget, as before.
+    both = {"reasoning_effort": "low", "budget": {"solution": 8}}
+    name, budget = resolve({}, both, custom)
+    assert name == "budget-guidance" and budget.tokens is None
     assert resolve({}, {"budget": {"samples": 3}}, custom)[0] == "best-of-n"
 
 

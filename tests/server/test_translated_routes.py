@@ -137,16 +137,17 @@ async def test_effort_is_a_budget_fitted_under_the_output_limit_on_every_route(
         r = await app.client.post(
             "/v1/responses", json={"model": m, "input": "x", "reasoning": {"effort": "low"}}
         )
-        assert r.headers["X-Budget-Applied"] == "thinking=48"
+        # An effort alone is a plan: auto within 2 samples' worth (48 + 16 + 2 each).
+        assert r.headers["X-Budget-Applied"] == "thinking=48;tokens=132"
         assert r.json()["reasoning"]["effort"] == "low"
-        assert r.json()["thinkgate"]["strategy"] == "elastic"
+        assert r.json()["thinkgate"]["strategy"] == "auto"
         # high (320) under max_output_tokens 100: 100 - </think> - 16 reserved = 83.
         body = {"model": m, "input": "x", "reasoning": {"effort": "high"}, "max_output_tokens": 100}
         r = await app.client.post("/v1/responses", json=body)
-        assert r.headers["X-Budget-Applied"] == "thinking=83"
+        assert r.headers["X-Budget-Applied"] == "thinking=83;tokens=2704"
         chat = {"model": m, "messages": MSG, "reasoning_effort": "high", "max_tokens": 100}
         r = await app.client.post("/v1/chat/completions", json=chat)
-        assert r.headers["X-Budget-Applied"] == "thinking=83"
+        assert r.headers["X-Budget-Applied"] == "thinking=83;tokens=2704"
         # An explicit budget wins over the effort, and is fitted the same way.
         r = await app.client.post(
             "/v1/chat/completions",

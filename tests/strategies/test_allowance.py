@@ -228,7 +228,9 @@ async def test_headers_set_the_limits_and_show_in_budget_applied(
         applied = r.headers["X-Budget-Applied"]
         assert "tokens=120" in applied and "deadline_ms=5000" in applied
         info = r.json()["thinkgate"]
-        assert info["strategy"] == "auto" and info["auto"]["source"] == "rule"
+        # The testbed's shipped table is attached in front of its model.
+        assert info["strategy"] == "auto" and info["auto"]["source"] == "table"
+        assert isinstance(info["auto"]["expected_accuracy"], float)
         assert r.json()["usage"]["completion_tokens"] <= 120
         r = await app.client.post(
             "/v1/chat/completions", json=body, headers={"X-Budget-Tokens": "lots"}
@@ -356,3 +358,16 @@ def test_the_decode_speed_follows_what_it_measures() -> None:
     assert speed.seconds_per_token == pytest.approx(0.01 + 0.2 * (0.005 - 0.01))
     speed.observe(5.0, 2)  # too few tokens to say anything
     assert speed.measured == 2
+
+
+async def test_without_a_table_auto_plans_by_its_rule(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    model = elastic_model(testbed_tokens)
+    async with scripted_app(model, processors=frozenset({"elastic"}), auto_table="none") as app:
+        body = {"model": app.model, "messages": QUESTION, "budget": {"tokens": 400}}
+        r = await app.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        chosen = r.json()["thinkgate"]["auto"]
+        assert chosen["source"] == "rule" and chosen["expected_accuracy"] is None
+        assert chosen["strategy"] == "self-consistency" and chosen["samples"] == 4

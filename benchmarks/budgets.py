@@ -1,0 +1,292 @@
+"""``thinkgate bench budgets``: a request's deadline and total-token ceiling, held, and
+``auto`` against fixed plans under the same limits, on held-out testbed questions.
+
+One thinkgate server (testbed base model, its PRM for the step searches); test-split
+questions of 8-12 operations, temperature 1, seeded per question. Four parts:
+
+  deadlines   every method with ``budget.deadline_ms`` D (0.5, 1, 2, 4 s), at 1 and 8
+              clients: the share answered, the share whose last byte came by 1.1 D, and
+              accuracy (a late answer counts as none)
+  tokens      ``auto`` with ``budget.tokens`` T (100, 300, 1000, 3000) against the
+              envelope of the fixed plans run without a ceiling (the most accurate plan
+              whose largest usage fits T); every method with the ceiling too (the share
+              of requests that held it)
+  minimum     ``elastic`` t=256 with ``thinking_min`` 0, 64, 128: accuracy and tokens
+  cost        a deadline that never binds (60 s) against none: questions per second at
+              8 clients, interleaved rounds, as a ratio in the same run
+
+Writes ``benchmarks/results/budgets.{md,json,png}``.
+
+    .venv/bin/python -m benchmarks.budgets [--questions 24] [--deadlines 0.5,1,2,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, Outcome, ask, summary
+from benchmarks.servers import ROOT, machine, thinkgate
+from strategies.auto import accuracy_interval
+from testbed import model_path
+from testbed.task import Question, make_questions
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+# The fixed plans held to the same deadline as auto (None: auto itself).
+DEADLINE_METHODS: tuple[FixedPlan | None, ...] = (
+    None,
+    FixedPlan("plain"),
+    FixedPlan("elastic", 1, 128),
+    FixedPlan("self-consistency", 4, 128),
+    FixedPlan("self-consistency", 8, 128),
+    FixedPlan("self-consistency", 16, 64),
+    FixedPlan("deepconf", 8),
+    FixedPlan("step-rejection", 4),
+    FixedPlan("particle-filtering", 4),
+)
+
+
+def _label(plan: FixedPlan | None) -> str:
+    return "auto" if plan is None else plan.label
+
+
+async def _run(
+    client: Any,
+    model: str,
+    qs: Sequence[Question],
+    plan: FixedPlan | None,
+    limits: dict[str, int],
+    clients: int,
+    seed: int,
+    bar: Any,
+) -> list[Outcome]:
+    gate = asyncio.Semaphore(clients)
+
+    async def one(i: int, q: Question) -> Outcome:
+        async with gate:
+            out = await ask(client, model, q, plan, limits, seed=seed * 1000 + i)
+            bar.update(1)
+            return out
+
+    return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(qs))))
+
+
+async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    import openai
+    from tqdm import tqdm
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
+    model = (await client.models.list()).data[0].id
+    qs = make_questions("test", args.questions, seed=args.seed, min_ops=8, max_ops=12)
+    deadlines = [float(x) for x in args.deadlines.split(",")]
+    ceilings = [int(x) for x in args.tokens.split(",")]
+    clients = [int(x) for x in args.clients.split(",")]
+    n = len(qs)
+    total = (
+        len(deadlines) * len(DEADLINE_METHODS) * len(clients) * n
+        + len(CALIBRATION_GRID) * n
+        + len(ceilings) * len(DEADLINE_METHODS) * n
+        + 3 * n
+        + 2 * args.cost_rounds * n
+    )
+    bar = tqdm(total=total, desc="requests", unit="req", file=sys.stderr)
+    # Warm the server's decode-speed estimate and the engine (not counted).
+    await _run(client, model, qs[:4], FixedPlan("self-consistency", 4, 64), {}, 4, 999, bar)
+    out: dict[str, Any] = {"deadlines": {}, "tokens": {}, "grid": {}, "minimum": {}, "cost": {}}
+    for c in clients:
+        for d in deadlines:
+            for plan in DEADLINE_METHODS:
+                got = await _run(
+                    client, model, qs, plan, {"deadline_ms": int(d * 1000)}, c, args.seed, bar
+                )
+                out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
+    for plan in CALIBRATION_GRID:
+        got = await _run(client, model, qs, plan, {}, 8, args.seed, bar)
+        out["grid"][plan.label] = summary(got)
+    for t in ceilings:
+        for plan in DEADLINE_METHODS:
+            got = await _run(client, model, qs, plan, {"tokens": t}, 8, args.seed, bar)
+            s = summary(got)
+            s["held"] = sum(1 for o in got if o.tokens <= t) / max(1, len(got))
+            out["tokens"][f"{t}|{_label(plan)}"] = s
+    for m in (0, 64, 128):
+        plan = FixedPlan("elastic", 1, 256)
+        limits = {"thinking_min": m} if m else {}
+        got = await _run(client, model, qs, plan, limits, 8, args.seed, bar)
+        out["minimum"][str(m)] = summary(got)
+    ratios = []
+    for _ in range(args.cost_rounds):
+        timed = {}
+        for name, limits in (("none", {}), ("unbinding", {"deadline_ms": 60_000})):
+            t0 = time.perf_counter()
+            await _run(client, model, qs, FixedPlan("self-consistency", 8, 128), limits, 8, 7, bar)
+            timed[name] = len(qs) / (time.perf_counter() - t0)
+        ratios.append(timed["unbinding"] / timed["none"])
+    out["cost"] = {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2]}
+    bar.close()
+    out["questions"] = n
+    return out
+
+
+def envelope(grid: dict[str, dict[str, float]], ceiling: int) -> tuple[str | None, float]:
+    """The most accurate fixed plan whose largest usage fits ``ceiling``."""
+    fits = [(s["accuracy"], -s["tokens"], k) for k, s in grid.items() if s["max_tokens"] <= ceiling]
+    if not fits:
+        return None, 0.0
+    acc, _, name = max(fits)
+    return name, acc
+
+
+def _ci(acc: float, n: int) -> str:
+    lo, hi = accuracy_interval(round(acc * n), n)
+    return f"{acc:.1%} ({lo:.0%}-{hi:.0%})"
+
+
+def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> str:
+    n = data["questions"]
+    lines = [
+        "# Budgets: deadlines, total-token ceilings, the minimum, and auto",
+        "",
+        f"Command: `.venv/bin/python -m benchmarks.budgets --questions {args.questions} "
+        f"--deadlines {args.deadlines} --tokens {args.tokens} --clients {args.clients} "
+        f"--seed {args.seed}`",
+        f"Machine: {machine()}; {n} test-split questions (8-12 operations), temperature 1; "
+        f"took {seconds / 60:.1f} min. Accuracy with Wilson 95% intervals.",
+        "",
+        "## Deadlines",
+        "",
+        "| clients | deadline | method | answered | by 1.1x deadline | accuracy | tokens | p90 s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, s in data["deadlines"].items():
+        c, d, name = key.split("|")
+        lines.append(
+            f"| {c} | {d} s | {name} | {s['answered']:.0%} | {s['on_time']:.0%} | "
+            f"{_ci(s['accuracy'], n)} | {s['tokens']:.0f} | {s['p90_seconds']:.2f} |"
+        )
+    lines += [
+        "",
+        "## Total-token ceilings",
+        "",
+        "| ceiling | auto accuracy | auto tokens | held | envelope plan | envelope accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in [int(x) for x in args.tokens.split(",")]:
+        a = data["tokens"][f"{t}|auto"]
+        name, acc = envelope(data["grid"], t)
+        lines.append(
+            f"| {t} | {_ci(a['accuracy'], n)} | {a['tokens']:.0f} | {a['held']:.0%} | "
+            f"{name or 'none fits'} | {_ci(acc, n) if name else '-'} |"
+        )
+    lines += ["", "Every method under each ceiling (share of requests that held it):", ""]
+    lines += [
+        "| ceiling | method | held | answered | accuracy | tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, s in data["tokens"].items():
+        t, name = key.split("|")
+        lines.append(
+            f"| {t} | {name} | {s['held']:.0%} | {s['answered']:.0%} | "
+            f"{_ci(s['accuracy'], n)} | {s['tokens']:.0f} |"
+        )
+    lines += ["", "## The thinking minimum (elastic, t = 256)", ""]
+    lines += ["| thinking_min | accuracy | tokens |", "|---|---|---|"]
+    for m, s in data["minimum"].items():
+        lines.append(f"| {m} | {_ci(s['accuracy'], n)} | {s['tokens']:.0f} |")
+    cost = data["cost"]
+    lines += [
+        "",
+        "## Cost of a deadline that never binds",
+        "",
+        f"Questions per second with a 60 s deadline over none (self-consistency@8, 8 "
+        f"clients), per interleaved round: {', '.join(f'{r:.3f}' for r in cost['ratios'])}; "
+        f"median {cost['median']:.3f}.",
+        "",
+        "## The fixed grid without limits (the envelope's plans)",
+        "",
+        "| plan | accuracy | mean tokens | largest | p90 s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, s in data["grid"].items():
+        lines.append(
+            f"| {name} | {_ci(s['accuracy'], n)} | {s['tokens']:.0f} | {s['max_tokens']:.0f} | "
+            f"{s['p90_seconds']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict[str, Any], args: argparse.Namespace, path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    deadlines = [float(x) for x in args.deadlines.split(",")]
+    c = args.clients.split(",")[0]
+    for plan in DEADLINE_METHODS:
+        name = _label(plan)
+        ys = [data["deadlines"][f"{c}|{d}|{name}"]["accuracy"] for d in deadlines]
+        style = {"lw": 2.5, "color": "black"} if plan is None else {"lw": 1, "alpha": 0.6}
+        left.plot(deadlines, ys, marker="o", label=name, **style)
+    left.set_xscale("log")
+    left.set_xlabel("deadline (s)")
+    left.set_ylabel("accuracy (late = none)")
+    left.set_title(f"accuracy against the deadline, {c} client(s)")
+    left.legend(fontsize=7)
+    for s in data["grid"].values():
+        right.scatter(s["max_tokens"], s["accuracy"], s=12, color="grey")
+    ceilings = [int(x) for x in args.tokens.split(",")]
+    right.plot(
+        ceilings,
+        [data["tokens"][f"{t}|auto"]["accuracy"] for t in ceilings],
+        marker="o",
+        color="black",
+        lw=2.5,
+        label="auto under the ceiling",
+    )
+    right.set_xscale("log")
+    right.set_xlabel("tokens (auto: ceiling; grey: a fixed plan's largest usage)")
+    right.set_ylabel("accuracy")
+    right.set_title("accuracy against total tokens")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--questions", type=int, default=24)
+    p.add_argument("--deadlines", default="0.5,1,2,4")
+    p.add_argument("--tokens", default="100,300,1000,3000")
+    p.add_argument("--clients", default="1,8")
+    p.add_argument("--cost-rounds", type=int, default=3)
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
+    p.add_argument("--out", default="budgets")
+    args = p.parse_args(list(argv) if argv is not None else None)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if args.url:
+        data = asyncio.run(bench(args.url, args))
+    else:
+        log = RESULTS / "logs" / "budgets-server.log"
+        with thinkgate(model_path("base"), "--reward-model", "none", log=log) as url:
+            data = asyncio.run(bench(url, args))
+    seconds = time.perf_counter() - t0
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1) + "\n")
+    text = report(data, args, seconds)
+    (RESULTS / f"{args.out}.md").write_text(text)
+    plot(data, args, RESULTS / f"{args.out}.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""``auto``'s choice: the documented rule, the calibrated table, the shipped table, and
+the benchmark's envelope (fast: no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.budget_plans import Outcome, summary
+from benchmarks.budgets import envelope
+from strategies.auto import (
+    DEFAULT_TABLE,
+    MAX_SAMPLES,
+    AutoTable,
+    Means,
+    PlanRow,
+    accuracy_interval,
+    rule_plan,
+    table_plan,
+)
+
+
+def _means(**kw: object) -> Means:
+    base: dict[str, object] = {
+        "tokens": None,
+        "seconds": None,
+        "seconds_per_token": 0.004,
+        "answer": 18,
+        "room": 480,
+        "free_rows": 64,
+        "load": 0.0,
+    }
+    return Means(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tokens", [18, 40, 100, 300, 1000, 3000, 100_000])
+def test_the_rules_plan_fits_the_ceiling_with_an_answer_each(tokens: int) -> None:
+    plan = rule_plan(_means(tokens=tokens))
+    assert plan.samples * (plan.thinking + 18) <= max(tokens, 18)
+    assert plan.samples <= MAX_SAMPLES and plan.source == "rule"
+    if plan.samples == 1:
+        assert plan.strategy == "elastic"
+    else:
+        assert plan.strategy == "self-consistency" and plan.samples >= 3
+
+
+def test_the_rule_votes_when_tokens_allow_and_thinks_alone_when_not() -> None:
+    assert rule_plan(_means(tokens=60)).strategy == "elastic"
+    big = rule_plan(_means(tokens=3000))
+    assert big.strategy == "self-consistency" and big.samples == MAX_SAMPLES
+
+
+def test_a_deadline_bounds_each_samples_length_and_the_rows() -> None:
+    # 0.4 s at 4 ms a token: 100 tokens a sample; 5 free rows: 5 samples.
+    plan = rule_plan(_means(seconds=0.4, free_rows=5))
+    assert plan.samples == 5 and plan.thinking == 100 - 18
+    # Too little time for a vote's thought: one sample with what there is.
+    alone = rule_plan(_means(seconds=0.1, free_rows=1))
+    assert alone.strategy == "elastic" and alone.thinking == 25 - 18
+
+
+TABLE = AutoTable(
+    model="m",
+    rows=(
+        PlanRow(strategy="elastic", samples=1, thinking=64, accuracy=0.5, tokens=80, seconds=0.3),
+        PlanRow(
+            strategy="self-consistency",
+            samples=8,
+            thinking=64,
+            accuracy=0.8,
+            tokens=600,
+            seconds=1.2,
+        ),
+        PlanRow(
+            strategy="self-consistency",
+            samples=4,
+            thinking=128,
+            accuracy=0.7,
+            tokens=500,
+            seconds=0.9,
+        ),
+    ),
+)
+
+
+def test_the_table_gives_the_most_accurate_plan_that_fits() -> None:
+    assert table_plan(TABLE, _means(tokens=3000)).samples == 8  # type: ignore[union-attr]
+    # 600 x 1.2 > 600: the next best that fits (500 x 1.2 = 600).
+    fits = table_plan(TABLE, _means(tokens=600))
+    assert fits is not None and (fits.samples, fits.thinking) == (4, 128)
+    assert fits.expected_accuracy == 0.7 and fits.source == "table"
+    assert table_plan(TABLE, _means(tokens=50)) is None  # none fits: the rule decides
+    # Under load the measured seconds stretch: 1.2 s x (1 + 0.5) > 1.5 s.
+    loaded = table_plan(TABLE, _means(seconds=1.5, load=0.5))
+    assert loaded is not None and loaded.samples == 4
+    # Not enough free rows for eight samples side by side.
+    assert table_plan(TABLE, _means(seconds=10.0, free_rows=4)).samples == 4  # type: ignore[union-attr]
+
+
+def test_a_table_round_trips_through_json(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({**TABLE.as_json(), "calibration": {"split": "validation"}}))
+    assert AutoTable.load(path) == TABLE
+
+
+def test_the_shipped_table_is_the_testbeds_and_calibrated_on_validation() -> None:
+    import json
+
+    data = json.loads(DEFAULT_TABLE.read_text())
+    table = AutoTable.load(DEFAULT_TABLE)
+    assert table.model == "testbed-base" and len(table.rows) >= 20
+    assert data["calibration"]["split"] == "validation"
+    assert all(0.0 <= r.accuracy <= 1.0 and r.seconds > 0 for r in table.rows)
+
+
+def test_the_envelope_is_the_best_plan_that_fits() -> None:
+    grid = {
+        "a": summary([Outcome(True, True, 90, 0.1), Outcome(False, True, 110, 0.1)]),
+        "b": summary([Outcome(True, True, 300, 0.2), Outcome(True, True, 280, 0.2)]),
+    }
+    assert envelope(grid, 100) == (None, 0.0)  # a's largest usage is 110
+    assert envelope(grid, 200) == ("a", 0.5)
+    assert envelope(grid, 300) == ("b", 1.0)
+    late = summary([Outcome(True, True, 10, 3.0, late=True)], deadline_s=1.0)
+    assert late["accuracy"] == 0.0 and late["on_time"] == 0.0
+
+
+def test_wilson_interval() -> None:
+    lo, hi = accuracy_interval(20, 24)
+    assert 0.6 < lo < 0.7 and 0.9 < hi < 0.97
