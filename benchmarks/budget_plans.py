@@ -55,6 +55,7 @@ class Outcome:
     tokens: int
     seconds: float
     late: bool = False  # the last byte after the client's timeout (counted as no answer)
+    error: str | None = None  # the HTTP status of a refused request
 
 
 async def ask(
@@ -88,6 +89,8 @@ async def ask(
         )
     except (TimeoutError, openai.APITimeoutError):
         return Outcome(False, False, 0, time.perf_counter() - t0, late=True)
+    except openai.APIStatusError as exc:  # counted as no answer, the reason kept
+        return Outcome(False, False, 0, time.perf_counter() - t0, error=f"{exc.status_code}")
     seconds = time.perf_counter() - t0
     info = r.choices[0].model_extra.get("thinkgate") or {}
     answer = info.get("answer")
@@ -118,4 +121,5 @@ def summary(outcomes: Sequence[Outcome], deadline_s: float | None = None) -> dic
         "seconds": sum(times) / n,
         "p90_seconds": times[min(len(times) - 1, int(0.9 * len(times)))] if times else 0.0,
         "questions": float(len(outcomes)),
+        "errors": float(sum(1 for o in outcomes if o.error is not None)),
     }

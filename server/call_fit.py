@@ -1,9 +1,13 @@
 """One engine call fitted to what its request has left (``core.allowance``): pure code.
 
 Tokens: the call may generate ``n x max_tokens`` at most, so ``max_tokens`` is lowered to
-``left // n`` when that is less (a call that draws thinking only keeps the answer's share
-back). A call whose prompt leaves thinking open and that answers itself must still have
-room for its answer: its thinking budget (the elastic processor's, added when the engine
+``left // n`` when that is less (``left // rows`` over the rows of the calls submitted
+with it, so one call of a batch cannot take what its siblings need). A call that draws
+thinking only keeps one answer's room back per row (each row may need its answer later:
+two-pass's answers, a search's paths). A call that answers after thinking has closed
+gets only the answer's room when the ceiling binds, not all that is left (its siblings,
+answering other rows, come next). A call whose prompt leaves thinking open and that
+answers itself must still have room for its answer: its thinking budget (the elastic processor's, added when the engine
 has that processor and the call carried none) leaves the solution budget, or the server's
 ``answer_reserve``, and the closing delimiter.
 
@@ -41,8 +45,11 @@ def fit_call(
     max_model_len: int,
     processors: frozenset[str],
     answer_reserve: int,
+    rows: int | None = None,
 ) -> Fitted:
-    """``request`` under ``allowance``; raises ``BudgetSpent`` when it does not fit."""
+    """``request`` under ``allowance``; raises ``BudgetSpent`` when it does not fit.
+    ``rows``: the rows of this call and of the calls sent with it not yet fitted (default:
+    this call's ``n``)."""
     s = request.sampling
     n = max(1, s.n)
     room = max(0, max_model_len - len(request.prompt_token_ids))
@@ -53,8 +60,10 @@ def fit_call(
     per = cap
     left = allowance.left()
     if left is not None:
-        usable = left - (0 if answers else answer)
-        per = min(cap, max(0, usable) // n)
+        usable = left - (0 if answers else answer * n)
+        per = min(cap, max(0, usable) // max(n, rows or n))
+        if answers and not thinking_open and per < cap:
+            per = min(per, answer)  # the answer's room: the next rows need theirs
         need = min(answer, cap) if answers else 1
         if per < max(1, need):
             raise BudgetSpent(

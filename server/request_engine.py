@@ -89,9 +89,10 @@ class RequestEngine:
     def _keyed(self, request: GenerateRequest) -> GenerateRequest:
         return request if request.affinity else replace(request, affinity=self.affinity)
 
-    def _fit(self, request: GenerateRequest) -> Fitted:
+    def _fit(self, request: GenerateRequest, rows: int | None = None) -> Fitted:
         """The call as it is sent under the request's ceiling and clock, its tokens
-        reserved (raises ``BudgetSpent`` when it does not fit)."""
+        reserved (raises ``BudgetSpent`` when it does not fit); ``rows``: its own and
+        its batch's unfitted rows."""
         fitted = fit_call(
             self._keyed(request),
             self.allowance,
@@ -99,6 +100,7 @@ class RequestEngine:
             max_model_len=self.max_model_len,
             processors=self.processors,
             answer_reserve=self.answer_reserve,
+            rows=rows,
         )
         self.allowance.reserve(fitted.reserved)
         if fitted.clamped:
@@ -114,9 +116,11 @@ class RequestEngine:
         if not self.allowance.limited:
             return await self._engine.generate_batch([self._keyed(r) for r in requests])
         fitted: list[Fitted] = []
+        rows = sum(max(1, r.sampling.n) for r in requests)
         try:
             for r in requests:
-                fitted.append(self._fit(r))
+                fitted.append(self._fit(r, rows))
+                rows -= max(1, r.sampling.n)
         except BudgetSpent:
             for f in fitted:  # none was sent
                 self.allowance.settle(f.reserved, 0)

@@ -258,12 +258,29 @@ async def test_a_thinking_minimum_travels_to_the_processor(
 # --- fit_call, the one place a call meets its request's limits
 
 
-def _call(n: int = 1, max_tokens: int | None = None, *, thinking_only: bool = False) -> Any:
+def _call(
+    n: int = 1,
+    max_tokens: int | None = None,
+    *,
+    thinking_only: bool = False,
+    prompt: tuple[int, ...] = (1, 2, 3),
+) -> Any:
     return GenerateRequest(
         request_id="r",
-        prompt_token_ids=(1, 2, 3),
+        prompt_token_ids=prompt,
         sampling=SamplingConfig(n=n, max_tokens=max_tokens),
         thinking_only=thinking_only,
+    )
+
+
+def _fit(call: Any, allowance: Allowance, tokens: Any, processors: frozenset[str]) -> Any:
+    return fit_call(
+        call,
+        allowance,
+        tokens=tokens,
+        max_model_len=512,
+        processors=processors,
+        answer_reserve=16,
     )
 
 
@@ -275,39 +292,38 @@ class _Clock:
         return self.now
 
 
-def test_thinking_only_calls_keep_the_answer_back(testbed_tokens: Any) -> None:
+def test_thinking_only_calls_keep_an_answer_back_per_row(testbed_tokens: Any) -> None:
     allowance = Allowance(limits=Limits(tokens=100, answer=20))
-    fit = fit_call(
-        _call(4, thinking_only=True),
-        allowance,
-        tokens=testbed_tokens,
-        max_model_len=512,
-        processors=frozenset({"elastic"}),
-        answer_reserve=16,
-    )
-    assert fit.request.sampling.max_tokens == (100 - 20) // 4 and fit.reserved == 80
+    fit = _fit(_call(4, thinking_only=True), allowance, testbed_tokens, frozenset({"elastic"}))
+    # Four rows, each keeping its answer's 20: (100 - 80) // 4 tokens of thinking each.
+    assert fit.request.sampling.max_tokens == 5 and fit.reserved == 20
     assert ea.THINKING_BUDGET not in fit.request.sampling.extra_args
     allowance.reserve(fit.reserved)
     with pytest.raises(BudgetSpent) as spent:
-        fit_call(
-            _call(1, thinking_only=True),
-            allowance,
-            tokens=testbed_tokens,
-            max_model_len=512,
-            processors=frozenset(),
-            answer_reserve=16,
-        )
+        _fit(_call(4, thinking_only=True), allowance, testbed_tokens, frozenset())
     assert spent.value.reason == "tokens"
-    # The answer's share is still there for the answer.
-    fit = fit_call(
-        _call(1),
+    # An answer after closed thinking gets the answer's room, not all that is left.
+    closed = (1, 2, testbed_tokens.think_end_id)
+    fit = _fit(_call(1, prompt=closed), allowance, testbed_tokens, frozenset())
+    assert fit.request.sampling.max_tokens == 20
+
+
+def test_a_batch_shares_what_is_left_over_its_rows(testbed_tokens: Any) -> None:
+    allowance = Allowance(limits=Limits(tokens=200, answer=20))
+    first = _fit_rows(_call(2, thinking_only=True), allowance, testbed_tokens, rows=4)
+    assert first.request.sampling.max_tokens == (200 - 40) // 4
+
+
+def _fit_rows(call: Any, allowance: Allowance, tokens: Any, *, rows: int) -> Any:
+    return fit_call(
+        call,
         allowance,
-        tokens=testbed_tokens,
+        tokens=tokens,
         max_model_len=512,
         processors=frozenset(),
         answer_reserve=16,
+        rows=rows,
     )
-    assert fit.request.sampling.max_tokens == 20
 
 
 def test_the_deadline_sets_the_thinking_instant_and_the_cut(testbed_tokens: Any) -> None:
@@ -315,37 +331,16 @@ def test_the_deadline_sets_the_thinking_instant_and_the_cut(testbed_tokens: Any)
     speed = DecodeSpeed(seconds_per_token=0.01, measured=1)
     limits = Limits(deadline=101.0, wall_deadline=5000.0, answer=20, margin_s=0.05)
     allowance = Allowance(limits=limits, speed=speed, clock=clock)
-    fit = fit_call(
-        _call(2),
-        allowance,
-        tokens=testbed_tokens,
-        max_model_len=512,
-        processors=frozenset({"elastic"}),
-        answer_reserve=16,
-    )
+    fit = _fit(_call(2), allowance, testbed_tokens, frozenset({"elastic"}))
     answer_s = 1.5 * 20 * 0.01 + 0.02
     assert fit.cut_at == pytest.approx(101.0 - 0.05)
     extra = fit.request.sampling.extra_args
     assert extra[ea.THINK_DEADLINE] == pytest.approx(5000.0 - 0.05 - answer_s, abs=1e-3)
-    step = fit_call(
-        _call(2, thinking_only=True),
-        allowance,
-        tokens=testbed_tokens,
-        max_model_len=512,
-        processors=frozenset({"elastic"}),
-        answer_reserve=16,
-    )
+    step = _fit(_call(2, thinking_only=True), allowance, testbed_tokens, frozenset({"elastic"}))
     assert step.cut_at == pytest.approx(101.0 - 0.05 - answer_s)
     clock.now = 101.0 - 0.05 - answer_s  # no time left for a step and an answer
     with pytest.raises(BudgetSpent) as spent:
-        fit_call(
-            _call(1, thinking_only=True),
-            allowance,
-            tokens=testbed_tokens,
-            max_model_len=512,
-            processors=frozenset(),
-            answer_reserve=16,
-        )
+        _fit(_call(1, thinking_only=True), allowance, testbed_tokens, frozenset())
     assert spent.value.reason == "deadline"
     assert allowance.short(1) == "deadline"
 

@@ -724,3 +724,42 @@ def test_step_rejection_adaptive_needs_the_vote(testbed_tokens: Any) -> None:
     with pytest.raises(InvalidRequest) as err:
         StepRejection().validate(ctx.request, ctx.engine)
     assert err.value.param == "adaptive_round"
+
+
+@pytest.mark.parametrize("ceiling", [19, 40, 80, 200, 600])
+@pytest.mark.parametrize(
+    ("strategy", "options"),
+    [
+        (BeamSearch(), {"expansions": 2}),
+        (ParticleFiltering(), {}),
+        (Dvts(), {"expansions": 2}),
+        (StepRejection(), {}),
+        (StepRejection(), {"adaptive": True, "select": "vote"}),
+        (BeamSearch(), {"expansions": 2, "select": "vote"}),
+    ],
+)
+async def test_a_request_ceiling_holds_and_the_search_answers(
+    testbed_tokens: Any, strategy: StepSearch, options: dict[str, Any], ceiling: int
+) -> None:
+    """Under the request's total-token ceiling (held by its engine) a search stops
+    expanding when the next step would not fit, and still answers from its best path."""
+    from core.allowance import Allowance, Limits
+    from server.request_engine import RequestEngine, Tally, with_tally
+
+    world = World(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, prm=ArithmeticPrm(testbed_tokens), options=options)
+    allowance = Allowance(limits=Limits(tokens=ceiling, answer=18))
+    tally = Tally()
+    engine = RequestEngine(ctx.engine, tally, affinity="r", allowance=allowance)
+    ctx = replace(ctx, engine=engine, allowance=allowance)
+    strategy.validate(ctx.request, ctx.engine)
+    result = None
+    async for event in with_tally(strategy.run(ctx), tally, allowance):
+        if isinstance(event, Result):
+            result = event
+    assert result is not None
+    assert result.usage.completion_tokens <= ceiling
+    assert world.generated <= ceiling  # every token the engine made, not only those billed
+    assert "\\boxed{" in result.choices[0].content, (result.choices[0], result.info)
+    if ceiling < 80:
+        assert result.info["allowance"]["stopped_by"] == "tokens"
