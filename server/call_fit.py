@@ -7,9 +7,9 @@ thinking only keeps one answer's room back per row (each row may need its answer
 two-pass's answers, a search's paths). A call that answers after thinking has closed
 gets only the answer's room when the ceiling binds, not all that is left (its siblings,
 answering other rows, come next). A call whose prompt leaves thinking open and that
-answers itself must still have room for its answer: its thinking budget (the elastic processor's, added when the engine
-has that processor and the call carried none) leaves the solution budget, or the server's
-``answer_reserve``, and the closing delimiter.
+answers itself must still have room for its answer: its thinking budget (the elastic
+processor's, added when the engine has that processor and the call carried none) leaves
+the solution budget, or the server's ``answer_reserve``, and the closing delimiter.
 
 Time: a call is cut at the deadline (a thinking-only call earlier, by the answer's time
 at the measured decode speed); inside the engine thinking ends at the deadline less the
