@@ -76,7 +76,15 @@ def test_chat_splits_reasoning_and_usage_is_exact(
     assert usage.total_tokens == usage.prompt_tokens + completion_total
     extra = completion.model_extra["thinkgate"]
     assert extra["strategy"] == "plain" and extra["samples"] == 3
-    assert extra["budget"] == {"thinking": None, "solution": None, "samples": None, "k": None}
+    assert extra["budget"] == {
+        "thinking": None,
+        "solution": None,
+        "samples": None,
+        "k": None,
+        "tokens": None,
+        "deadline_ms": None,
+        "thinking_min": None,
+    }
 
 
 def test_stream_matches_the_unstreamed_answer(openai_client: Any, served_model: str) -> None:

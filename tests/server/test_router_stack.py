@@ -197,7 +197,7 @@ def test_a_replica_killed_behind_the_router_loses_nothing(
             "budget": {"samples": 4},
         }
 
-    async def load() -> tuple[list[str], list[str]]:
+    async def load() -> tuple[list[str], list[str], int]:
         async with httpx.AsyncClient(base_url=gw.base_url, timeout=300) as client:
             generated = victim.metrics().get("vllm:generation_tokens_total", 0.0)
             tasks = [
@@ -213,31 +213,36 @@ def test_a_replica_killed_behind_the_router_loses_nothing(
             while victim.metrics().get("vllm:generation_tokens_total", 0.0) - generated < 800:
                 assert time.monotonic() < deadline, "load never reached the victim"
                 await asyncio.sleep(0.05)
+            pending = sum(1 for t in tasks if not t.done())
             await asyncio.to_thread(victim.kill)
             outcomes = await asyncio.gather(*tasks)
             after = await asyncio.gather(*(_one(client, body(i), stream=False) for i in range(8)))
-            return list(outcomes), list(after)
+            return list(outcomes), list(after), pending
 
     before = _ready(router_stack)["servers"][0]
     REDRAWN.clear()
-    outcomes, after = asyncio.run(load())
+    outcomes, after, pending = asyncio.run(load())
     assert outcomes == ["ok"] * 40, outcomes
     assert after == ["ok"] * 8, after
-    # The kill hit work in flight: calls placed again, and where a sample's tokens had
-    # already come back, drawn again and billed (usage counts every token of the pool the
-    # answer came from plus the ones lost with the replica). Which of the two a run sees
-    # is timing: on a busy 2-core box the kill can land before any of the victim's
-    # samples returned a token (redraws have their own tests: test_remote_failover.py,
-    # tests/strategies/test_redraws.py).
+    # The kill came while requests were in flight, with the victim decoding (above).
+    # What the gateway then sees is timing: calls it places again, samples whose tokens
+    # had come back drawn again and billed (usage counts every token of the pool the
+    # answer came from plus the ones lost with the replica), or nothing at all when
+    # vLLM's router retried a call on the other worker itself (seen twice on the 2-core
+    # CI box: no redraw, no failure, everything answered). Redraws have their own tests
+    # (test_remote_failover.py, tests/strategies/test_redraws.py).
+    assert pending > 0, "the load had finished before the kill"
     server = _ready(router_stack)["servers"][0]
     placed = server["failures"] - before["failures"]
-    assert REDRAWN or placed > 0, "the kill hit nothing in flight"
     for info in REDRAWN:
         assert info["samples"] == 4 and info["redrawn_lost_tokens"] >= 0
         billed = sum(info["sample_tokens"]) + info["redrawn_lost_tokens"]
         assert info["usage"]["completion_tokens"] == billed, info
     assert server["state"] == "up" and server["ejections"] == before["ejections"]
-    print(f"calls placed again: {placed}, answers with redrawn samples: {len(REDRAWN)}")
+    print(
+        f"in flight at the kill: {pending}, calls placed again: {placed}, "
+        f"answers with redrawn samples: {len(REDRAWN)}"
+    )
 
     victim.start()
     victim.wait_ready()
