@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from core.allowance import Allowance, BudgetSpent, DecodeSpeed
@@ -127,6 +128,12 @@ class RequestEngine:
             raise
         return await self._generate_fitted(fitted)
 
+    def _seconds_to(self, fitted: Sequence[Fitted]) -> float | None:
+        """Seconds until the first cut of ``fitted`` (None: none is cut), on the clock
+        the cuts were set on."""
+        cuts = [f.cut_at for f in fitted if f.cut_at is not None]
+        return None if not cuts else max(0.0, min(cuts) - self.allowance.clock())
+
     async def _generate_fitted(self, fitted: Sequence[Fitted]) -> list[list[Sample]]:
         if all(f.cut_at is None for f in fitted) or any(
             f.request.sampling.prompt_logprobs is not None for f in fitted
@@ -135,7 +142,7 @@ class RequestEngine:
             # own calls, batched as it batches them; the deadline, if any, still ends
             # them, losing their tokens (BudgetSpent).
             try:
-                async with asyncio.timeout(_seconds_to(fitted)):
+                async with asyncio.timeout(self._seconds_to(fitted)):
                     results = await self._engine.generate_batch([f.request for f in fitted])
             except TimeoutError:
                 for f in fitted:
@@ -256,7 +263,7 @@ async def _collect(deltas: AsyncGenerator[SampleDelta, None]) -> list[Sample]:
     bare: set[int] = set()  # tokens that came without confidences (an injected one)
     lps: dict[int, list[TokenLogprob]] = {}
     done: dict[int, Sample] = {}
-    async with _closing(deltas):
+    async with aclosing(deltas):
         async for d in deltas:
             i = d.index
             if d.redrawn:
@@ -283,24 +290,6 @@ async def _collect(deltas: AsyncGenerator[SampleDelta, None]) -> list[Sample]:
                     logprobs=tuple(lps[i]) if i in lps else None,
                 )
     return [done[i] for i in sorted(done)]
-
-
-class _closing:
-    """``contextlib.aclosing`` for an async generator (typed for mypy)."""
-
-    def __init__(self, gen: AsyncGenerator[SampleDelta, None]) -> None:
-        self._gen = gen
-
-    async def __aenter__(self) -> AsyncGenerator[SampleDelta, None]:
-        return self._gen
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._gen.aclose()
-
-
-def _seconds_to(fitted: Sequence[Fitted]) -> float | None:
-    cuts = [f.cut_at for f in fitted if f.cut_at is not None]
-    return None if not cuts else max(0.0, min(cuts) - time.perf_counter())
 
 
 def billed(result: Result, tally: Tally, allowance: Allowance | None = None) -> Result:

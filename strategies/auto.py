@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Final
@@ -303,18 +303,3 @@ def accuracy_interval(correct: int, total: int) -> tuple[float, float]:
     centre = (p + z * z / (2 * total)) / (1 + z * z / total)
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def rows_of(results: Sequence[Mapping[str, float | int | str]]) -> tuple[PlanRow, ...]:
-    """Calibration results as table rows."""
-    return tuple(
-        PlanRow(
-            strategy=str(r["strategy"]),
-            samples=int(r["samples"]),
-            thinking=int(r["thinking"]),
-            accuracy=float(r["accuracy"]),
-            tokens=float(r["tokens"]),
-            seconds=float(r["seconds"]),
-        )
-        for r in results
-    )

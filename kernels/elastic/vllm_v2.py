@@ -19,15 +19,16 @@ hand-built contexts, never inside an engine.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
 from kernels.adapters import RowArgs
 from kernels.elastic import args as elastic_args
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
     from vllm import SamplingParams
     from vllm.config import VllmConfig
@@ -67,9 +68,7 @@ class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcesso
         # and each slot's thinking deadline (time.time() seconds; inf: none), compared
         # with the clock on the host once per step.
         self._min_np: np.ndarray = self._state.host_np[ElasticCol.THINK_MIN]
-        import numpy
-
-        self._deadline_np: np.ndarray = numpy.full(req_states.max_num_reqs, numpy.inf)
+        self._deadline_np: np.ndarray = np.full(req_states.max_num_reqs, np.inf)
         self._col_budget = int(ElasticCol.THINK_BUDGET)
         self._col_min = int(ElasticCol.THINK_MIN)
 
@@ -90,8 +89,6 @@ class ElasticLogitsProcessorV2(RowArgs[elastic_args.ElasticArgs], LogitsProcesso
         this step on. The host row is shipped whole: its device-owned tracking columns
         go back to their start values, and the tracking op, which runs next, rescans the
         row's committed tokens from the prompt's end and finds the same phase again."""
-        import time
-
         due = slots[self._deadline_np[slots] <= time.time()]
         if not due.size:
             return
