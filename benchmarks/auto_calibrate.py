@@ -2,16 +2,24 @@
 questions, and write the table it chooses from.
 
     thinkgate calibrate auto [--server URL | --model DIR] [--questions 24] \\
-        [--out strategies/auto_tables/testbed-base.json]
+        [--parts ceilings,deadlines] [--out strategies/auto_tables/testbed-base.json]
 
-Each plan of the grid (``elastic`` at thinking budgets 0-400, ``self-consistency`` at
-N = 2-16 with thinking 32-256) answers the same calibration questions (the testbed's
-validation split, 8-12 operations, temperature 1, seeded) one at a time, alone on the
-server; per plan the table keeps its accuracy, mean completion tokens and the 90th
-percentile of its wall time (what a deadline must allow; ``auto`` scales it by the
-engine's load at request time). Questions are never the test split, which the
-``budgets`` benchmark holds out. Without ``--server`` a thinkgate server is started on
-``--model`` (default: the testbed base model) and stopped after.
+Two parts, on the same calibration questions (the testbed's validation split, 8-12
+operations, temperature 1, seeded; never the test split, which the ``budgets`` benchmark
+holds out):
+
+  ceilings   each plan of ``CALIBRATION_GRID`` (``elastic`` at thinking budgets 0-400,
+             ``self-consistency`` at N = 2-16 with thinking 32-256) without limits, one
+             question at a time, alone on the server: accuracy, mean completion tokens,
+             the 90th percentile of the wall time (a short deadline's fallback, scaled
+             by the engine's load at request time)
+  deadlines  each plan of ``DEADLINE_GRID`` (plain, elastic, self-consistency, DeepConf)
+             with ``budget.deadline_ms`` at each of ``DEADLINES``, at each of ``CROWDS``
+             requests in flight: what the plan achieves when the deadline cuts it
+
+``--parts`` measures only the named parts and keeps the other's rows from ``--out``.
+Without ``--server`` a thinkgate server is started on ``--model`` (default: the testbed
+base model) and stopped after.
 """
 
 from __future__ import annotations
@@ -25,7 +33,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask, summary
+from benchmarks.budget_plans import (
+    CALIBRATION_GRID,
+    CROWDS,
+    DEADLINE_GRID,
+    DEADLINES,
+    FixedPlan,
+    ask_all,
+    summary,
+)
 from benchmarks.servers import ROOT, machine, thinkgate
 from core import defaults
 from strategies.auto import DEFAULT_TABLE, AutoTable, PlanRow
@@ -34,7 +50,7 @@ from testbed.task import make_questions
 
 
 async def measure(
-    url: str, plans: Sequence[FixedPlan], questions: int, seed: int
+    url: str, parts: Sequence[str], questions: int, seed: int
 ) -> tuple[str, list[dict[str, Any]]]:
     import openai
     from tqdm import tqdm
@@ -42,26 +58,45 @@ async def measure(
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
     model = (await client.models.list()).data[0].id
     qs = make_questions("validation", questions, seed=seed, min_ops=8, max_ops=12)
+    cells: list[tuple[FixedPlan, float | None, int]] = []
+    if "ceilings" in parts:
+        cells += [(plan, None, 1) for plan in CALIBRATION_GRID]
+    if "deadlines" in parts:
+        cells += [(p, d, c) for c in CROWDS for d in DEADLINES for p in DEADLINE_GRID]
     rows: list[dict[str, Any]] = []
-    bar = tqdm(total=len(plans) * len(qs), desc="plans x questions", unit="q", file=sys.stderr)
-    for plan in plans:
-        outcomes = []
-        for i, q in enumerate(qs):
-            outcomes.append(await ask(client, model, q, plan, {}, seed=seed * 1000 + i))
-            bar.update(1)
-        s = summary(outcomes)
-        rows.append(
-            {
-                "strategy": plan.strategy,
-                "samples": plan.samples,
-                "thinking": plan.thinking or 0,
-                "accuracy": round(s["accuracy"], 4),
-                "tokens": round(s["tokens"], 1),
-                "seconds": round(s["p90_seconds"], 4),
-            }
-        )
+    bar = tqdm(total=len(cells) * len(qs), desc="plans x questions", unit="q", file=sys.stderr)
+    for plan, deadline, crowd in cells:
+        limits = {} if deadline is None else {"deadline_ms": int(deadline * 1000)}
+        outcomes = await ask_all(client, model, qs, plan, limits, crowd, seed, bar)
+        s = summary(outcomes, deadline)
+        row: dict[str, Any] = {
+            "strategy": plan.strategy,
+            "samples": plan.samples,
+            "thinking": plan.thinking,
+            "accuracy": round(s["accuracy"], 4),
+            "tokens": round(s["tokens"], 1),
+            "seconds": round(s["p90_seconds"], 4),
+        }
+        if deadline is not None:
+            row |= {"deadline_s": deadline, "clients": crowd}
+        rows.append(row)
     bar.close()
     return model, rows
+
+
+def _kept(path: Path, parts: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of the parts not measured now, from the table already at ``path``."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())["rows"]
+    keep_deadlines = "deadlines" not in parts
+    keep_ceilings = "ceilings" not in parts
+    return [
+        r
+        for r in old
+        if (r.get("deadline_s") is not None and keep_deadlines)
+        or (r.get("deadline_s") is None and keep_ceilings)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,21 +106,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     src.add_argument("--model", default=None, help="model directory to start a server on")
     p.add_argument("--questions", type=int, default=24, help="calibration questions")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--parts", default="ceilings,deadlines", help="what to measure (the rest is kept)"
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_TABLE)
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = sorted(set(parts) - {"ceilings", "deadlines"})
+    if unknown or not parts:
+        p.error(f"--parts: ceilings and/or deadlines, not {unknown or 'nothing'}")
+    kept = _kept(args.out, parts)
     if args.server:
-        model, rows = asyncio.run(measure(args.server, CALIBRATION_GRID, args.questions, args.seed))
+        model, rows = asyncio.run(measure(args.server, parts, args.questions, args.seed))
     else:
         log = ROOT / "benchmarks" / "results" / "logs" / "calibrate-auto-server.log"
         directory = Path(args.model) if args.model else model_path("base")
         with thinkgate(directory, "--reward-model", "none", "--auto-table", "none", log=log) as url:
-            model, rows = asyncio.run(measure(url, CALIBRATION_GRID, args.questions, args.seed))
+            model, rows = asyncio.run(measure(url, parts, args.questions, args.seed))
     if not args.server:
         # A table names the model as clients do: the default model by its served name.
         offered = defaults.installed()
         if offered.is_default_model(directory):
             model = offered.served_name
+    rows = sorted([*kept, *rows], key=lambda r: (r.get("deadline_s") or 0, r.get("clients", 1)))
     table = AutoTable(
         model=model,
         rows=tuple(PlanRow(**r) for r in rows),
@@ -98,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ops": [8, 12],
             "temperature": 1.0,
             "seed": args.seed,
-            "seconds_are": "p90 wall time per question, alone on the server",
+            "seconds_are": "p90 wall time per question (alone, or at `clients` in flight)",
+            "deadline_rows": "measured with budget.deadline_ms = deadline_s x 1000",
             "machine": machine(),
             "took_s": round(time.perf_counter() - t0, 1),
         },
@@ -106,8 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for r in rows:
+        under = f"d={r['deadline_s']}s c={r['clients']} " if r.get("deadline_s") else ""
         print(
-            f"{r['strategy']:17s} N={r['samples']:<3d} t={r['thinking']:<4d} "
+            f"{under}{r['strategy']:17s} N={r['samples']:<3d} t={r['thinking']!s:<4s} "
             f"acc={r['accuracy']:.3f} tokens={r['tokens']:7.1f} p90={r['seconds']:.3f}s"
         )
     print(f"wrote {args.out}", file=sys.stderr)

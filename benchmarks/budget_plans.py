@@ -47,6 +47,22 @@ CALIBRATION_GRID: tuple[FixedPlan, ...] = (
     *(FixedPlan("self-consistency", n, t) for n in (2, 4, 8, 16) for t in (32, 64, 128, 256)),
 )
 
+# What ``auto`` may choose among under a deadline: plans that need nothing but the engine
+# (no PRM), each measured with the deadline set (``DEADLINES``, at ``CROWDS`` requests in
+# flight), so the table knows what the deadline's cuts leave of each.
+DEADLINE_GRID: tuple[FixedPlan, ...] = (
+    FixedPlan("plain"),
+    FixedPlan("elastic", 1, 128),
+    FixedPlan("elastic", 1, 256),
+    FixedPlan("self-consistency", 4, 128),
+    FixedPlan("self-consistency", 4, 256),
+    FixedPlan("self-consistency", 8, 128),
+    FixedPlan("deepconf", 8),
+    FixedPlan("deepconf", 16),
+)
+DEADLINES: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+CROWDS: tuple[int, ...] = (1, 8)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -100,6 +116,29 @@ async def ask(
         answer = extract_answer(r.choices[0].message.content or "")
     right = answer is not None and equivalent(answer, str(q.answer))
     return Outcome(right, answer is not None, r.usage.completion_tokens, seconds)
+
+
+async def ask_all(
+    client: Any,
+    model: str,
+    qs: Sequence[Question],
+    plan: FixedPlan | None,
+    limits: dict[str, int],
+    clients: int,
+    seed: int,
+    bar: Any,
+) -> list[Outcome]:
+    """Every question under ``plan`` and ``limits``, ``clients`` of them in flight at once
+    (question i seeded ``seed x 1000 + i``)."""
+    gate = asyncio.Semaphore(clients)
+
+    async def one(i: int, q: Question) -> Outcome:
+        async with gate:
+            out = await ask(client, model, q, plan, limits, seed=seed * 1000 + i)
+            bar.update(1)
+            return out
+
+    return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(qs))))
 
 
 def summary(outcomes: Sequence[Outcome], deadline_s: float | None = None) -> dict[str, float]:

@@ -30,11 +30,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, Outcome, ask, summary
+from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask_all, summary
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.auto import accuracy_interval
 from testbed import model_path
-from testbed.task import Question, make_questions
+from testbed.task import make_questions
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -54,27 +54,6 @@ DEADLINE_METHODS: tuple[FixedPlan | None, ...] = (
 
 def _label(plan: FixedPlan | None) -> str:
     return "auto" if plan is None else plan.label
-
-
-async def _run(
-    client: Any,
-    model: str,
-    qs: Sequence[Question],
-    plan: FixedPlan | None,
-    limits: dict[str, int],
-    clients: int,
-    seed: int,
-    bar: Any,
-) -> list[Outcome]:
-    gate = asyncio.Semaphore(clients)
-
-    async def one(i: int, q: Question) -> Outcome:
-        async with gate:
-            out = await ask(client, model, q, plan, limits, seed=seed * 1000 + i)
-            bar.update(1)
-            return out
-
-    return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(qs))))
 
 
 async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -97,35 +76,37 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     bar = tqdm(total=total, desc="requests", unit="req", file=sys.stderr)
     # Warm the server's decode-speed estimate and the engine (not counted).
-    await _run(client, model, qs[:4], FixedPlan("self-consistency", 4, 64), {}, 4, 999, bar)
+    await ask_all(client, model, qs[:4], FixedPlan("self-consistency", 4, 64), {}, 4, 999, bar)
     out: dict[str, Any] = {"deadlines": {}, "tokens": {}, "grid": {}, "minimum": {}, "cost": {}}
     for c in clients:
         for d in deadlines:
             for plan in DEADLINE_METHODS:
-                got = await _run(
+                got = await ask_all(
                     client, model, qs, plan, {"deadline_ms": int(d * 1000)}, c, args.seed, bar
                 )
                 out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
     for plan in CALIBRATION_GRID:
-        got = await _run(client, model, qs, plan, {}, 8, args.seed, bar)
+        got = await ask_all(client, model, qs, plan, {}, 8, args.seed, bar)
         out["grid"][plan.label] = summary(got)
     for t in ceilings:
         for plan in DEADLINE_METHODS:
-            got = await _run(client, model, qs, plan, {"tokens": t}, 8, args.seed, bar)
+            got = await ask_all(client, model, qs, plan, {"tokens": t}, 8, args.seed, bar)
             s = summary(got)
             s["held"] = sum(1 for o in got if o.tokens <= t) / max(1, len(got))
             out["tokens"][f"{t}|{_label(plan)}"] = s
     for m in (0, 64, 128):
         plan = FixedPlan("elastic", 1, 256)
         limits = {"thinking_min": m} if m else {}
-        got = await _run(client, model, qs, plan, limits, 8, args.seed, bar)
+        got = await ask_all(client, model, qs, plan, limits, 8, args.seed, bar)
         out["minimum"][str(m)] = summary(got)
     ratios = []
     for _ in range(args.cost_rounds):
         timed = {}
         for name, limits in (("none", {}), ("unbinding", {"deadline_ms": 60_000})):
             t0 = time.perf_counter()
-            await _run(client, model, qs, FixedPlan("self-consistency", 8, 128), limits, 8, 7, bar)
+            await ask_all(
+                client, model, qs, FixedPlan("self-consistency", 8, 128), limits, 8, 7, bar
+            )
             timed[name] = len(qs) / (time.perf_counter() - t0)
         ratios.append(timed["unbinding"] / timed["none"])
     out["cost"] = {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2]}

@@ -21,6 +21,10 @@ class Admission:
         self.samples = 0
         self._metrics = metrics
 
+    def in_flight(self) -> int:
+        """Requests admitted and not yet released (``auto`` plans for this crowd)."""
+        return self.requests
+
     def check_room(self) -> None:
         """Refuse at once (429) when every request slot is taken, before the request's
         body is parsed or tokenised: under overload the refused requests' parsing

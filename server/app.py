@@ -33,6 +33,7 @@ from server.resources import build_resources
 from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
+from strategies.auto import CROWD_KEY, Crowd
 
 log = structlog.get_logger("thinkgate.app")
 
@@ -104,7 +105,9 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             pauses.attach()
             stack.callback(pauses.detach)
             async with build_resources(settings, active) as built:
-                resources = Resources(items={**built.items, REGISTRY_KEY.name: registry})
+                crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
+                items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
+                resources = Resources(items=items)
                 app.state.gateway = Gateway(
                     settings=settings,
                     engine=active,

@@ -21,7 +21,9 @@ tokens, a thinking budget that leaves the answer room, the instant thinking ends
 the engine). A call that no longer fits raises ``BudgetSpent`` before it is sent; a call
 still running when the deadline comes is ended here (its engine request aborted, every
 unfinished sample closed with ``finish_reason="length"``), so the request's last engine
-token comes by its deadline even where the engine cannot end thinking itself.
+token comes by its deadline even where the engine cannot end thinking itself. A call
+whose worst case ends far before the deadline is sent whole under a timeout instead (a
+deadline that does not bind costs no stream).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from typing import Final
 
 from core.allowance import Allowance, BudgetSpent, DecodeSpeed
 from core.base import Choice, Result, StrategyEvent, Usage
@@ -45,6 +48,12 @@ from core.engine import (
     all_of,
 )
 from server.call_fit import Fitted, fit_call
+
+# A non-streamed call is sent whole (not as a stream the gateway can cut token by token)
+# when its worst case at the measured speed, x FAR_MARGIN, plus FAR_QUEUE_S for the
+# queue, ends before its cut: the speed is an average that lags load, hence the width.
+FAR_MARGIN: Final = 3.0
+FAR_QUEUE_S: Final = 0.5
 
 
 @dataclass(slots=True)
@@ -134,13 +143,24 @@ class RequestEngine:
         cuts = [f.cut_at for f in fitted if f.cut_at is not None]
         return None if not cuts else max(0.0, min(cuts) - self.allowance.clock())
 
+    def _far_from_cut(self, fitted: Sequence[Fitted]) -> bool:
+        """Whether the calls' worst case (every row to ``max_tokens`` at the measured
+        speed), with a wide margin, ends well before their first cut: a deadline that
+        does not bind need not pay for a stream (vLLM's per-step outputs and a timer per
+        delta); if it binds after all, the whole-call timeout still ends the calls."""
+        left = self._seconds_to(fitted)
+        if left is None:
+            return True
+        longest = max(f.request.sampling.max_tokens or self.max_model_len for f in fitted)
+        return longest * self.speed.seconds_per_token * FAR_MARGIN + FAR_QUEUE_S < left
+
     async def _generate_fitted(self, fitted: Sequence[Fitted]) -> list[list[Sample]]:
-        if all(f.cut_at is None for f in fitted) or any(
+        if self._far_from_cut(fitted) or any(
             f.request.sampling.prompt_logprobs is not None for f in fitted
         ):
-            # No deadline (or prompt logprobs, which only whole calls return): the engine's
-            # own calls, batched as it batches them; the deadline, if any, still ends
-            # them, losing their tokens (BudgetSpent).
+            # No deadline, or one far away (or prompt logprobs, which only whole calls
+            # return): the engine's own calls, batched as it batches them; the deadline,
+            # if any, still ends them, losing their tokens (BudgetSpent).
             try:
                 async with asyncio.timeout(self._seconds_to(fitted)):
                     results = await self._engine.generate_batch([f.request for f in fitted])
@@ -189,12 +209,11 @@ class RequestEngine:
         clock = _RowClock(self.speed)
         used = 0
         ended: set[int] = set()
+        cut = _Cut(None if fitted.cut_at is None else fitted.cut_at - allowance.clock())
         try:
             while True:
-                wait = None if fitted.cut_at is None else fitted.cut_at - allowance.clock()
                 try:
-                    async with asyncio.timeout(wait):
-                        delta = await anext(deltas)
+                    delta = await cut.wait(deltas)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
@@ -214,6 +233,7 @@ class RequestEngine:
                 clock.saw(delta)
                 yield delta
         finally:
+            cut.close()
             await deltas.aclose()
             allowance.settle(fitted.reserved, used)
 
@@ -225,6 +245,47 @@ class RequestEngine:
 
     async def aclose(self) -> None:
         """The shared engine outlives a request: nothing to close here."""
+
+
+class _Cut:
+    """One call's cut: a single timer, at which the task waiting for the engine's next
+    delta is cancelled and gets ``TimeoutError`` (a cut that comes while no one waits is
+    raised at the next wait). ``asyncio.timeout`` around each wait did the same at a
+    timer per delta, 10 us each: a deadline that never binds paid that on every token."""
+
+    __slots__ = ("_handle", "_task", "_waiting", "_due", "_fired")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._task: asyncio.Task[object] | None = None
+        self._waiting = False
+        self._due = False
+        self._fired = False
+        loop = asyncio.get_running_loop()
+        self._handle = None if seconds is None else loop.call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self._due = True
+        if self._waiting and self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    async def wait(self, deltas: AsyncGenerator[SampleDelta, None]) -> SampleDelta:
+        if self._due:
+            raise TimeoutError
+        self._task = asyncio.current_task()
+        self._waiting = True
+        try:
+            return await anext(deltas)
+        except asyncio.CancelledError:
+            if not self._fired or self._task is None or self._task.uncancel() > 0:
+                raise  # a cancellation of the task's own, not the cut
+            raise TimeoutError from None
+        finally:
+            self._waiting = False
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 class _RowClock:

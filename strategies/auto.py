@@ -4,10 +4,17 @@ a strategy with its samples and per-sample budgets, then that plan run.
 With a calibrated table for the served model (``AutoTable``, built offline on calibration
 questions by ``thinkgate calibrate auto``) the plan is the row with the highest expected
 accuracy that fits the request: its calibrated mean usage, with a 20% margin, within the
-ceiling, and its measured seconds, scaled by the engine's current load, within the
-deadline. Without a table, the documented rule of :func:`rule_plan`. Either way the ceiling
-and the deadline are then held by the request's allowance (``core.allowance``) like any
-strategy's, so a plan that was optimistic still ends in time and within its tokens.
+ceiling; under a deadline, among the rows measured *with* a deadline (each plan run on the
+calibration questions with ``deadline_ms`` set, at 1 and at 8 concurrent requests), those
+of the largest calibrated deadline the request's time covers, at the calibrated crowd
+nearest to the requests now in flight. A plan measured under its deadline already counts
+what the deadline cuts (a vote over the samples that finished, thinking ended early), so
+it is not asked to finish in time on its own. A deadline shorter than every calibrated
+one falls back to the rows measured without one, whose 90th-percentile seconds, scaled by
+the engine's load, must fit. Without a table, the documented rule of :func:`rule_plan`.
+Either way the ceiling and the deadline are then held by the request's allowance
+(``core.allowance``) like any strategy's, so a plan that was optimistic still ends in time
+and within its tokens.
 
 The ``thinkgate`` object says what was chosen and why (``auto``: the plan, its source,
 the budget and load it was chosen for, its expected accuracy where a table gave one).
@@ -17,11 +24,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Final
 
+from core.allowance import Allowance
 from core.base import (
     JSON,
     ChoiceDelta,
@@ -46,12 +54,16 @@ MIN_VOTE: Final = 3  # fewer samples than this do not make a vote worth its toke
 class PlanRow:
     """One calibrated plan: what it runs and what it achieved on calibration questions."""
 
-    strategy: str  # "elastic" or "self-consistency"
+    strategy: str  # a registered strategy that needs only the engine
     samples: int
-    thinking: int
+    thinking: int | None  # None: not capped (the deadline and the context bound it)
     accuracy: float
     tokens: float  # mean completion tokens per question
-    seconds: float  # mean wall time per question, alone on the server
+    seconds: float  # 90th percentile of the wall time per question
+    # Measured with this deadline (None: without one, alone on the server) ...
+    deadline_s: float | None = None
+    # ... at this many requests in flight at once.
+    clients: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +92,8 @@ class AutoTable:
                     "accuracy": r.accuracy,
                     "tokens": r.tokens,
                     "seconds": r.seconds,
+                    **({} if r.deadline_s is None else {"deadline_s": r.deadline_s}),
+                    **({} if r.clients == 1 else {"clients": r.clients}),
                 }
                 for r in self.rows
             ],
@@ -87,6 +101,16 @@ class AutoTable:
 
 
 TABLE_KEY: Final = ResourceKey("auto_table", AutoTable)
+
+
+@dataclass(frozen=True, slots=True)
+class Crowd:
+    """How many requests this gateway serves now (the server's admission counts them)."""
+
+    in_flight: Callable[[], int]
+
+
+CROWD_KEY: Final = ResourceKey("crowd", Crowd)
 DEFAULT_TABLE: Final = Path(__file__).resolve().parent / "auto_tables" / "testbed-base.json"
 
 
@@ -96,7 +120,7 @@ class Plan:
 
     strategy: str
     samples: int
-    thinking: int
+    thinking: int | None
     source: str  # "table" or "rule"
     expected_accuracy: float | None = None
     reason: str = ""
@@ -124,6 +148,8 @@ class Means:
     free_rows: int  # engine rows a new draw gets at once
     load: float  # busy share of the engine's rows (0..1+)
     thinking_cap: int | None = None  # the request's own thinking budget (an effort's)
+    deadline: float | None = None  # seconds until the request's deadline (queueing spent)
+    crowd: int = 1  # requests in flight on this gateway, this one included
 
 
 def rule_plan(m: Means) -> Plan:
@@ -171,25 +197,26 @@ def _capped(thinking: int, m: Means) -> int:
 
 def table_plan(table: AutoTable, m: Means) -> Plan | None:
     """The table's most accurate row that fits (None: none does)."""
-    slowdown = 1.0 + max(0.0, m.load)  # a busy engine shares its batch: rows run slower
-    best: PlanRow | None = None
-    for row in table.rows:
-        if m.thinking_cap is not None and row.thinking > m.thinking_cap:
-            continue
-        # What the plan spent on calibration, with a margin (its worst case, samples x
-        # (thinking + answer), is rarely reached: thinking mostly ends by itself). The
-        # allowance holds the ceiling whatever the plan spends.
-        if m.tokens is not None and row.tokens * USAGE_MARGIN > m.tokens:
-            continue
-        if row.thinking + m.answer > m.room:
-            continue
-        too_slow = m.seconds is not None and (
-            row.seconds * slowdown > m.seconds or row.samples > max(1, m.free_rows)
+    measured = _deadline_rows(table, m)
+    if measured:
+        best = _best(r for r in measured if _fits(r, m))
+        reason = (
+            f"the most accurate plan calibrated with a {measured[0].deadline_s:g} s deadline "
+            f"at {measured[0].clients} request(s) in flight"
         )
-        if too_slow:
-            continue
-        if best is None or (row.accuracy, -row.tokens) > (best.accuracy, -best.tokens):
-            best = row
+    else:
+        slowdown = 1.0 + max(0.0, m.load)  # a busy engine shares its batch: rows run slower
+        best = _best(
+            r
+            for r in table.rows
+            if r.deadline_s is None
+            and _fits(r, m)
+            and not (
+                m.seconds is not None
+                and (r.seconds * slowdown > m.seconds or r.samples > max(1, m.free_rows))
+            )
+        )
+        reason = "the most accurate calibrated plan that fits"
     if best is None:
         return None
     return Plan(
@@ -198,8 +225,48 @@ def table_plan(table: AutoTable, m: Means) -> Plan | None:
         thinking=best.thinking,
         source="table",
         expected_accuracy=best.accuracy,
-        reason="the most accurate calibrated plan that fits",
+        reason=reason,
     )
+
+
+DEADLINE_SLACK: Final = 1.05  # a request that lost a few ms in the queue keeps its bucket
+
+
+def _deadline_rows(table: AutoTable, m: Means) -> list[PlanRow]:
+    """The rows measured at the largest calibrated deadline the request's time covers, at
+    the calibrated crowd nearest (by ratio) to the requests in flight; [] without a
+    deadline or when the request's is shorter than every calibrated one."""
+    if m.deadline is None:
+        return []
+    rows = [r for r in table.rows if r.deadline_s is not None]
+    if not rows:
+        return []
+    crowds = sorted({r.clients for r in rows})
+    crowd = min(crowds, key=lambda c: (abs(math.log(c / max(1, m.crowd))), -c))
+    covered = [
+        r
+        for r in rows
+        if r.clients == crowd and (r.deadline_s or 0.0) <= m.deadline * DEADLINE_SLACK
+    ]
+    if not covered:
+        return []
+    bucket = max(r.deadline_s or 0.0 for r in covered)
+    return [r for r in covered if r.deadline_s == bucket]
+
+
+def _fits(row: PlanRow, m: Means) -> bool:
+    """Within the request's thinking cap, its ceiling (mean usage with a margin: the worst
+    case, samples x (thinking + answer), is rarely reached, and the allowance holds the
+    ceiling whatever the plan spends) and the context."""
+    if m.thinking_cap is not None and (row.thinking is None or row.thinking > m.thinking_cap):
+        return False
+    if m.tokens is not None and row.tokens * USAGE_MARGIN > m.tokens:
+        return False
+    return (row.thinking or 0) + m.answer <= m.room
+
+
+def _best(rows: Iterable[PlanRow]) -> PlanRow | None:
+    return max(rows, key=lambda r: (r.accuracy, -r.tokens), default=None)
 
 
 def choose(ctx: StrategyContext) -> tuple[Plan, Means]:
@@ -214,13 +281,29 @@ def choose(ctx: StrategyContext) -> tuple[Plan, Means]:
         free_rows=_free(load),
         load=0.0 if load is None or not load.rows else load.busy / load.rows,
         thinking_cap=request.budget.thinking,
+        deadline=_until_deadline(allowance),
+        crowd=_crowd(ctx),
     )
     table = ctx.resources.get(TABLE_KEY)  # attached only in front of its model
+    registry = ctx.resources.get(REGISTRY_KEY)
+    if table is not None and registry is not None:  # only plans this server can run
+        names = set(registry.names())
+        table = replace(table, rows=tuple(r for r in table.rows if r.strategy in names))
     if table is not None:
         plan = table_plan(table, means)
         if plan is not None:
             return plan, means
     return rule_plan(means), means
+
+
+def _until_deadline(allowance: Allowance) -> float | None:
+    left = allowance.time_left()
+    return None if left is None else left + allowance.limits.margin_s
+
+
+def _crowd(ctx: StrategyContext) -> int:
+    crowd = ctx.resources.get(CROWD_KEY)
+    return 1 if crowd is None else max(1, crowd.in_flight())
 
 
 def _seconds(left: float | None, answer_s: float) -> float | None:
@@ -250,14 +333,15 @@ class Auto:
 
     async def run(self, ctx: StrategyContext) -> AsyncGenerator[StrategyEvent, None]:
         plan, means = choose(ctx)
+        strategy = _strategy(ctx, plan.strategy)
+        fields = strategy.budget_fields  # plain takes none, elastic no samples
         budget = Budget(
-            thinking=plan.thinking,
-            samples=plan.samples if plan.strategy != "elastic" else None,
+            thinking=plan.thinking if "thinking" in fields else None,
+            samples=plan.samples if "samples" in fields else None,
             tokens=ctx.request.budget.tokens,
             deadline_ms=ctx.request.budget.deadline_ms,
         )
         request = replace(ctx.request, budget=budget)
-        strategy = _strategy(ctx, plan.strategy)
         strategy.validate(request, ctx.engine)
         why: dict[str, JSON] = {
             **plan.info(),
@@ -267,6 +351,7 @@ class Auto:
                 "seconds_per_token": round(means.seconds_per_token, 6),
                 "free_rows": means.free_rows,
                 "load": round(means.load, 3),
+                "in_flight": means.crowd,
             },
         }
         run = strategy.run(replace(ctx, request=request))

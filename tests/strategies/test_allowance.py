@@ -366,3 +366,47 @@ async def test_without_a_table_auto_plans_by_its_rule(
         chosen = r.json()["thinkgate"]["auto"]
         assert chosen["source"] == "rule" and chosen["expected_accuracy"] is None
         assert chosen["strategy"] == "self-consistency" and chosen["samples"] == 4
+
+
+async def test_a_far_deadline_sends_calls_whole_and_a_near_one_streams(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    # 512 tokens at the default 10 ms, x 3 + 0.5 s: 15.9 s. A 60 s deadline cannot bind
+    # a call, which goes whole (no stream to pay for); a 250 ms one is streamed, so that
+    # the gateway can cut it token by token.
+    async with scripted_app(
+        elastic_model(testbed_tokens), processors=frozenset({"elastic"})
+    ) as app:
+        for deadline_ms, whole in ((60_000, True), (250, False)):
+            app.engine.batches.clear()
+            body = _body(app.model, "plain", {"deadline_ms": deadline_ms}, stream=False)
+            content, _, _ = _read(await app.client.post("/v1/chat/completions", json=body), False)
+            assert ANSWER in content
+            assert bool(app.engine.batches) is whole, deadline_ms
+
+
+async def test_the_cut_ends_a_stalled_call_and_spares_a_cancellation_of_its_own() -> None:
+    import asyncio
+
+    from server.request_engine import _Cut
+
+    async def stalled() -> Any:
+        await asyncio.sleep(10)
+        yield None
+
+    cut = _Cut(0.05)
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        await cut.wait(stalled())
+    assert time.perf_counter() - t0 < 0.5
+    with pytest.raises(TimeoutError):  # once due, every later wait is cut at once
+        await cut.wait(stalled())
+    cut.close()
+    # A task cancelled from outside is cancelled, not cut.
+    far = _Cut(60.0)
+    task = asyncio.ensure_future(far.wait(stalled()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    far.close()

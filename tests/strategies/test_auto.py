@@ -131,3 +131,80 @@ def test_the_envelope_is_the_best_plan_that_fits() -> None:
 def test_wilson_interval() -> None:
     lo, hi = accuracy_interval(20, 24)
     assert 0.6 < lo < 0.7 and 0.9 < hi < 0.97
+
+
+def _row(
+    strategy: str,
+    samples: int,
+    accuracy: float,
+    deadline_s: float | None,
+    clients: int = 1,
+    thinking: int | None = 128,
+    tokens: float = 300.0,
+) -> PlanRow:
+    return PlanRow(
+        strategy=strategy,
+        samples=samples,
+        thinking=thinking,
+        accuracy=accuracy,
+        tokens=tokens,
+        seconds=0.9 if deadline_s is None else deadline_s,
+        deadline_s=deadline_s,
+        clients=clients,
+    )
+
+
+TIMED = AutoTable(
+    model="m",
+    rows=(
+        _row("elastic", 1, 0.6, None, thinking=64, tokens=80),  # 0.9 s alone, unlimited
+        _row("deepconf", 8, 0.55, 1.0, thinking=None),
+        _row("elastic", 1, 0.2, 1.0),
+        _row("deepconf", 8, 0.9, 2.0, thinking=None, tokens=500),
+        _row("self-consistency", 4, 0.8, 2.0, tokens=400),
+        _row("elastic", 1, 0.7, 2.0, clients=8),
+        _row("self-consistency", 4, 0.3, 2.0, clients=8, tokens=400),
+    ),
+)
+
+
+def test_under_a_deadline_the_rows_measured_with_one_decide() -> None:
+    # 2.3 s covers the 2 s bucket: its best row, though 0.9 s alone might fit as well.
+    plan = table_plan(TIMED, _means(seconds=2.2, deadline=2.3))
+    assert plan is not None and (plan.strategy, plan.samples) == ("deepconf", 8)
+    assert plan.thinking is None and "2 s deadline" in plan.reason
+    # A few ms lost in the queue keep the bucket (1.9 s of a 2 s deadline).
+    assert table_plan(TIMED, _means(seconds=1.8, deadline=1.97)).strategy == "deepconf"  # type: ignore[union-attr]
+    # 1.5 s: the 1 s bucket, where the measured cut leaves deepconf ahead.
+    one = table_plan(TIMED, _means(seconds=1.4, deadline=1.5))
+    assert one is not None and one.expected_accuracy == 0.55
+    # Shorter than every calibrated deadline: the unlimited rows that fit in time.
+    short = table_plan(TIMED, _means(seconds=0.92, deadline=0.93))
+    assert short is not None and short.thinking == 64 and "calibrated plan" in short.reason
+    assert table_plan(TIMED, _means(seconds=0.5, deadline=0.6)) is None  # the rule decides
+
+
+def test_the_crowd_picks_the_rows_measured_at_its_load() -> None:
+    # Eight requests in flight: the rows measured at 8, where one sample beats the vote.
+    busy = table_plan(TIMED, _means(seconds=2.2, deadline=2.3, crowd=8))
+    assert busy is not None and (busy.strategy, busy.expected_accuracy) == ("elastic", 0.7)
+    # Nearest by ratio: 2 is nearer 1 than 8, 4 nearer 8.
+    assert table_plan(TIMED, _means(seconds=2.2, deadline=2.3, crowd=2)).strategy == "deepconf"  # type: ignore[union-attr]
+    assert table_plan(TIMED, _means(seconds=2.2, deadline=2.3, crowd=4)).strategy == "elastic"  # type: ignore[union-attr]
+
+
+def test_a_ceiling_and_an_effort_cap_still_hold_under_a_deadline() -> None:
+    # deepconf's 500 tokens x 1.2 do not fit 550: self-consistency's 400 do.
+    capped = table_plan(TIMED, _means(seconds=2.2, deadline=2.3, tokens=550))
+    assert capped is not None and capped.strategy == "self-consistency"
+    # An effort's thinking cap: a row with uncapped thinking cannot honour it.
+    effort = table_plan(TIMED, _means(seconds=2.2, deadline=2.3, thinking_cap=200))
+    assert effort is not None and effort.strategy == "self-consistency"
+
+
+def test_deadline_rows_round_trip_through_json(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(TIMED.as_json()))
+    assert AutoTable.load(path) == TIMED
