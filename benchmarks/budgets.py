@@ -13,7 +13,11 @@ questions of 8-12 operations, temperature 1, seeded per question. Four parts:
               of requests that held it)
   minimum     ``elastic`` t=256 with ``thinking_min`` 0, 64, 128: accuracy and tokens
   cost        a deadline that never binds (60 s) against none: questions per second at
-              8 clients, interleaved rounds, as a ratio in the same run
+              8 clients, interleaved rounds (the order alternating), as a ratio in the
+              same run
+  peers       with ``--peers-venv DIR``: its_hub (self-consistency, particle filtering)
+              and optillm on vLLM's own server under the same deadlines, as a client
+              timeout (``benchmarks.deadline_peers``)
 
 Writes ``benchmarks/results/budgets.{md,json,png}``.
 
@@ -28,6 +32,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask_all, summary
@@ -100,9 +105,13 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
         got = await ask_all(client, model, qs, plan, limits, 8, args.seed, bar)
         out["minimum"][str(m)] = summary(got)
     ratios = []
-    for _ in range(args.cost_rounds):
+    arms: tuple[tuple[str, dict[str, int]], ...] = (
+        ("none", {}),
+        ("unbinding", {"deadline_ms": 60_000}),
+    )
+    for k in range(args.cost_rounds):
         timed = {}
-        for name, limits in (("none", {}), ("unbinding", {"deadline_ms": 60_000})):
+        for name, limits in arms if k % 2 == 0 else arms[::-1]:
             t0 = time.perf_counter()
             await ask_all(
                 client, model, qs, FixedPlan("self-consistency", 8, 128), limits, 8, 7, bar
@@ -113,6 +122,50 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     bar.close()
     out["questions"] = n
     return out
+
+
+def deadline_peers_rows(peers: dict[str, Any]) -> list[tuple[str, str, str, dict[str, float]]]:
+    out = []
+    for key, s in peers.get("cells", {}).items():
+        c, d, name = key.split("|")
+        out.append((c, d, name, s))
+    return out
+
+
+def auto_against(data: dict[str, Any], n: int) -> list[str]:
+    """Per clients and deadline: auto's accuracy, the best fixed plan's and the best
+    peer's, and whether auto is at or above each within the 95% interval (auto's upper
+    bound at or above the other's accuracy)."""
+    lines = [
+        "auto against the best fixed plan and the best peer at each deadline (met: auto's "
+        "95% interval reaches the other's accuracy):",
+        "",
+        "| clients | deadline | auto | best fixed plan | met | best peer | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    cells = data["deadlines"]
+    peers = (data.get("peers") or {}).get("cells", {})
+    for key, a in cells.items():
+        c, d, name = key.split("|")
+        if name != "auto":
+            continue
+        fixed = [
+            (s["accuracy"], k.split("|")[2])
+            for k, s in cells.items()
+            if k.startswith(f"{c}|{d}|") and not k.endswith("|auto")
+        ]
+        peer = [
+            (s["accuracy"], k.split("|")[2]) for k, s in peers.items() if k.startswith(f"{c}|{d}|")
+        ]
+        hi = accuracy_interval(round(a["accuracy"] * n), n)[1]
+        f_acc, f_name = max(fixed, default=(0.0, "-"))
+        p_acc, p_name = max(peer, default=(0.0, "-"))
+        lines.append(
+            f"| {c} | {d} s | {a['accuracy']:.1%} | {f_name} {f_acc:.1%} | "
+            f"{'yes' if hi >= f_acc else 'no'} | {p_name} {p_acc:.1%} | "
+            f"{'yes' if a['accuracy'] > p_acc else ('tie' if a['accuracy'] == p_acc else 'no')} |"
+        )
+    return lines
 
 
 def envelope(grid: dict[str, dict[str, float]], ceiling: int) -> tuple[str | None, float]:
@@ -151,6 +204,24 @@ def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> st
             f"| {c} | {d} s | {name} | {s['answered']:.0%} | {s['on_time']:.0%} | "
             f"{_ci(s['accuracy'], n)} | {s['tokens']:.0f} | {s['p90_seconds']:.2f} |"
         )
+    peers = data.get("peers")
+    if peers:
+        lines += [
+            "",
+            "### The peers under the same deadlines (a client timeout: late = no answer)",
+            "",
+            "| clients | deadline | peer | answered | by 1.1x deadline | accuracy | tokens "
+            "| p90 s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c, d, name, s in deadline_peers_rows(peers):
+            lines.append(
+                f"| {c} | {d} s | {name} | {s['answered']:.0%} | {s['on_time']:.0%} | "
+                f"{_ci(s['accuracy'], n)} | {s['tokens']:.0f} | {s['p90_seconds']:.2f} |"
+            )
+        for name, why in peers.get("failed", {}).items():
+            lines.append(f"\n{name} did not run: {why}")
+        lines += ["", *auto_against(data, n)]
     lines += [
         "",
         "## Total-token ceilings",
@@ -216,6 +287,10 @@ def plot(data: dict[str, Any], args: argparse.Namespace, path: Any) -> None:
         ys = [data["deadlines"][f"{c}|{d}|{name}"]["accuracy"] for d in deadlines]
         style = {"lw": 2.5, "color": "black"} if plan is None else {"lw": 1, "alpha": 0.6}
         left.plot(deadlines, ys, marker="o", label=name, **style)
+    peer_cells = (data.get("peers") or {}).get("cells", {})
+    for name in sorted({k.split("|")[2] for k in peer_cells}):
+        ys = [peer_cells.get(f"{c}|{d}|{name}", {}).get("accuracy", 0.0) for d in deadlines]
+        left.plot(deadlines, ys, marker="x", ls="--", lw=1, label=f"{name} (peer)")
     left.set_xscale("log")
     left.set_xlabel("deadline (s)")
     left.set_ylabel("accuracy (late = none)")
@@ -247,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--deadlines", default="0.5,1,2,4")
     p.add_argument("--tokens", default="100,300,1000,3000")
     p.add_argument("--clients", default="1,8")
-    p.add_argument("--cost-rounds", type=int, default=3)
+    p.add_argument("--cost-rounds", type=int, default=9)
+    p.add_argument("--peers-venv", default=None, help="the peers' venv (else no peers)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
     p.add_argument("--out", default="budgets")
@@ -260,6 +336,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         log = RESULTS / "logs" / "budgets-server.log"
         with thinkgate(model_path("base"), "--reward-model", "none", log=log) as url:
             data = asyncio.run(bench(url, args))
+    if args.peers_venv:
+        from tqdm import tqdm
+
+        from benchmarks import deadline_peers
+
+        deadlines = [float(x) for x in args.deadlines.split(",")]
+        clients = [int(x) for x in args.clients.split(",")]
+        qs = make_questions("test", args.questions, seed=args.seed, min_ops=8, max_ops=12)
+        total = len(deadlines) * len(clients) * len(deadline_peers.PEERS) * len(qs)
+        # thinkgate's side is kept first: a peer's failure must not lose it.
+        (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1) + "\n")
+        with tqdm(total=total, desc="peers", unit="req", file=sys.stderr) as bar:
+            try:
+                data["peers"] = deadline_peers.measure(
+                    Path(args.peers_venv), qs, deadlines, clients, bar
+                )
+            except Exception as e:
+                data["peers"] = {"cells": {}, "failed": {"all": f"{type(e).__name__}: {e}"}}
     seconds = time.perf_counter() - t0
     (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1) + "\n")
     text = report(data, args, seconds)

@@ -310,7 +310,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             row: dict[str, Any] = {"id": q["id"], "gold": q.get("answer")}
             try:
-                result = await alg.ainfer(lm, q["prompt"], args.budget, return_response_only=False)
+                infer = alg.ainfer(lm, q["prompt"], args.budget, return_response_only=False)
+                # A client's deadline (its_hub has none of its own): past it, no answer.
+                result = await asyncio.wait_for(infer, timeout=args.deadline_s)
                 text = str(result.the_one.get("content") or "")
                 row["answer_text"] = text
                 row["selected_index"] = int(result.selected_index)
@@ -320,6 +322,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     row["steps_used"] = list(result.steps_used)
                     row["scores"] = [round(float(s), 4) for s in result.scores]
+            except TimeoutError:
+                row["late"] = True
+                text = ""
             except Exception as e:  # a failed question is a wrong answer, counted
                 row["error"] = f"{type(e).__name__}: {e}"[:500]
                 text = ""
@@ -432,6 +437,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=0)
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="a client timeout per question: a later answer counts as none (row late)",
+    )
     return p.parse_args(argv)
 
 

@@ -10,7 +10,8 @@ of the largest calibrated deadline the request's time covers, at the calibrated 
 nearest to the requests now in flight. A plan measured under its deadline already counts
 what the deadline cuts (a vote over the samples that finished, thinking ended early), so
 it is not asked to finish in time on its own. A deadline shorter than every calibrated
-one falls back to the rows measured without one, whose 90th-percentile seconds, scaled by
+one (or whose calibrated plans all pass the ceiling) falls back to the rows measured
+without one, whose 90th-percentile seconds, scaled by
 the engine's load, must fit. Without a table, the documented rule of :func:`rule_plan`.
 Either way the ceiling and the deadline are then held by the request's allowance
 (``core.allowance``) like any strategy's, so a plan that was optimistic still ends in time
@@ -198,13 +199,14 @@ def _capped(thinking: int, m: Means) -> int:
 def table_plan(table: AutoTable, m: Means) -> Plan | None:
     """The table's most accurate row that fits (None: none does)."""
     measured = _deadline_rows(table, m)
-    if measured:
-        best = _best(r for r in measured if _fits(r, m))
-        reason = (
-            f"the most accurate plan calibrated with a {measured[0].deadline_s:g} s deadline "
-            f"at {measured[0].clients} request(s) in flight"
-        )
-    else:
+    best = _best(r for r in measured if _fits(r, m))
+    reason = (
+        f"the most accurate plan calibrated with a {measured[0].deadline_s:g} s deadline "
+        f"at {measured[0].clients} request(s) in flight"
+        if measured
+        else ""
+    )
+    if best is None:  # no deadline, none calibrated for it, or none of those fits
         slowdown = 1.0 + max(0.0, m.load)  # a busy engine shares its batch: rows run slower
         best = _best(
             r
