@@ -29,6 +29,7 @@ from server.lifecycle import Lifecycle
 from server.loop_lag import LoopProbe
 from server.metrics import Metrics
 from server.prm_resources import preflight as prm_preflight
+from server.reasoning_seal import Seal
 from server.resources import build_resources
 from server.routes import ROUTERS
 from server.scoring import preflight
@@ -117,6 +118,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     admission=admission,
                     lifecycle=lifecycle,
                     started_at=int(time.time()),
+                    seal=_seal(settings),
                 )
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(
@@ -139,3 +141,9 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     return app
+
+
+def _seal(settings: Settings) -> Seal:
+    if settings.reasoning_key:
+        return Seal.from_secret(settings.reasoning_key)
+    return Seal.from_state_dir(settings.state_path)

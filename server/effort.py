@@ -3,7 +3,7 @@ request's output limit. Pure code, used by every generation route.
 
 The effort table (``reasoning_effort`` on chat and completions, ``reasoning.effort`` on
 ``/v1/responses``) is a server setting: each effort thinks for a share of the model's
-context (``--effort-none`` ... ``--effort-high``), so one table serves a 512-token
+context (``--effort-none`` ... ``--effort-max``), so one table serves a 512-token
 testbed and a 128K-token model alike. With the defaults:
 
     effort    share    512-token context    32K context
@@ -12,13 +12,15 @@ testbed and a 128K-token model alike. With the defaults:
     low       3/32     48                   3,072
     medium    1/4      128                  8,192
     high      5/8      320                  20,480
+    xhigh     3/4      384                  24,576
+    max       7/8      448                  28,672
 
 An effort is a whole plan, not only a thinking budget: a request that names no strategy
 and sets nothing but an effort runs ``auto`` under a total-token ceiling of
 ``samples x (thinking + answer_reserve + 2)``, with the effort's samples
 
-    effort    none  minimal  low  medium  high
-    samples   1     1        2    4       8
+    effort    none  minimal  low  medium  high  xhigh  max
+    samples   1     1        2    4       8     12     16
 
 so ``auto`` may spend more effort as more samples as well as longer thinking, and the
 thinking budget caps each sample. With a strategy named, an effort stays that
@@ -52,6 +54,8 @@ EFFORT_SAMPLES: Final[dict[Effort, int]] = {
     "low": 2,
     "medium": 4,
     "high": 8,
+    "xhigh": 12,
+    "max": 16,
 }
 
 

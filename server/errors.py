@@ -28,7 +28,7 @@ from core.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
-from server import messages_errors
+from server import messages_errors, sdk_fields
 from server.metrics import record_end, route_label
 
 log = structlog.get_logger("thinkgate.http")
@@ -55,6 +55,9 @@ def response_headers(request: Request) -> dict[str, str]:
     budget = getattr(request.state, "budget", None)
     if isinstance(budget, Budget):
         headers["X-Budget-Applied"] = budget.header()
+    ignored = getattr(request.state, "ignored", None)
+    if ignored:  # the platform fields this request set that change nothing here
+        headers[sdk_fields.HEADER] = ", ".join(ignored)
     return headers
 
 
@@ -75,7 +78,7 @@ def error_response(request: Request, err: GatewayError) -> Response:
         param=err.param,
         message=err.message,
     )
-    if request.url.path == messages_errors.PATH:
+    if request.url.path.startswith(messages_errors.PATH):  # and /v1/messages/count_tokens
         body: object = messages_errors.envelope(err, request_id(request))
     else:
         body = err.envelope()

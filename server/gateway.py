@@ -14,6 +14,7 @@ from core.registry import Registry
 from server.admission import Admission
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
+from server.reasoning_seal import Seal
 from server.settings import Settings
 
 
@@ -30,6 +31,9 @@ class Gateway:
     # Decode speed per row measured on this server's calls: what a deadline leaves the
     # answer (core.allowance).
     speed: DecodeSpeed = field(default_factory=DecodeSpeed)
+    # Seals the reasoning clients carry across turns (server.reasoning_seal); None: the
+    # server was built without one (scripted tests that never give reasoning back).
+    seal: Seal | None = None
 
 
 def gateway(conn: HTTPConnection) -> Gateway:

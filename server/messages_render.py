@@ -32,6 +32,7 @@ from core.errors import GatewayError
 from server import messages_errors, sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, answer_of, of_result
 from server.protocol import ChatCompletionRequest
+from server.reasoning_seal import Seal
 from server.render import Body, Envelope, choice_info
 from strategies.tool_calls import CallForm, ToolCall
 
@@ -42,11 +43,16 @@ class MessagesCall:
 
     chat: ChatCompletionRequest
     renames: Mapping[str, str]  # chat field -> this route's, for errors found later
+    ignored: tuple[str, ...] = ()  # the platform fields set that change nothing here
+    seal: Seal | None = None  # signs thinking blocks (None: an empty signature)
+    omit_thinking: bool = False  # thinking.display omitted: blocks without their text
     id_prefix: str = "msg_"
 
     def body(self, env: Envelope, final: Result) -> Body:
         content = [
-            _tool_use(b.call, _use_id()) if b.call is not None else _block(b.kind, b.text, b.choice)
+            _tool_use(b.call, _use_id())
+            if b.call is not None
+            else _block(b.kind, b.text, b.choice, self)
             for b in of_result(final, env.tools)
         ]
         reason, sequence = stop_reason(final, env.tools)
@@ -63,7 +69,11 @@ class MessagesCall:
         }
 
     def encoder(self, env: Envelope, prompt_tokens: int) -> MessagesEncoder:
-        return MessagesEncoder(env, prompt_tokens)
+        return MessagesEncoder(env, prompt_tokens, self)
+
+    def signature(self, thinking: str) -> str:
+        """A thinking block's signature: its thinking, sealed (server.reasoning_seal)."""
+        return "" if self.seal is None else self.seal.seal(thinking, "messages.thinking")
 
 
 def usage_body(usage: Usage) -> Body:
@@ -88,10 +98,16 @@ def stop_reason(final: Result, form: CallForm | None = None) -> tuple[str, str |
     return "end_turn", None
 
 
-def _block(kind: BlockKind, text: str, choice: Choice | None = None) -> Body:
-    """A content block; an answer's carries its choice's ``thinkgate`` details."""
+def _block(
+    kind: BlockKind, text: str, choice: Choice | None = None, call: MessagesCall | None = None
+) -> Body:
+    """A content block; an answer's carries its choice's ``thinkgate`` details; a whole
+    thinking block its signature (and no text when the request omits it)."""
     if kind == "thinking":
-        return {"type": "thinking", "thinking": text, "signature": ""}
+        if call is None:  # a stream's block start: the text and signature follow
+            return {"type": "thinking", "thinking": "", "signature": ""}
+        shown = "" if call.omit_thinking else text
+        return {"type": "thinking", "thinking": shown, "signature": call.signature(text)}
     block: Body = {"type": "text", "text": text}
     if choice is not None:
         block["thinkgate"] = choice_info(choice)
@@ -116,8 +132,9 @@ def _tool_use(call: ToolCall, use_id: str, *, done: bool = True) -> Body:
 class MessagesEncoder:
     """Strategy events -> Anthropic stream events (``streaming.Encoder``)."""
 
-    def __init__(self, env: Envelope, prompt_tokens: int) -> None:
+    def __init__(self, env: Envelope, prompt_tokens: int, call: MessagesCall) -> None:
         self._env = env
+        self._call = call
         self._prompt_tokens = prompt_tokens
         self._started = False
         self._blocks = Blocks(env.tools)
@@ -171,12 +188,18 @@ class MessagesEncoder:
             if b.kind == "call":
                 delta: Body = {"type": "input_json_delta", "partial_json": b.text}
             elif b.kind == "thinking":
+                if self._call.omit_thinking:
+                    return b""  # billed, not shown: the signature carries it
                 delta = {"type": "thinking_delta", "thinking": b.text}
             else:
                 delta = {"type": "text_delta", "text": b.text}
             body = {"type": "content_block_delta", "index": b.position, "delta": delta}
             return sse.event("content_block_delta", body)
         stop: Body = {"type": "content_block_stop", "index": b.position}
+        if b.kind == "thinking":  # Anthropic's signature_delta, just before the stop
+            delta = {"type": "signature_delta", "signature": self._call.signature(b.text)}
+            signed = {"type": "content_block_delta", "index": b.position, "delta": delta}
+            return sse.event("content_block_delta", signed) + sse.event("content_block_stop", stop)
         if b.kind == "answer" and b.choice is not None:
             stop["thinkgate"] = choice_info(b.choice)
         return sse.event("content_block_stop", stop)

@@ -29,9 +29,11 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 
 from core.errors import InvalidRequest
+from server import sdk_fields
 from server.chat_translation import to_chat
 from server.messages_render import MessagesCall
-from server.protocol import BUDGET_SCHEMA, PositiveInt, TopP, validate, validate_json
+from server.protocol import BUDGET_SCHEMA, PositiveInt, TopP, set_fields, validate, validate_json
+from server.reasoning_seal import Seal
 
 ROUTE: Final = "/v1/messages"
 
@@ -50,7 +52,21 @@ class TextBlock(_Strict):
 class ThinkingBlock(_Strict):
     type: Literal["thinking"]
     thinking: str
+    # This server's seal of the thinking (server.reasoning_seal): opened, it is the
+    # thinking (a block shown with display omitted carries no text of its own).
     signature: str | None = None
+
+    def text(self, seal: Seal | None, *, where: str) -> str:
+        if not self.signature or seal is None:
+            return self.thinking  # unsigned (an older client's, a hand-written turn)
+        sealed = seal.open(self.signature, "messages.thinking", param=f"{where}.signature")
+        if self.thinking and self.thinking != sealed:
+            raise InvalidRequest(
+                f"{where}.thinking: the thinking differs from what its signature seals "
+                "(give the block back as this server returned it)",
+                param=f"{where}.thinking",
+            )
+        return sealed
 
 
 class ToolUseBlock(_Strict):
@@ -61,6 +77,10 @@ class ToolUseBlock(_Strict):
     name: str
     input: dict[str, JsonValue]
     cache_control: JsonValue = None
+    # Who called it and from which tool set (programmatic calling, tool search): the
+    # call is the call either way.
+    caller: JsonValue = None
+    toolset_name: str | None = None
 
     def as_chat(self) -> dict[str, object]:
         arguments = json.dumps(self.input, ensure_ascii=False)
@@ -79,6 +99,7 @@ class ToolResultBlock(_Strict):
     content: str | list[TextBlock] = ""
     is_error: bool | None = None  # the model reads the text either way
     cache_control: JsonValue = None
+    toolset_name: str | None = None
 
     def as_chat(self) -> dict[str, object]:
         c = self.content
@@ -94,6 +115,14 @@ class Tool(_Strict):
     description: str | None = None
     input_schema: dict[str, JsonValue]
     cache_control: JsonValue = None
+    # Accepted: how Anthropic's platform offers and streams the tool (loaded on demand by
+    # tool search, callers, input streaming, examples); the model here sees the tool
+    # either way. strict: the grammar holds a call to its schema whatever it says.
+    defer_loading: bool | None = None
+    strict: bool | None = None
+    allowed_callers: list[JsonValue] | None = None
+    eager_input_streaming: bool | None = None
+    input_examples: list[JsonValue] | None = None
 
     def as_chat(self) -> dict[str, object]:
         spec: dict[str, object] = {"name": self.name, "parameters": self.input_schema}
@@ -136,17 +165,84 @@ Block = Annotated[dict[str, JsonValue], WithJsonSchema(_BLOCK_SCHEMA)]
 
 
 class Message(_Strict):
-    role: Literal["user", "assistant"]
+    # A system turn inside the conversation (the 2026 API): a system message there.
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
+
+
+Display = Literal["summarized", "omitted"]
 
 
 class ThinkingEnabled(_Strict):
     type: Literal["enabled"]
     budget_tokens: Annotated[int, Field(ge=0)]
+    # omitted: thinking blocks carry no text (the thinking is billed, and sealed in the
+    # signature); summarized: the whole thinking (there is no summariser).
+    display: Display | None = None
+
+
+class ThinkingAdaptive(_Strict):
+    """The server plans the thinking: ``output_config.effort`` (an auto plan) or the
+    strategy's own."""
+
+    type: Literal["adaptive"]
+    display: Display | None = None
 
 
 class ThinkingOff(_Strict):
-    type: Literal["disabled", "adaptive"]
+    type: Literal["disabled"]
+
+
+class OutputFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: Annotated[dict[str, JsonValue], Field(alias="schema")]
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class OutputConfig(_Strict):
+    """Anthropic's effort knob (the effort table, alone an auto plan) and structured
+    output (an answer held to the schema by the grammar)."""
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: OutputFormat | None = None
+
+
+class KeepTurns(_Strict):
+    type: Literal["thinking_turns"]
+    value: Annotated[int, Field(ge=0)]
+
+
+class ClearThinking(_Strict):
+    """``context_management``'s thinking-clearing edit: earlier assistant turns lose
+    their thinking, the last ``keep`` keep it (default 1; ``all``: nothing cleared)."""
+
+    type: Literal["clear_thinking_20251015"]
+    keep: KeepTurns | Literal["all"] | None = None
+
+    def kept(self) -> int | None:
+        if self.keep == "all":
+            return None
+        return 1 if self.keep is None else self.keep.value
+
+
+class ContextManagement(_Strict):
+    edits: list[dict[str, JsonValue]] = []
+
+    def clear_thinking(self) -> ClearThinking | None:
+        found: ClearThinking | None = None
+        for i, edit in enumerate(self.edits):
+            kind = edit.get("type")
+            where = f"context_management.edits.{i}"
+            if kind == "clear_thinking_20251015":
+                found = validate(ClearThinking, edit, prefix=where)
+            else:
+                raise InvalidRequest(
+                    f"{where}: {kind!r} is not applied by thinkgate (clear_thinking_20251015 "
+                    "is; tool-use clearing and compaction are the client's here)",
+                    param=f"{where}.type",
+                )
+        return found
 
 
 class MessagesRequest(BaseModel):
@@ -161,21 +257,37 @@ class MessagesRequest(BaseModel):
     top_k: Annotated[int, Field(ge=0)] | None = None
     stop_sequences: Annotated[list[str], Field(max_length=16)] | None = None
     stream: bool = False
-    thinking: Annotated[ThinkingEnabled | ThinkingOff, Field(discriminator="type")] | None = None
+    thinking: (
+        Annotated[ThinkingEnabled | ThinkingAdaptive | ThinkingOff, Field(discriminator="type")]
+        | None
+    ) = None
+    output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
     # thinkgate and vLLM (as on chat)
     strategy: str | None = None
     budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
     seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
-    # Accepted and ignored.
+    # Accepted and ignored (server.sdk_fields).
     metadata: dict[str, JsonValue] | None = None
     service_tier: str | None = None
+    cache_control: JsonValue = None
+    speed: str | None = None
+    inference_geo: str | None = None
+    user_profile_id: str | None = None
+    workspace_id: str | None = None
+    diagnostics: JsonValue = None
+    compaction: JsonValue = None  # beta
+    fallbacks: JsonValue = None  # beta
+    fallback_credit_token: str | None = None  # beta
+    billing_policy: JsonValue = None  # beta
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     # Refused unless neutral.
     mcp_servers: list[JsonValue] | None = None
     container: JsonValue = None
+    thread: JsonValue = None  # beta
 
     def refuse_unsupported(self) -> None:
         refusals = (
@@ -188,6 +300,11 @@ class MessagesRequest(BaseModel):
                     f"{param}: server tools are not supported by thinkgate (client tools are)",
                     param=param,
                 )
+        if self.thread is not None:
+            raise InvalidRequest(
+                "thread: thinkgate keeps no threads; send the whole conversation in messages",
+                param="thread",
+            )
         if self.messages[-1].role == "assistant":
             raise InvalidRequest(
                 "messages: the last turn must be the user's (a prefilled assistant turn is "
@@ -207,7 +324,7 @@ class MessagesRequest(BaseModel):
                 param="thinking",
             )
 
-    def chat_messages(self) -> list[dict[str, object]]:
+    def chat_messages(self, seal: Seal | None = None) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         if self.system is not None:
             system = self.system
@@ -227,7 +344,8 @@ class MessagesRequest(BaseModel):
                     texts.append(validate(TextBlock, raw, prefix=where).text)
                 elif kind in ("thinking", "redacted_thinking") and msg.role == "assistant":
                     if kind == "thinking":
-                        thinking.append(validate(ThinkingBlock, raw, prefix=where).thinking)
+                        block = validate(ThinkingBlock, raw, prefix=where)
+                        thinking.append(block.text(seal, where=where))
                     else:
                         validate(RedactedThinking, raw, prefix=where)  # opaque: dropped
                 elif kind == "tool_use" and msg.role == "assistant":
@@ -239,7 +357,7 @@ class MessagesRequest(BaseModel):
                     raise InvalidRequest(
                         f"{where}: {kind!r} blocks are not supported in {msg.role} turns "
                         "(text; thinking and tool_use in assistant turns; tool_result in "
-                        "user turns)",
+                        "user turns; text in system turns)",
                         param=f"{where}.type",
                     )
             if msg.role == "user" and not texts and out and out[-1]["role"] == "tool":
@@ -250,6 +368,18 @@ class MessagesRequest(BaseModel):
             if calls:
                 chat["tool_calls"] = calls
             out.append(chat)
+        return self._cleared(out)
+
+    def _cleared(self, out: list[dict[str, object]]) -> list[dict[str, object]]:
+        """``out`` with the thinking-clearing edit applied: the thinking of all but the
+        last ``keep`` assistant turns dropped."""
+        edit = self.context_management.clear_thinking() if self.context_management else None
+        keep = edit.kept() if edit is not None else None
+        if keep is None:
+            return out
+        thought = [i for i, m in enumerate(out) if "reasoning_content" in m]
+        for i in thought[: max(0, len(thought) - keep)]:
+            out[i] = {k: v for k, v in out[i].items() if k != "reasoning_content"}
         return out
 
     def chat_tools(self) -> tuple[list[dict[str, object]] | None, object]:
@@ -260,20 +390,32 @@ class MessagesRequest(BaseModel):
 
     def thinking_budget(self) -> dict[str, JsonValue] | None:
         """The body budget, with ``thinking`` as its thinking field."""
-        if self.thinking is None or self.thinking.type == "adaptive":
+        if self.thinking is None or isinstance(self.thinking, ThinkingAdaptive):
             return self.budget
         tokens = self.thinking.budget_tokens if isinstance(self.thinking, ThinkingEnabled) else 0
         return {**(self.budget or {}), "thinking": tokens}
 
 
-def translate(raw: bytes) -> MessagesCall:
-    """A raw /v1/messages body as the chat request it means (400s name its fields)."""
+def translate(raw: bytes, seal: Seal | None = None) -> MessagesCall:
+    """A raw /v1/messages body as the chat request it means (400s name its fields);
+    ``seal`` signs thinking blocks and opens the signatures given back."""
     body = validate_json(MessagesRequest, raw)
     body.refuse_unsupported()
     tools, tool_choice = body.chat_tools()
+    out = body.output_config
+    fmt = out.format if out is not None else None
     fields: dict[str, object] = {
         "model": body.model,
-        "messages": body.chat_messages(),
+        "messages": body.chat_messages(seal),
+        "reasoning_effort": out.effort if out is not None else None,
+        "response_format": (
+            None
+            if fmt is None
+            else {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": fmt.json_schema},
+            }
+        ),
         "max_tokens": body.max_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
@@ -293,9 +435,20 @@ def translate(raw: bytes) -> MessagesCall:
             else None
         ),
     }
-    renames = {"stop": "stop_sequences"}
+    renames = {
+        "stop": "stop_sequences",
+        "reasoning_effort": "output_config.effort",
+        "response_format": "output_config.format",
+    }
     if isinstance(body.thinking, ThinkingEnabled):
         renames["budget.thinking"] = "thinking.budget_tokens"
     elif body.thinking is not None and body.thinking.type == "disabled":
         renames["budget.thinking"] = "thinking"
-    return MessagesCall(chat=to_chat(ROUTE, fields, body.model_extra or {}), renames=renames)
+    display = getattr(body.thinking, "display", None)
+    return MessagesCall(
+        chat=to_chat(ROUTE, fields, body.model_extra or {}),
+        renames=renames,
+        ignored=sdk_fields.ignored(sdk_fields.MESSAGES, set_fields(body)),
+        seal=seal,
+        omit_thinking=display == "omitted",
+    )

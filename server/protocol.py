@@ -179,9 +179,16 @@ def _arguments(call: ToolCallIn) -> object:
     return value
 
 
+def set_fields(body: BaseModel) -> set[str]:
+    """The declared fields a request set to something (not null)."""
+    return {k for k in body.model_fields_set if getattr(body, k, None) is not None}
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    # OpenAI pads its chunks against length side channels; nothing here to pad.
+    include_obfuscation: bool | None = None
     # vLLM's extension (GuideLLM sends it on every streamed request): with include_usage,
     # every chunk carries the usage so far, as vLLM's server does (server/streaming.py).
     continuous_usage_stats: bool = False
@@ -217,6 +224,11 @@ class _Common(BaseModel):
     service_tier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
     prompt_cache_key: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
     safety_identifier: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
+    # vLLM's prefix cache keeps every prompt it can; a retention or a mode asks nothing more.
+    prompt_cache_retention: Annotated[str | None, Field(description=_IGNORED_DOC)] = None
+    prompt_cache_options: Annotated[
+        dict[str, JsonValue] | None, Field(description=_IGNORED_DOC)
+    ] = None
     # vLLM's extensions, as vLLM's own server takes them (its clients send them).
     ignore_eos: bool = False  # sample up to max_tokens regardless of EOS
     top_k: Annotated[int, Field(ge=-1, description="vLLM: 0 or -1 keeps every token")] = 0
@@ -367,6 +379,15 @@ class ChatCompletionRequest(_Common):
     # Tools the chat template offers the model; its calls come back as tool_calls.
     tools: Annotated[list[ToolDef], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    # Accepted and ignored: how long OpenAI's models write (the model here is not asked to
+    # be briefer; Responses' text.verbosity the same) and a predicted output (a latency
+    # hint: the answer is the same without it).
+    verbosity: Annotated[
+        Literal["low", "medium", "high"] | None, Field(description=_IGNORED_DOC)
+    ] = None
+    prediction: Annotated[dict[str, JsonValue] | None, Field(description=_IGNORED_DOC)] = None
+    # Text out, always: ["text"] is what happens; audio is refused (no audio model).
+    modalities: list[Literal["text"]] | None = None
 
     def offered_tools(self) -> list[dict[str, object]] | None:
         """The tools as the chat template reads them (None: none offered, or

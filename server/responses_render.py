@@ -33,6 +33,7 @@ from core.errors import GatewayError
 from server import sse
 from server.blocks import BlockKind, Blocks, Closed, Opened, Text, of_result
 from server.protocol import ChatCompletionRequest
+from server.reasoning_seal import Seal
 from server.render import Body, Envelope, call_id, choice_info
 from strategies.tool_calls import ToolCall
 
@@ -60,19 +61,25 @@ class ResponsesCall:
     chat: ChatCompletionRequest
     echo: Echo
     renames: Mapping[str, str]  # chat field -> this route's, for errors found later
+    ignored: tuple[str, ...] = ()  # the platform fields set that change nothing here
+    # Seals each reasoning item's text into its encrypted_content (the request's include
+    # asked for it); None: encrypted_content is null.
+    seal: Seal | None = None
     id_prefix: str = "resp_"
 
     def body(self, env: Envelope, final: Result) -> Body:
         items = [
             _call_item(env, b.position, b.call, call_id(), done=True)
             if b.call is not None
-            else _item(env, b.kind, b.position, text=b.text, choice=b.choice, done=True)
+            else _item(
+                env, b.kind, b.position, text=b.text, choice=b.choice, done=True, seal=self.seal
+            )
             for b in of_result(final, env.tools)
         ]
         return _response(env, self.echo, final=final, output=items)
 
     def encoder(self, env: Envelope, prompt_tokens: int) -> ResponsesEncoder:
-        return ResponsesEncoder(env, self.echo)
+        return ResponsesEncoder(env, self.echo, self.seal)
 
 
 def usage_body(usage: Usage) -> Body:
@@ -155,8 +162,10 @@ def _item(
     text: str = "",
     choice: Choice | None = None,
     done: bool,
+    seal: Seal | None = None,
 ) -> Body:
-    """A reasoning or message item; in progress (empty) unless ``done``."""
+    """A reasoning or message item; in progress (empty) unless ``done``; a done
+    reasoning item's text sealed into ``encrypted_content`` with ``seal``."""
     item_id = _item_id(env, kind, position)
     status = "in_progress"
     if done:
@@ -169,7 +178,9 @@ def _item(
             "type": "reasoning",
             "summary": [],
             "content": content,
-            "encrypted_content": None,
+            "encrypted_content": (
+                seal.seal(text, "responses.reasoning") if seal is not None and done else None
+            ),
             "status": status,
         }
     item: Body = {
@@ -187,9 +198,10 @@ def _item(
 class ResponsesEncoder:
     """Strategy events -> Responses stream events (``streaming.Encoder``)."""
 
-    def __init__(self, env: Envelope, echo: Echo) -> None:
+    def __init__(self, env: Envelope, echo: Echo, seal: Seal | None = None) -> None:
         self._env = env
         self._echo = echo
+        self._seal = seal
         self._seq = 0
         self._blocks = Blocks(env.tools)
         self._done: list[Body] = []  # finished items, in order
@@ -236,7 +248,9 @@ class ResponsesEncoder:
             if b.kind == "thinking":
                 return self._event("response.reasoning_text.delta", **at, delta=b.text)
             return self._event("response.output_text.delta", **at, delta=b.text, logprobs=[])
-        item = _item(self._env, b.kind, b.position, text=b.text, choice=b.choice, done=True)
+        item = _item(
+            self._env, b.kind, b.position, text=b.text, choice=b.choice, done=True, seal=self._seal
+        )
         self._done.append(item)
         if b.kind == "thinking":
             text_done = self._event("response.reasoning_text.done", **at, text=b.text)

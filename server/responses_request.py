@@ -28,8 +28,18 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 
 from core.errors import InvalidRequest
+from server import sdk_fields
 from server.chat_translation import to_chat
-from server.protocol import BUDGET_SCHEMA, PositiveInt, Temperature, TopP, validate, validate_json
+from server.protocol import (
+    BUDGET_SCHEMA,
+    PositiveInt,
+    Temperature,
+    TopP,
+    set_fields,
+    validate,
+    validate_json,
+)
+from server.reasoning_seal import Seal
 from server.responses_render import Echo, ResponsesCall
 from server.settings import Effort
 
@@ -41,6 +51,7 @@ RENAMES: Final = {
     "messages": "input",
     "response_format": "text.format",
 }
+ENCRYPTED: Final = "reasoning.encrypted_content"
 _STATELESS: Final = "thinkgate is stateless: send the whole conversation in input"
 
 
@@ -111,10 +122,63 @@ class FunctionTool(_Strict):
     description: str | None = None
     parameters: dict[str, JsonValue] | None = None
     strict: bool | None = None
+    # Accepted: how OpenAI's platform schedules and offers the call (deferred loading,
+    # asynchronous calls, who may call it, its output's schema); the model here sees
+    # the function either way.
+    defer_loading: bool | None = None
+    allowed_callers: list[JsonValue] | None = None
+    output_schema: dict[str, JsonValue] | None = None
+    async_: Annotated[bool | None, Field(alias="async")] = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     def as_chat(self) -> dict[str, object]:
-        spec = self.model_dump(exclude={"type"}, exclude_none=True)
+        spec = self.model_dump(
+            include={"name", "description", "parameters", "strict"}, exclude_none=True
+        )
         return {"type": "function", "function": spec}
+
+    def echo(self) -> dict[str, object]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class NamespaceTool(_Strict):
+    """A group of functions (coding harnesses send their tools so): its functions are
+    functions, named as in the group."""
+
+    type: Literal["namespace"]
+    name: str
+    description: str | None = None
+    tools: list[FunctionTool]
+
+
+_TOOL_SCHEMA: Final[dict[str, JsonValue]] = {
+    "type": "object",
+    "description": (
+        "A function tool {type: function, name, parameters}, a namespace group of them "
+        "{type: namespace, name, tools}, or a hosted tool (left out: thinkgate runs none)."
+    ),
+    "properties": {"type": {"type": "string"}},
+    "required": ["type"],
+}
+
+
+def functions_of(raw: list[dict[str, JsonValue]] | None) -> tuple[list[FunctionTool], list[str]]:
+    """(the function tools, flattened out of namespace groups; the hosted tools' types,
+    which are left out)."""
+    functions: list[FunctionTool] = []
+    hosted: list[str] = []
+    for i, tool in enumerate(raw or ()):
+        kind = tool.get("type")
+        if kind == "function":
+            functions.append(validate(FunctionTool, tool, prefix=f"tools.{i}"))
+        elif kind == "namespace":
+            functions += validate(NamespaceTool, tool, prefix=f"tools.{i}").tools
+        elif isinstance(kind, str) and kind:
+            hosted.append(kind)
+        else:
+            raise InvalidRequest(f"tools.{i}: a tool needs its type", param=f"tools.{i}.type")
+    return functions, hosted
 
 
 class NamedFunctionChoice(_Strict):
@@ -135,10 +199,16 @@ class ReasoningInput(_Strict):
     id: str | None = None
     summary: list[ReasoningText] = []
     content: list[ReasoningText] | None = None
-    encrypted_content: None = None  # nothing here encrypts, so nothing decrypts
+    # The reasoning as this server sealed it (include reasoning.encrypted_content):
+    # opened, it is the text (server.reasoning_seal).
+    encrypted_content: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
-    def text(self) -> str:
+    def text(self, seal: Seal | None, *, param: str) -> str:
+        if self.encrypted_content is not None:
+            if seal is None:
+                raise InvalidRequest(f"{param}: this server seals no reasoning", param=param)
+            return seal.open(self.encrypted_content, "responses.reasoning", param=param)
         parts = self.content if self.content is not None else self.summary
         return "".join(p.text for p in parts)
 
@@ -162,6 +232,11 @@ class Reasoning(_Strict):
     effort: Effort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None  # no summaries: ignored
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    # Which turns' reasoning the model sees, and OpenAI's "pro" mode: the reasoning a
+    # request gives back is what the model sees here (its chat template decides), and
+    # one mode: both accepted, neither changes anything.
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    mode: str | None = None
 
 
 class TextFormat(_Strict):
@@ -236,8 +311,26 @@ class ResponsesRequest(BaseModel):
     truncation: Literal["auto", "disabled"] | None = None
     parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = None  # one turn makes the calls of one answer
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunctionChoice | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, JsonValue] | None = None
+    context_management: list[JsonValue] | None = None  # no server-side compaction
+    image: dict[str, JsonValue] | None = None
+    access_programs: dict[str, JsonValue] | None = None
+    # Function tools and namespace groups of them; hosted tools (web search, file search,
+    # ...) thinkgate cannot run are left out of the prompt and listed in the
+    # X-Thinkgate-Ignored header (``tools.<type>``).
+    tools: (
+        Annotated[
+            list[Annotated[dict[str, JsonValue], WithJsonSchema(_TOOL_SCHEMA)]],
+            Field(max_length=128),
+        ]
+        | None
+    ) = None
+    # A hosted tool's choice (``{"type": "web_search"}``) is a 400: it would force a tool
+    # thinkgate cannot run.
+    tool_choice: (
+        Literal["none", "auto", "required"] | NamedFunctionChoice | dict[str, JsonValue] | None
+    ) = None
     # Refused unless neutral (what a stateless server cannot do).
     store: bool | None = None
     background: bool | None = None
@@ -253,7 +346,11 @@ class ResponsesRequest(BaseModel):
             ("conversation", self.conversation is not None, _STATELESS),
             ("store", self.store is True, "thinkgate stores nothing; send store false or omit it"),
             ("background", self.background is True, "background mode needs stored responses"),
-            ("include", bool(self.include), "include has nothing to add here"),
+            (
+                "include",
+                "message.output_text.logprobs" in (self.include or ()),
+                "logprobs are not returned on this route (chat completions returns them)",
+            ),
             ("prompt", self.prompt is not None, "stored prompt templates need stored state"),
             ("top_logprobs", bool(self.top_logprobs), "logprobs are not supported by thinkgate"),
         )
@@ -261,8 +358,9 @@ class ResponsesRequest(BaseModel):
             if refused:
                 raise InvalidRequest(f"{param}: {why}", param=param)
 
-    def messages(self) -> list[dict[str, object]]:
-        """The conversation as chat messages (instructions first)."""
+    def messages(self, seal: Seal | None = None) -> list[dict[str, object]]:
+        """The conversation as chat messages (instructions first); sealed reasoning is
+        opened with ``seal``."""
         out: list[dict[str, object]] = []
         if self.instructions is not None:
             out.append({"role": "system", "content": self.instructions})
@@ -275,7 +373,8 @@ class ResponsesRequest(BaseModel):
             where = f"input.{i}"
             if kind == "reasoning":
                 item = validate(ReasoningInput, raw, prefix=where)
-                thinking = (thinking or "") + item.text()
+                text = item.text(seal, param=f"{where}.encrypted_content")
+                thinking = (thinking or "") + text
                 continue
             if kind == "function_call":
                 call = validate(FunctionCallInput, raw, prefix=where).as_chat()
@@ -312,15 +411,23 @@ class ResponsesRequest(BaseModel):
 
     def chat_tools(self) -> tuple[list[dict[str, object]] | None, object]:
         """(chat's ``tools``, chat's ``tool_choice``)."""
-        tools = [t.as_chat() for t in self.tools] if self.tools else None
+        functions, _ = functions_of(self.tools)
+        tools = [t.as_chat() for t in functions] if functions else None
         choice = self.tool_choice
+        if isinstance(choice, dict):
+            raise InvalidRequest(
+                f"tool_choice: {choice.get('type')!r} forces a hosted tool, which thinkgate "
+                "cannot run (function tools and none/auto/required are chosen)",
+                param="tool_choice",
+            )
         if isinstance(choice, NamedFunctionChoice):
             return tools, {"type": "function", "function": {"name": choice.name}}
         return tools, choice
 
 
-def translate(raw: bytes) -> ResponsesCall:
-    """A raw /v1/responses body as the chat request it means (400s name its fields)."""
+def translate(raw: bytes, seal: Seal | None = None) -> ResponsesCall:
+    """A raw /v1/responses body as the chat request it means (400s name its fields);
+    ``seal`` opens the reasoning a client gives back and seals what it asks to carry."""
     body = validate_json(ResponsesRequest, raw)
     body.refuse_stateful()
     effort = body.reasoning.effort if body.reasoning else None
@@ -328,7 +435,7 @@ def translate(raw: bytes) -> ResponsesCall:
     tools, tool_choice = body.chat_tools()
     fields: dict[str, object] = {
         "model": body.model,
-        "messages": body.messages(),
+        "messages": body.messages(seal),
         "max_completion_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
@@ -354,12 +461,18 @@ def translate(raw: bytes) -> ResponsesCall:
         effort=effort,
         metadata=dict(body.metadata or {}),
         text_format=fmt.echo() if fmt is not None else {"type": "text"},
-        tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+        tools=[dict(t) for t in body.tools or []],
         tool_choice=_echo_choice(body),
         # OpenAI's default: parallel calls allowed.
         parallel_tool_calls=body.parallel_tool_calls is not False,
     )
-    return ResponsesCall(chat=chat, echo=echo, renames=RENAMES)
+    _, hosted = functions_of(body.tools)
+    ignored = sdk_fields.ignored(sdk_fields.RESPONSES, set_fields(body))
+    ignored += tuple(f"tools.{kind}" for kind in sorted(set(hosted)))
+    include = set(body.include or ())
+    ignored += tuple(f"include.{x}" for x in sorted(include - {ENCRYPTED}))
+    sealing = seal if ENCRYPTED in include else None
+    return ResponsesCall(chat=chat, echo=echo, renames=RENAMES, ignored=ignored, seal=sealing)
 
 
 def _echo_choice(body: ResponsesRequest) -> object:

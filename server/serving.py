@@ -46,7 +46,7 @@ from core.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
-from server import budgets, chat_translation, effort
+from server import budgets, chat_translation, effort, sdk_fields
 from server.admission import Slot
 from server.answer_fields import format_asked, logprobs_asked, tools_asked
 from server.auth import authorize
@@ -58,6 +58,7 @@ from server.protocol import (
     CompletionRequest,
     OpenAIBody,
     parse_body,
+    set_fields,
 )
 from server.render import Body, Envelope, Kind, response_body
 from server.request_engine import RequestEngine, Tally, with_tally
@@ -93,6 +94,11 @@ class Translation(Protocol):
     @property
     def renames(self) -> Mapping[str, str]:
         """Chat field -> this API's field, for the errors the pipeline finds."""
+        ...
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """The platform fields the request set that change nothing (``server.sdk_fields``)."""
         ...
 
     def body(self, env: Envelope, final: Result) -> Body:
@@ -170,6 +176,7 @@ async def serve_translated(request: Request, translate: Callable[[bytes], Transl
 
     def parse(raw: bytes) -> ChatCompletionRequest:
         translations.append(translate(raw))
+        request.state.ignored = translations[0].ignored
         return translations[0].chat
 
     try:
@@ -207,11 +214,14 @@ async def admit(
     gw.admission.check_room()
     body: OpenAIBody
     if parse is not None:
-        body = parse(raw)
-    elif kind == "chat":
-        body = parse_body(ChatCompletionRequest, raw)
+        body = parse(raw)  # a translation notes its own route's ignored fields
     else:
-        body = parse_body(CompletionRequest, raw)
+        if kind == "chat":
+            body = parse_body(ChatCompletionRequest, raw)
+        else:
+            body = parse_body(CompletionRequest, raw)
+        table = sdk_fields.CHAT if kind == "chat" else sdk_fields.COMPLETIONS
+        request.state.ignored = sdk_fields.ignored(table, set_fields(body))
     if body.model != gw.engine.model_name:
         raise NotFound(
             f"model {body.model!r} is not served here; this server serves {gw.engine.model_name!r}",
@@ -514,6 +524,22 @@ def _prompts(gw: Gateway, body: ChatCompletionRequest | CompletionRequest) -> li
     if len(prompts) == 1:
         return [_prompt_ids(gw, prompts[0], "prompt")]
     return [_prompt_ids(gw, p, f"prompt.{i}") for i, p in enumerate(prompts)]
+
+
+def chat_prompt_ids(gw: Gateway, body: ChatCompletionRequest) -> list[int]:
+    """The prompt a chat request renders to (the chat template, its tools offered), not
+    held to the context: what the token-count routes count."""
+    tokens = gw.engine.tokens
+    messages = [m.for_template() for m in body.messages]
+    offered = body.offered_tools()
+    try:
+        return list(
+            tokens.render_chat(messages, offered) if offered else tokens.render_chat(messages)
+        )
+    except Exception as exc:  # a template that refuses the conversation (jinja raise)
+        raise InvalidRequest(
+            f"the chat template refused the messages: {exc}", param="messages"
+        ) from exc
 
 
 def _prompt_ids(

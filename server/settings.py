@@ -19,8 +19,8 @@ from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_
 from engines.settings import ExecutorChoice, LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 
-Effort = Literal["none", "minimal", "low", "medium", "high"]
-EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high")
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 StrList = Annotated[tuple[str, ...], NoDecode]
 
@@ -183,6 +183,10 @@ class Settings(BaseSettings):
     """Thinking budget of effort ``medium``, as a share of the model's context."""
     effort_high: float = Field(default=0.625, ge=0.0, le=1.0)
     """Thinking budget of effort ``high``, as a share of the model's context."""
+    effort_xhigh: float = Field(default=0.75, ge=0.0, le=1.0)
+    """Thinking budget of effort ``xhigh``, as a share of the model's context."""
+    effort_max: float = Field(default=0.875, ge=0.0, le=1.0)
+    """Thinking budget of effort ``max``, as a share of the model's context."""
     answer_reserve: int = Field(default=16, ge=0)
     """Tokens a thinking budget leaves for the answer under a request's output limit
     (``max_tokens``, ``max_output_tokens``): a larger thinking budget is lowered to fit,
@@ -275,6 +279,10 @@ class Settings(BaseSettings):
     """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``
     there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
     ``~/.local/state/thinkgate``."""
+    reasoning_key: str | None = Field(default=None, repr=False)
+    """Secret that seals the reasoning clients carry across turns (Responses'
+    ``encrypted_content``, Anthropic's thinking ``signature``): every replica of a fleet
+    sets the same; None: a random key kept in ``reasoning.key`` in the state directory."""
     batch_lease_s: float = Field(default=30.0, gt=0)
     """PETS batch jobs: the lease a gateway holds on a job it runs (renewed every third of
     it). A killed gateway's jobs are resumed once it expires; a graceful stop hands them

@@ -5,13 +5,23 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from server.pets_batches import routes as batches
-from server.routes import chat, completions, health, messages, metrics, models, responses
+from server.routes import (
+    chat,
+    completions,
+    health,
+    messages,
+    metrics,
+    models,
+    responses,
+    token_counts,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,
     completions.router,
     responses.router,
     messages.router,
+    token_counts.router,
     models.router,
     health.router,
     metrics.router,

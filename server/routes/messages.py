@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
 from server import openapi
+from server.gateway import gateway
 from server.messages_request import MessagesRequest, translate
 from server.serving import serve_translated
 
@@ -25,4 +28,5 @@ router = APIRouter()
     ),
 )
 async def messages(request: Request) -> Response:
-    return await serve_translated(request, translate)
+    seal = gateway(request).seal
+    return await serve_translated(request, partial(translate, seal=seal))

@@ -1,30 +1,63 @@
-"""GET /v1/models: the one model this server serves."""
+"""GET /v1/models and GET /v1/models/{id}: the one model this server serves, in a shape
+both SDKs read (OpenAI's ``id``, ``object``, ``created``, ``owned_by``; Anthropic's
+``type``, ``display_name``, ``created_at`` and the list's ``has_more``, ``first_id``,
+``last_id``)."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.errors import NotFound
 from server.auth import authorize
 from server.errors import response_headers
-from server.gateway import gateway
+from server.gateway import Gateway, gateway
 
 router = APIRouter()
+
+
+def _model(gw: Gateway) -> dict[str, object]:
+    created = datetime.fromtimestamp(gw.started_at, tz=UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "id": gw.engine.model_name,
+        "object": "model",
+        "created": gw.started_at,
+        "owned_by": "thinkgate",
+        "type": "model",
+        "display_name": gw.engine.model_name,
+        "created_at": created,
+        "max_model_len": gw.engine.max_model_len,
+        "max_input_tokens": gw.engine.max_model_len,
+        "strategies": gw.registry.names(),
+    }
+
+
+def _json(request: Request, body: object) -> Response:
+    return Response(
+        orjson.dumps(body), media_type="application/json", headers=response_headers(request)
+    )
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     gw = gateway(request)
     authorize(request, gw.settings)
-    model = {
-        "id": gw.engine.model_name,
-        "object": "model",
-        "created": gw.started_at,
-        "owned_by": "thinkgate",
-        "max_model_len": gw.engine.max_model_len,
-        "strategies": gw.registry.names(),
-    }
-    body = orjson.dumps({"object": "list", "data": [model]})
-    return Response(body, media_type="application/json", headers=response_headers(request))
+    model = _model(gw)
+    page = {"object": "list", "data": [model], "has_more": False}
+    return _json(request, {**page, "first_id": model["id"], "last_id": model["id"]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(request: Request, model_id: str) -> Response:
+    gw = gateway(request)
+    authorize(request, gw.settings)
+    if model_id != gw.engine.model_name:
+        raise NotFound(
+            f"model {model_id!r} is not served here; this server serves {gw.engine.model_name!r}",
+            param="model",
+        )
+    return _json(request, _model(gw))

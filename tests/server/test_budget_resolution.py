@@ -51,6 +51,8 @@ def test_header_names_are_case_insensitive(settings: Settings) -> None:
         ("low", "effort_low"),
         ("medium", "effort_medium"),
         ("high", "effort_high"),
+        ("xhigh", "effort_xhigh"),
+        ("max", "effort_max"),
     ],
 )
 def test_effort_is_its_configured_share_of_the_models_context(effort: str, setting: str) -> None:
@@ -71,8 +73,15 @@ def test_effort_table_defaults_and_cap() -> None:
         "low": 48,
         "medium": 128,
         "high": 320,
+        "xhigh": 384,
+        "max": 448,
     }
     assert table(Settings(), 32768)["medium"] == 8192
+    from server.effort import EFFORT_SAMPLES, ceiling
+
+    # The 2026 levels spend more samples as well as more thinking (an auto plan).
+    assert [EFFORT_SAMPLES[e] for e in ("high", "xhigh", "max")] == [8, 12, 16]
+    assert ceiling(Settings(), "max", 448) == 16 * (448 + 16 + 2)
     capped = Settings(max_budget_tokens=1000)
     assert table(capped, 131072)["high"] == 1000  # never over the server's cap (no 400)
 

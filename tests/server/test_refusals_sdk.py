@@ -29,7 +29,8 @@ def _never(request: GenerateRequest) -> Any:
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"store": True}, "store"),
         ({"background": True}, "background"),
-        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        # A hosted tool is left out of the prompt (X-Thinkgate-Ignored); forced, a 400.
+        ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
         ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
         ({"extra_body": {"max_output_tokens": "many"}}, "max_output_tokens"),
     ],

@@ -167,7 +167,7 @@ async def test_responses_named_tool_choice_is_the_engines_grammar(
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
         ({"tools": [{**RESPONSES_TOOL, "name": "a b"}]}, "tools.0.name"),
         (
             {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "x"}},

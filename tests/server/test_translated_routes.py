@@ -186,11 +186,15 @@ async def test_messages_answer_and_stream_agree(
         body = {"model": app.model, "max_tokens": 64, "system": "Be brief.", "messages": MSG}
         plain = await app.client.post("/v1/messages", json=body)
         streamed = await app.client.post("/v1/messages", json={**body, "stream": True})
+        seal = app.asgi.state.gateway.seal
     assert plain.status_code == 200, plain.text
     m = plain.json()
     assert m["type"] == "message" and m["id"] == f"msg_{plain.headers['X-Request-Id']}"
     thinking, text = m["content"]
-    assert thinking == {"type": "thinking", "thinking": "3+4=7\n", "signature": ""}
+    signature = thinking.pop("signature")
+    assert thinking == {"type": "thinking", "thinking": "3+4=7\n"}
+    # The signature is this server's seal of the thinking (opened when it comes back).
+    assert seal.open(signature, "messages.thinking", param="s") == "3+4=7\n"
     assert text["type"] == "text" and text["text"] == "\\boxed{7}"
     assert text["thinkgate"] == {"index": 0, "finish_reason": "stop"}
     assert m["stop_reason"] == "end_turn" and m["stop_sequence"] is None
@@ -201,7 +205,7 @@ async def test_messages_answer_and_stream_agree(
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
     assert names[1:-2] == (
         ["content_block_start"]
-        + ["content_block_delta"] * 6
+        + ["content_block_delta"] * 7  # six thinking deltas, then its signature_delta
         + ["content_block_stop"]
         + ["content_block_start"]
         + ["content_block_delta"] * 9
@@ -211,6 +215,9 @@ async def test_messages_answer_and_stream_agree(
     for name, data in events:
         if name == "content_block_delta":
             delta = data["delta"]
+            if delta["type"] == "signature_delta":
+                assert seal.open(delta["signature"], "messages.thinking", param="s") == "3+4=7\n"
+                continue
             blocks[data["index"]] = blocks.get(data["index"], "") + delta.get(
                 "thinking", delta.get("text", "")
             )
@@ -243,8 +250,9 @@ RESPONSES_BAD = [
     ({"conversation": "conv_1"}, "conversation"),
     ({"store": True}, "store"),
     ({"background": True}, "background"),
-    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),  # hosted tools: none here
-    ({"include": ["reasoning.encrypted_content"]}, "include"),
+    # Hosted tools are left out of the prompt; forcing one is a 400.
+    ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
+    ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"text": {"format": {"type": "json_schema"}}}, "text.format"),  # no name
     ({"text": {"format": {"type": "json_object"}}, "strategy": "deepconf"}, "text.format"),

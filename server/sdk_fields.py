@@ -1,0 +1,191 @@
+"""Where every field the OpenAI and Anthropic SDKs send goes: honoured, accepted and
+ignored, or refused with a reason a user can act on.
+
+The platforms add request fields every month, and a client library sends what its
+platform takes. thinkgate's own namespace stays strict (a misspelt strategy option or
+budget field is a 400 naming it), but a platform's field is decided here, once: a field
+that changes nothing about the answer thinkgate gives (a storage, tracing or caching
+hint) is accepted and ignored, and the response's ``X-Thinkgate-Ignored`` header lists the
+ones a request set, so a client can see it; one whose meaning thinkgate cannot give
+(audio, hosted tools, moderation) is a 400 saying so. ``tests/server/test_sdk_fields.py``
+introspects the installed SDKs' ``create()`` signatures: a field a new SDK release adds
+fails the suite until it is decided here. docs/apis.md has the tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Decision = Literal["honoured", "ignored", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    decision: Decision
+    note: str = ""  # what it does here, or why it is refused
+
+
+def _h(note: str = "") -> Decided:
+    return Decided("honoured", note)
+
+
+def _i(note: str) -> Decided:
+    return Decided("ignored", note)
+
+
+def _r(note: str) -> Decided:
+    return Decided("refused", note)
+
+
+_PLATFORM = "a platform hint (storage, tracing, routing): nothing changes here"
+_CACHE = "vLLM's prefix cache keeps what it can: nothing more to ask"
+
+CHAT: Final[Mapping[str, Decided]] = {
+    "messages": _h(),
+    "model": _h("the served model (or a preset)"),
+    "audio": _r("no audio output: the served model writes text"),
+    "frequency_penalty": _h(),
+    "function_call": _r("the deprecated functions API: send tools and tool_choice"),
+    "functions": _r("the deprecated functions API: send tools and tool_choice"),
+    "logit_bias": _h(),
+    "logprobs": _h(),
+    "max_completion_tokens": _h(),
+    "max_tokens": _h(),
+    "metadata": _i(_PLATFORM),
+    "modalities": _h('["text"] only: no audio'),
+    "moderation": _r("thinkgate runs no moderation model; moderate before or after it"),
+    "n": _h(),
+    "parallel_tool_calls": _h(),
+    "prediction": _i("a latency hint: the answer is the same without it"),
+    "presence_penalty": _h(),
+    "prompt_cache_key": _i(_CACHE),
+    "prompt_cache_options": _i(_CACHE),
+    "prompt_cache_retention": _i(_CACHE),
+    "reasoning_effort": _h("a thinking budget, alone a whole auto plan"),
+    "response_format": _h(),
+    "safety_identifier": _i(_PLATFORM),
+    "seed": _h(),
+    "service_tier": _i(_PLATFORM),
+    "stop": _h(),
+    "store": _i("chat completions are not stored (the Responses API stores)"),
+    "stream": _h(),
+    "stream_options": _h("include_usage; include_obfuscation is ignored"),
+    "temperature": _h(),
+    "tool_choice": _h(),
+    "tools": _h("function tools"),
+    "top_logprobs": _h(),
+    "top_p": _h(),
+    "user": _i(_PLATFORM),
+    "verbosity": _i("the served model is not asked to write shorter or longer"),
+    "web_search_options": _r("thinkgate cannot search the web: offer a search tool instead"),
+}
+
+COMPLETIONS: Final[Mapping[str, Decided]] = {
+    "model": _h(),
+    "prompt": _h(),
+    "best_of": _r("best_of above 1: use X-Strategy: best-of-n"),
+    "echo": _h(),
+    "frequency_penalty": _h(),
+    "logit_bias": _h(),
+    "logprobs": _h(),
+    "max_tokens": _h(),
+    "n": _h(),
+    "presence_penalty": _h(),
+    "seed": _h(),
+    "stop": _h(),
+    "stream": _h(),
+    "stream_options": _h("include_usage; include_obfuscation is ignored"),
+    "suffix": _r("insertion (suffix) is not supported by the served model's route"),
+    "temperature": _h(),
+    "top_p": _h(),
+    "user": _i(_PLATFORM),
+}
+
+_STATEFUL = "thinkgate keeps no conversation state; send the whole input"
+
+RESPONSES: Final[Mapping[str, Decided]] = {
+    "access_programs": _i(_PLATFORM),
+    "background": _r("background mode needs stored responses"),
+    "background_options": _r("background mode needs stored responses"),
+    "context_management": _i("no server-side compaction: the input is used as sent"),
+    "conversation": _r(_STATEFUL),
+    "image": _i("no image generation here: the option has nothing to act on"),
+    "include": _h("reasoning.encrypted_content; the rest add nothing here"),
+    "input": _h(),
+    "instructions": _h(),
+    "max_output_tokens": _h(),
+    "max_tool_calls": _i("one turn makes the calls of one answer"),
+    "metadata": _h("echoed in the response"),
+    "model": _h(),
+    "moderation": _r("thinkgate runs no moderation model; moderate before or after it"),
+    "parallel_tool_calls": _h(),
+    "previous_response_id": _r(_STATEFUL),
+    "prompt": _r("stored prompt templates need stored state"),
+    "prompt_cache_key": _i(_CACHE),
+    "prompt_cache_options": _i(_CACHE),
+    "prompt_cache_retention": _i(_CACHE),
+    "reasoning": _h("effort; summary is ignored (no summariser)"),
+    "safety_identifier": _i(_PLATFORM),
+    "service_tier": _i(_PLATFORM),
+    "store": _h("false or omitted; true is refused until stored responses land"),
+    "stream": _h(),
+    "stream_options": _i("include_obfuscation: nothing to pad"),
+    "temperature": _h(),
+    "text": _h("format; verbosity is ignored"),
+    "tool_choice": _h(),
+    "tools": _h("function tools, and the functions of a namespace group"),
+    "top_logprobs": _r("logprobs are not returned on this route"),
+    "top_p": _h(),
+    "truncation": _i("the input is never truncated: one too long is a 400"),
+    "user": _i(_PLATFORM),
+}
+
+MESSAGES: Final[Mapping[str, Decided]] = {
+    "max_tokens": _h("thinking included"),
+    "messages": _h("user, assistant and system turns"),
+    "model": _h(),
+    "cache_control": _i(_CACHE),
+    "container": _r("server tools (code execution) are not run by thinkgate"),
+    "diagnostics": _i(_PLATFORM),
+    "inference_geo": _i(_PLATFORM),
+    "metadata": _i(_PLATFORM),
+    "output_config": _h("effort (an auto plan) and format (structured output)"),
+    "service_tier": _i(_PLATFORM),
+    "speed": _i("one speed here: the engine's"),
+    "stop_sequences": _h(),
+    "stream": _h(),
+    "system": _h(),
+    "thinking": _h("enabled (a budget), adaptive (the server plans), disabled; display"),
+    "tool_choice": _h(),
+    "tools": _h("client tools; defer_loading and cache_control are accepted"),
+    "user_profile_id": _i(_PLATFORM),
+    "workspace_id": _i(_PLATFORM),
+    # In the beta namespace (client.beta.messages.create), which harnesses use.
+    "context_management": _h("clear_thinking_20251015 applied to the prompt"),
+    "mcp_servers": _r("MCP servers are not run by thinkgate: offer their tools as client tools"),
+    "compaction": _i("no server-side compaction: the messages are used as sent"),
+    "fallbacks": _i("one model here: no fallback to another"),
+    "fallback_credit_token": _i(_PLATFORM),
+    "billing_policy": _i(_PLATFORM),
+    "thread": _r("thinkgate keeps no threads: send the whole conversation in messages"),
+    # Not in the 2.15 SDK's create() any more, still sent by older clients.
+    "temperature": _h(),
+    "top_p": _h(),
+    "top_k": _h(),
+}
+
+APIS: Final[Mapping[str, Mapping[str, Decided]]] = {
+    "chat.completions": CHAT,
+    "completions": COMPLETIONS,
+    "responses": RESPONSES,
+    "messages": MESSAGES,
+}
+
+HEADER: Final = "X-Thinkgate-Ignored"
+
+
+def ignored(table: Mapping[str, Decided], present: Iterable[str]) -> tuple[str, ...]:
+    """The fields among ``present`` (those a request set) that ``table`` ignores, sorted."""
+    return tuple(sorted(k for k in set(present) if (d := table.get(k)) and d.decision == "ignored"))
