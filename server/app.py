@@ -21,7 +21,7 @@ from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
 from engines.factory import open_engine
 from engines.local import stopping
-from server import errors
+from server import errors, presets
 from server.admission import Admission
 from server.gateway import Gateway
 from server.gc_pauses import GcPauses, freeze_heap
@@ -119,6 +119,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     lifecycle=lifecycle,
                     started_at=int(time.time()),
                     seal=_seal(settings),
+                    presets=presets.load(settings.presets),
                 )
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
@@ -14,6 +15,7 @@ from core.registry import Registry
 from server.admission import Admission
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
+from server.presets import BUILT_IN, Preset
 from server.reasoning_seal import Seal
 from server.settings import Settings
 
@@ -34,6 +36,8 @@ class Gateway:
     # Seals the reasoning clients carry across turns (server.reasoning_seal); None: the
     # server was built without one (scripted tests that never give reasoning back).
     seal: Seal | None = None
+    # Strategy presets chosen by model name (server.presets).
+    presets: Mapping[str, Preset] = field(default_factory=lambda: dict(BUILT_IN))
 
 
 def gateway(conn: HTTPConnection) -> Gateway:

@@ -1,24 +1,29 @@
 """The body of ``POST /v1/messages`` (Anthropic Messages API) and the chat request it
 becomes.
 
-Honoured: ``system`` (a string or text blocks), ``messages`` (``user`` / ``assistant``
-turns of text blocks; an assistant turn's ``thinking`` blocks are its thinking, as
-chat's ``reasoning_content``, and its ``tool_use`` blocks its calls; a user turn's
+Honoured: ``system`` (a string or text blocks), ``messages`` (``user`` / ``assistant`` /
+``system`` turns of text blocks; an assistant turn's ``thinking`` blocks are its
+thinking, as chat's ``reasoning_content``, read from their ``signature`` when it is set
+(``server.reasoning_seal``), and its ``tool_use`` blocks its calls; a user turn's
 ``tool_result`` blocks are the tools' results, chat's ``tool`` messages), ``tools``
 (client tools: ``name``, ``description``, ``input_schema``) and ``tool_choice``
-(``auto``, ``any``, ``tool`` naming one, ``none``: chat's ``auto``, ``required``, a
-named function, ``none``; ``disable_parallel_tool_use``: at most one ``tool_use`` block,
+(``auto``, ``any``, ``tool`` naming one, ``none``: chat's ``auto``, ``required``, a named
+function, ``none``; ``disable_parallel_tool_use``: at most one ``tool_use`` block,
 chat's ``parallel_tool_calls: false``), ``max_tokens`` (required; thinking included, as
 Anthropic counts it), ``temperature``, ``top_p``, ``top_k``, ``stop_sequences``,
 ``stream``, ``thinking`` (``enabled`` with ``budget_tokens``: the thinking budget, below
 an ``X-Budget-Thinking`` header and under ``max_tokens``; ``disabled``: a thinking
-budget of 0; ``adaptive``: no budget); thinkgate's ``strategy`` and ``budget`` and
-vLLM's ``seed``, ``min_p``, ``repetition_penalty``; other fields pass on as strategy
-options. Accepted and ignored: ``metadata``, ``service_tier``, ``cache_control`` on
-blocks and tools. A 400 in Anthropic's envelope: server tools (web search, code
-execution, ...), ``mcp_servers``, ``container``, other blocks (images, documents), a
-last turn from the assistant (prefill), ``budget_tokens`` not below ``max_tokens`` (as
-Anthropic's API refuses it), and ``thinking`` together with a body ``budget.thinking``.
+budget of 0; ``adaptive``: the server plans it; ``display: omitted``: thinking blocks
+without their text), ``output_config`` (``effort``: the effort table, alone an ``auto``
+plan; ``format``: structured output), ``context_management`` (the
+``clear_thinking_20251015`` edit); thinkgate's ``strategy`` and ``budget`` and vLLM's
+``seed``, ``min_p``, ``repetition_penalty``; other fields pass on as strategy options.
+Accepted and ignored: the fields ``server.sdk_fields`` says so of, and ``cache_control``
+on blocks and tools. A 400 in Anthropic's envelope: server tools (web search, code
+execution, ...), ``mcp_servers``, ``container``, ``thread``, other blocks (images,
+documents), a last turn from the assistant (prefill), ``budget_tokens`` not below
+``max_tokens`` (as Anthropic's API refuses it), and ``thinking`` together with a body
+``budget.thinking``.
 """
 
 from __future__ import annotations

@@ -3,22 +3,23 @@ chat request it becomes.
 
 Honoured: ``input`` (a string, or a list of messages with ``user`` / ``system`` /
 ``developer`` / ``assistant`` roles and text parts; ``reasoning`` items given back are
-the next assistant message's thinking; ``function_call`` items given back are the
-assistant's calls and ``function_call_output`` items the tools' results), ``tools``
-(function tools) and ``tool_choice`` (``none``, ``auto``, ``required``, a named
-function), as chat's, ``parallel_tool_calls`` (``false``: at most one call, as chat's),
-``instructions`` (a system message first), ``max_output_tokens``, ``temperature``,
-``top_p``, ``reasoning.effort`` (the effort table, ``server.effort``), ``metadata``
-(echoed), ``stream``; thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``,
-``top_k``, ``min_p``, ``repetition_penalty`` as on chat; other fields pass on as
-strategy options. Accepted and ignored: ``user``, ``safety_identifier``,
-``prompt_cache_key``, ``service_tier``, ``truncation``, ``max_tool_calls``,
-``reasoning.summary``, ``stream_options``. What a stateless server cannot do is a 400
-naming the field: ``previous_response_id``, ``conversation``, ``store: true``,
-``background: true``, tools other than functions (hosted tools: web search, file search,
-...), ``include``, ``prompt``, ``top_logprobs``, other item types, non-text content
-parts.
-``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
+the next assistant message's thinking, read from their ``encrypted_content`` when it is
+set; ``function_call`` items given back are the assistant's calls and
+``function_call_output`` items the tools' results), ``tools`` (function tools, and the
+functions of ``namespace`` groups; hosted tools are left out and named in
+``X-Thinkgate-Ignored``) and ``tool_choice`` (``none``, ``auto``, ``required``, a named
+function; a hosted tool's is a 400), as chat's, ``parallel_tool_calls`` (``false``: at
+most one call, as chat's), ``instructions`` (a system message first),
+``max_output_tokens``, ``temperature``, ``top_p``, ``reasoning.effort`` (the effort
+table, ``server.effort``), ``metadata`` (echoed), ``stream``, ``include``
+(``reasoning.encrypted_content``: each reasoning item sealed, ``server.reasoning_seal``);
+thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``, ``top_k``, ``min_p``,
+``repetition_penalty`` as on chat; other fields pass on as strategy options. Accepted
+and ignored: the fields ``server.sdk_fields`` says so of. What needs stored state is a
+400 naming the field: ``previous_response_id``, ``conversation``, ``store: true``,
+``background: true``, ``prompt``; so are ``top_logprobs``, other item types and
+non-text content parts. ``text.format`` (``json_object``, ``json_schema``) becomes
+chat's ``response_format``.
 """
 
 from __future__ import annotations

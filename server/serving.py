@@ -42,11 +42,10 @@ from core.errors import (
     BackendUnavailable,
     GatewayError,
     InvalidRequest,
-    NotFound,
     PayloadTooLarge,
     RequestTimeout,
 )
-from server import budgets, chat_translation, effort, sdk_fields
+from server import budgets, chat_translation, effort, presets, sdk_fields
 from server.admission import Slot
 from server.answer_fields import format_asked, logprobs_asked, tools_asked
 from server.auth import authorize
@@ -222,15 +221,12 @@ async def admit(
             body = parse_body(CompletionRequest, raw)
         table = sdk_fields.CHAT if kind == "chat" else sdk_fields.COMPLETIONS
         request.state.ignored = sdk_fields.ignored(table, set_fields(body))
-    if body.model != gw.engine.model_name:
-        raise NotFound(
-            f"model {body.model!r} is not served here; this server serves {gw.engine.model_name!r}",
-            param="model",
-        )
+    preset = presets.resolve(body.model, gw.engine.model_name, gw.presets)
+    chosen, body_budget = presets.applied(preset, body.strategy, body.budget)
     honoured = {name: gw.registry.get(name).budget_fields for name in gw.registry.names()}
     fields = {
-        "strategy": body.strategy,
-        "budget": body.budget,
+        "strategy": chosen,
+        "budget": body_budget,
         "reasoning_effort": body.reasoning_effort,
     }
     name, budget = budgets.resolve(

@@ -279,6 +279,10 @@ class Settings(BaseSettings):
     """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``
     there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
     ``~/.local/state/thinkgate``."""
+    presets: str | None = None
+    """JSON file of strategy presets chosen by model name (``<model>@<name>``: name ->
+    ``{"strategy", "budget"}``), listed in ``/v1/models``; None: the built-in ones
+    (docs/apis.md)."""
     reasoning_key: str | None = Field(default=None, repr=False)
     """Secret that seals the reasoning clients carry across turns (Responses'
     ``encrypted_content``, Anthropic's thinking ``signature``): every replica of a fleet

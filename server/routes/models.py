@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.errors import NotFound
+from server import presets
 from server.auth import authorize
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
@@ -47,17 +47,27 @@ async def list_models(request: Request) -> Response:
     gw = gateway(request)
     authorize(request, gw.settings)
     model = _model(gw)
-    page = {"object": "list", "data": [model], "has_more": False}
-    return _json(request, {**page, "first_id": model["id"], "last_id": model["id"]})
+    # Each preset is a model a client can name (server.presets).
+    named = [
+        {
+            **model,
+            "id": f"{model['id']}@{name}",
+            "display_name": f"{model['id']}@{name}",
+            "preset": {"strategy": p.strategy, "budget": dict(p.budget)},
+        }
+        for name, p in gw.presets.items()
+    ]
+    data = [model, *named]
+    page = {"object": "list", "data": data, "has_more": False}
+    return _json(request, {**page, "first_id": data[0]["id"], "last_id": data[-1]["id"]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(request: Request, model_id: str) -> Response:
     gw = gateway(request)
     authorize(request, gw.settings)
-    if model_id != gw.engine.model_name:
-        raise NotFound(
-            f"model {model_id!r} is not served here; this server serves {gw.engine.model_name!r}",
-            param="model",
-        )
-    return _json(request, _model(gw))
+    preset = presets.resolve(model_id, gw.engine.model_name, gw.presets)  # 404s another
+    model = _model(gw)
+    if preset is not None:
+        model |= {"id": model_id, "display_name": model_id}
+    return _json(request, model)

@@ -249,3 +249,91 @@ def test_leaving_a_responses_request_aborts(live_server: Any, served_model: str)
     headers = {"X-Strategy": "self-consistency", "X-Budget-Samples": "32"}
     live_server.post_and_leave("/v1/responses", body, headers)
     _aborted_since(live_server, before)
+
+
+# --- the clients' 2026 knobs, on the real engine
+
+
+def test_encrypted_reasoning_carries_the_thinking_into_turn_two(
+    openai_client: Any, served_model: str
+) -> None:
+    include = ["reasoning.encrypted_content"]
+    first = openai_client.responses.create(
+        model=served_model, input=EASY, store=False, include=include, max_output_tokens=120
+    )
+    reasoning = next(i for i in first.output if i.type == "reasoning")
+    thought = reasoning.content[0].text
+    assert reasoning.encrypted_content and thought
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": first.output_text}],
+    }
+    sealed = {"type": "reasoning", "summary": [], "encrypted_content": reasoning.encrypted_content}
+    plain = {
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": thought}],
+    }
+    user = {"role": "user", "content": EASY}
+
+    def count(items: list[Any]) -> int:
+        return int(
+            openai_client.responses.input_tokens.count(model=served_model, input=items).input_tokens
+        )
+
+    # The sealed item renders as the same prompt as the thinking given in the clear, so
+    # the reasoning the model sees in turn 2 is turn 1's.
+    assert count([user, sealed, answer, user]) == count([user, plain, answer, user])
+    assert count([user, sealed, answer, user]) > count([user, answer, user])
+    again = openai_client.responses.create(
+        model=served_model,
+        input=[user, sealed, answer, user],
+        store=False,
+        include=include,
+        max_output_tokens=120,
+    )
+    assert again.status == "completed" and again.usage.input_tokens == count(
+        [user, sealed, answer, user]
+    )
+
+
+def test_messages_signatures_effort_and_counts_on_the_live_server(
+    claude: anthropic.Anthropic, served_model: str
+) -> None:
+    messages = [{"role": "user", "content": EASY}]
+    counted = claude.messages.count_tokens(model=served_model, messages=messages)
+    first = claude.messages.create(
+        model=served_model,
+        max_tokens=200,
+        messages=messages,
+        thinking={"type": "adaptive", "display": "omitted"},
+        output_config={"effort": "low"},
+    )
+    assert first.usage.input_tokens == counted.input_tokens
+    block = first.content[0]
+    assert block.type == "thinking" and block.thinking == "" and block.signature
+    assert first.model_extra["thinkgate"]["strategy"] == "auto"  # type: ignore[index]
+    turn = [
+        b.model_dump(exclude_none=True, exclude={"thinkgate", "citations"}) for b in first.content
+    ]
+    follow = [*messages, {"role": "assistant", "content": turn}, {"role": "user", "content": EASY}]
+    longer = claude.messages.count_tokens(model=served_model, messages=follow)
+    cleared = claude.beta.messages.count_tokens(
+        model=served_model,
+        messages=follow,  # type: ignore[arg-type]
+        context_management={
+            "edits": [
+                {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}}
+            ]
+        },
+    )
+    # The signature's thinking is in the prompt; the clearing edit takes it out.
+    assert longer.input_tokens > cleared.input_tokens
+    again = claude.messages.create(model=served_model, max_tokens=200, messages=follow)
+    assert again.usage.input_tokens == longer.input_tokens
+    tampered = [{**turn[0], "signature": turn[0]["signature"][:-6] + "AAAAAA"}, *turn[1:]]
+    bad = [*messages, {"role": "assistant", "content": tampered}, {"role": "user", "content": EASY}]
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model=served_model, max_tokens=200, messages=bad)
+    assert claude.models.retrieve(served_model).id == served_model
