@@ -21,7 +21,7 @@ from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
 from engines.factory import open_engine
 from engines.local import stopping
-from server import errors, presets
+from server import errors, presets, response_store
 from server.admission import Admission
 from server.gateway import Gateway
 from server.gc_pauses import GcPauses, freeze_heap
@@ -31,6 +31,7 @@ from server.metrics import Metrics
 from server.prm_resources import preflight as prm_preflight
 from server.reasoning_seal import Seal
 from server.resources import build_resources
+from server.response_store import ResponseStore
 from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
@@ -120,6 +121,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     started_at=int(time.time()),
                     seal=_seal(settings),
                     presets=presets.load(settings.presets),
+                    responses=_responses(settings, stack),
                 )
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(
@@ -148,3 +150,12 @@ def _seal(settings: Settings) -> Seal:
     if settings.reasoning_key:
         return Seal.from_secret(settings.reasoning_key)
     return Seal.from_state_dir(settings.state_path)
+
+
+def _responses(settings: Settings, stack: AsyncExitStack) -> ResponseStore | None:
+    if settings.response_retention_s <= 0:
+        return None
+    path = settings.state_path / response_store.FILE
+    store = ResponseStore(path, retention_s=settings.response_retention_s)
+    stack.callback(store.close)
+    return store

@@ -24,3 +24,10 @@ def authorize(conn: HTTPConnection, settings: Settings) -> None:
         ok |= hmac.compare_digest(key.encode(), allowed.encode())
     if not ok:
         raise Unauthorized("invalid API key")
+
+
+def api_key(conn: HTTPConnection, settings: Settings) -> str | None:
+    """The request's API key once ``authorize`` passed it (None: no keys configured)."""
+    if not settings.api_keys:
+        return None
+    return conn.headers.get("authorization", "").partition(" ")[2].strip()

@@ -17,6 +17,7 @@ from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.presets import BUILT_IN, Preset
 from server.reasoning_seal import Seal
+from server.response_store import ResponseStore
 from server.settings import Settings
 
 
@@ -36,6 +37,8 @@ class Gateway:
     # Seals the reasoning clients carry across turns (server.reasoning_seal); None: the
     # server was built without one (scripted tests that never give reasoning back).
     seal: Seal | None = None
+    # Stored Responses answers (server.response_store); None: none are kept.
+    responses: ResponseStore | None = None
     # Strategy presets chosen by model name (server.presets).
     presets: Mapping[str, Preset] = field(default_factory=lambda: dict(BUILT_IN))
 

@@ -25,7 +25,7 @@ keep-alives are SSE comments, which SDKs skip.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
@@ -52,6 +52,8 @@ class Echo:
     tools: Sequence[Mapping[str, object]] = ()  # as the request gave them
     tool_choice: object = "none"
     parallel_tool_calls: bool = True
+    store: bool = False
+    previous_response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,8 @@ class ResponsesCall:
     # Seals each reasoning item's text into its encrypted_content (the request's include
     # asked for it); None: encrypted_content is null.
     seal: Seal | None = None
+    # Keeps the finished response (server.response_store); None: not stored.
+    keep: Callable[[Body], None] | None = None
     id_prefix: str = "resp_"
 
     def body(self, env: Envelope, final: Result) -> Body:
@@ -76,10 +80,13 @@ class ResponsesCall:
             )
             for b in of_result(final, env.tools)
         ]
-        return _response(env, self.echo, final=final, output=items)
+        body = _response(env, self.echo, final=final, output=items)
+        if self.keep is not None:
+            self.keep(body)
+        return body
 
     def encoder(self, env: Envelope, prompt_tokens: int) -> ResponsesEncoder:
-        return ResponsesEncoder(env, self.echo, self.seal)
+        return ResponsesEncoder(env, self.echo, self.seal, self.keep)
 
 
 def usage_body(usage: Usage) -> Body:
@@ -112,9 +119,9 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "model": env.model,
         "output": output,
         "parallel_tool_calls": echo.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": echo.previous_response_id,
         "reasoning": {"effort": echo.effort, "summary": None},
-        "store": False,
+        "store": echo.store,
         "background": False,
         "temperature": echo.temperature,
         "top_p": echo.top_p,
@@ -198,10 +205,17 @@ def _item(
 class ResponsesEncoder:
     """Strategy events -> Responses stream events (``streaming.Encoder``)."""
 
-    def __init__(self, env: Envelope, echo: Echo, seal: Seal | None = None) -> None:
+    def __init__(
+        self,
+        env: Envelope,
+        echo: Echo,
+        seal: Seal | None = None,
+        keep: Callable[[Body], None] | None = None,
+    ) -> None:
         self._env = env
         self._echo = echo
         self._seal = seal
+        self._keep = keep
         self._seq = 0
         self._blocks = Blocks(env.tools)
         self._done: list[Body] = []  # finished items, in order
@@ -231,6 +245,8 @@ class ResponsesEncoder:
         else:
             frames += [self._block(b) for b in self._blocks.final(event)]
             final = _response(self._env, self._echo, final=event, output=self._done)
+            if self._keep is not None:
+                self._keep(final)
             kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
             frames.append(self._event(kind, response=final))
         return frames

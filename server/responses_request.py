@@ -1,4 +1,4 @@
-"""The body of ``POST /v1/responses`` (OpenAI Responses API, stateless subset) and the
+"""The body of ``POST /v1/responses`` (OpenAI Responses API) and the
 chat request it becomes.
 
 Honoured: ``input`` (a string, or a list of messages with ``user`` / ``system`` /
@@ -15,16 +15,17 @@ table, ``server.effort``), ``metadata`` (echoed), ``stream``, ``include``
 (``reasoning.encrypted_content``: each reasoning item sealed, ``server.reasoning_seal``);
 thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``, ``top_k``, ``min_p``,
 ``repetition_penalty`` as on chat; other fields pass on as strategy options. Accepted
-and ignored: the fields ``server.sdk_fields`` says so of. What needs stored state is a
-400 naming the field: ``previous_response_id``, ``conversation``, ``store: true``,
-``background: true``, ``prompt``; so are ``top_logprobs``, other item types and
-non-text content parts. ``text.format`` (``json_object``, ``json_schema``) becomes
+and ignored: the fields ``server.sdk_fields`` says so of. ``store`` (omitted: true, as
+OpenAI) keeps the response and ``previous_response_id`` continues from a kept one
+(``server.response_store``). A 400 naming the field: ``conversation``, ``background:
+true``, ``prompt``, ``top_logprobs``, other item types and non-text content parts. ``text.format`` (``json_object``, ``json_schema``) becomes
 chat's ``response_format``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, model_validator
 
@@ -41,6 +42,7 @@ from server.protocol import (
     validate_json,
 )
 from server.reasoning_seal import Seal
+from server.response_store import ResponseStore, with_ids
 from server.responses_render import Echo, ResponsesCall
 from server.settings import Effort
 
@@ -341,12 +343,17 @@ class ResponsesRequest(BaseModel):
     prompt: JsonValue = None
     top_logprobs: int | None = None
 
-    def refuse_stateful(self) -> None:
+    def refuse_stateful(self, stored: Stored | None) -> None:
+        unstored = "this server keeps no responses (--response-retention-s 0)"
         refusals = (
-            ("previous_response_id", self.previous_response_id is not None, _STATELESS),
+            (
+                "previous_response_id",
+                self.previous_response_id is not None and not stored,
+                unstored,
+            ),
+            ("store", self.store is True and not stored, unstored),
             ("conversation", self.conversation is not None, _STATELESS),
-            ("store", self.store is True, "thinkgate stores nothing; send store false or omit it"),
-            ("background", self.background is True, "background mode needs stored responses"),
+            ("background", self.background is True, "background mode is not supported"),
             (
                 "include",
                 "message.output_text.logprobs" in (self.include or ()),
@@ -426,11 +433,24 @@ class ResponsesRequest(BaseModel):
         return tools, choice
 
 
-def translate(raw: bytes, seal: Seal | None = None) -> ResponsesCall:
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The response store and the owner this request reads and writes as."""
+
+    store: ResponseStore
+    owner: str
+
+
+def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None) -> ResponsesCall:
     """A raw /v1/responses body as the chat request it means (400s name its fields);
     ``seal`` opens the reasoning a client gives back and seals what it asks to carry."""
     body = validate_json(ResponsesRequest, raw)
-    body.refuse_stateful()
+    body.refuse_stateful(stored)
+    own = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    prior: list[dict[str, Any]] = []
+    if body.previous_response_id is not None and stored is not None:
+        prior = stored.store.conversation(body.previous_response_id, stored.owner)
+        body = body.model_copy(update={"input": [*prior, *own]})
     effort = body.reasoning.effort if body.reasoning else None
     fmt = body.text.format if body.text is not None else None
     tools, tool_choice = body.chat_tools()
@@ -466,6 +486,8 @@ def translate(raw: bytes, seal: Seal | None = None) -> ResponsesCall:
         tool_choice=_echo_choice(body),
         # OpenAI's default: parallel calls allowed.
         parallel_tool_calls=body.parallel_tool_calls is not False,
+        store=stored is not None and body.store is not False,
+        previous_response_id=body.previous_response_id,
     )
     _, hosted = functions_of(body.tools)
     ignored = sdk_fields.ignored(sdk_fields.RESPONSES, set_fields(body))
@@ -473,7 +495,16 @@ def translate(raw: bytes, seal: Seal | None = None) -> ResponsesCall:
     include = set(body.include or ())
     ignored += tuple(f"include.{x}" for x in sorted(include - {ENCRYPTED}))
     sealing = seal if ENCRYPTED in include else None
-    return ResponsesCall(chat=chat, echo=echo, renames=RENAMES, ignored=ignored, seal=sealing)
+    keep = None
+    if stored is not None and body.store is not False:  # OpenAI's default: stored
+        inputs = with_ids([*prior, *own])
+
+        def keep(response: dict[str, Any]) -> None:
+            stored.store.put(response["id"], stored.owner, response, inputs, response["output"])
+
+    return ResponsesCall(
+        chat=chat, echo=echo, renames=RENAMES, ignored=ignored, seal=sealing, keep=keep
+    )
 
 
 def _echo_choice(body: ResponsesRequest) -> object:

@@ -279,6 +279,10 @@ class Settings(BaseSettings):
     """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``
     there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
     ``~/.local/state/thinkgate``."""
+    response_retention_s: float = Field(default=2_592_000.0, ge=0)
+    """Stored responses (``store``, ``previous_response_id``, ``GET /v1/responses/{id}``)
+    are kept this long, in ``responses.sqlite3`` in the state directory (30 days, as
+    OpenAI); 0: nothing is stored, and asking to is a 400."""
     presets: str | None = None
     """JSON file of strategy presets chosen by model name (``<model>@<name>``: name ->
     ``{"strategy", "budget"}``), listed in ``/v1/models``; None: the built-in ones

@@ -726,13 +726,13 @@ class ScriptedApp:
     model: str
     asgi: Any = None  # the app itself, for clients of other HTTP stacks (anthropic's httpx2)
 
-    def openai(self) -> Any:
+    def openai(self, api_key: str = "x") -> Any:
         """The OpenAI SDK (async) speaking to the app over ``client``."""
         import openai
 
         return openai.AsyncOpenAI(
             base_url=str(self.client.base_url).rstrip("/") + "/v1",
-            api_key="x",
+            api_key=api_key,
             max_retries=0,
             http_client=self.client,
         )

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Literal
 
+import orjson
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.errors import NotFound
 from server import openapi
+from server.auth import api_key, authorize
+from server.errors import response_headers
 from server.gateway import gateway
-from server.responses_request import ResponsesRequest, translate
+from server.response_store import owner_of
+from server.responses_request import ResponsesRequest, Stored, translate
 from server.serving import serve_translated
 
 router = APIRouter()
@@ -28,5 +34,71 @@ router = APIRouter()
     ),
 )
 async def responses(request: Request) -> Response:
-    seal = gateway(request).seal
-    return await serve_translated(request, partial(translate, seal=seal))
+    gw = gateway(request)
+    return await serve_translated(
+        request, partial(translate, seal=gw.seal, stored=_stored(request))
+    )
+
+
+def _stored(request: Request) -> Stored | None:
+    gw = gateway(request)
+    authorize(request, gw.settings)
+    if gw.responses is None:
+        return None
+    return Stored(gw.responses, owner_of(api_key(request, gw.settings)))
+
+
+def _stored_or_404(request: Request) -> Stored:
+    stored = _stored(request)
+    if stored is None:
+        raise NotFound("this server keeps no responses (--response-retention-s 0)")
+    return stored
+
+
+def _json(request: Request, body: object) -> Response:
+    return Response(
+        orjson.dumps(body), media_type="application/json", headers=response_headers(request)
+    )
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve(request: Request, response_id: str) -> Response:
+    stored = _stored_or_404(request)
+    return _json(request, stored.store.body(response_id, stored.owner))
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete(request: Request, response_id: str) -> Response:
+    stored = _stored_or_404(request)
+    stored.store.delete(response_id, stored.owner)
+    return _json(request, {"id": response_id, "object": "response", "deleted": True})
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def input_items(
+    request: Request,
+    response_id: str,
+    order: Literal["asc", "desc"] = "desc",
+    limit: int = 20,
+    after: str | None = None,
+) -> Response:
+    """The items the response was answered from, OpenAI's list (newest first unless
+    ``order=asc``; ``limit`` 1-100; ``after`` an item id)."""
+    stored = _stored_or_404(request)
+    items = stored.store.inputs(response_id, stored.owner)
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [i.get("id") for i in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    page = items[: max(1, min(100, limit))]
+    return _json(
+        request,
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > len(page),
+        },
+    )

@@ -27,7 +27,6 @@ def _never(request: GenerateRequest) -> Any:
     ("extra", "param"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"store": True}, "store"),
         ({"background": True}, "background"),
         # A hosted tool is left out of the prompt (X-Thinkgate-Ignored); forced, a 400.
         ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),

@@ -66,7 +66,7 @@ async def test_responses_answer_with_reasoning_and_message_items(
     assert usage["output_tokens"] == len(testbed_tokens.encode(ANSWER)) + 1  # EOS
     assert usage["output_tokens_details"]["reasoning_tokens"] == 6
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
-    assert r["metadata"] == {"a": "b"} and r["store"] is False
+    assert r["metadata"] == {"a": "b"} and r["store"] is True  # kept (server.response_store)
     assert r["thinkgate"]["strategy"] == "plain"
 
 
@@ -248,7 +248,6 @@ async def test_a_stop_sequence_is_reported(
 RESPONSES_BAD = [
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"conversation": "conv_1"}, "conversation"),
-    ({"store": True}, "store"),
     ({"background": True}, "background"),
     # Hosted tools are left out of the prompt; forcing one is a 400.
     ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),

@@ -1,0 +1,111 @@
+"""Stored responses (``server.response_store``) through the real ``openai`` SDK on the app
+over a scripted engine (fast): kept by default, continued with ``previous_response_id``
+(the model sees the earlier turn), retrieved, listed, deleted, per API key, expired."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import openai
+import pytest
+
+from core.engine import GenerateRequest, Sample
+from engines.scripted import samples_of
+
+THOUGHT = "3+4=7\n"
+Q = "Compute 3+4 mod 10."
+
+
+def _handler(tokens: Any) -> Callable[[GenerateRequest], Sequence[Sample]]:
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        return samples_of(tokens, *[f"{THOUGHT}</think>\\boxed{{7}}"] * request.sampling.n)
+
+    return handler
+
+
+async def test_a_stored_response_continues_is_read_listed_and_deleted(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        client = app.openai()
+        first = await client.responses.create(model=app.model, input=Q)  # store omitted
+        assert first.store is True
+        again = await client.responses.retrieve(first.id)
+        assert again.id == first.id and again.output_text == first.output_text
+        second = await client.responses.create(
+            model=app.model, input="Compute 1+1 mod 10.", previous_response_id=first.id
+        )
+        assert second.previous_response_id == first.id
+        prompt = testbed_tokens.decode(app.engine.calls[-1].prompt_token_ids)
+        # Turn 1's question, its reasoning and answer come before turn 2's question.
+        assert prompt.index("3+4 mod") < prompt.index("3+4=7") < prompt.index("1+1 mod")
+        items = await client.responses.input_items.list(second.id, order="asc")
+        assert [i.type for i in items.data] == ["message", "reasoning", "message", "message"]
+        assert items.data[0].content[0].text == Q  # type: ignore[union-attr]
+        newest = await client.responses.input_items.list(second.id)  # desc by default
+        assert newest.data[0].content[0].text == "Compute 1+1 mod 10."  # type: ignore[union-attr]
+        # A chain continues: the third sees both earlier turns.
+        await client.responses.create(
+            model=app.model, input="Go on.", previous_response_id=second.id
+        )
+        third = testbed_tokens.decode(app.engine.calls[-1].prompt_token_ids)
+        assert "3+4 mod" in third and "1+1 mod" in third
+        deleted = await client.responses.delete(first.id)
+        assert deleted is None or getattr(deleted, "deleted", True)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(first.id)
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.responses.create(model=app.model, input=Q, previous_response_id=first.id)
+        assert info.value.body["param"] == "previous_response_id"  # type: ignore[index]
+        # store false: nothing kept.
+        unkept = await client.responses.create(model=app.model, input=Q, store=False)
+        assert unkept.store is False
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(unkept.id)
+
+
+async def test_a_streamed_response_is_stored_too(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        client = app.openai()
+        async with client.responses.stream(model=app.model, input=Q) as stream:
+            final = await stream.get_final_response()
+        assert (await client.responses.retrieve(final.id)).output_text == final.output_text
+
+
+async def test_another_key_cannot_read_a_response(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens), api_keys=("alice", "bob")) as app:
+        alice = app.openai(api_key="alice")
+        bob = app.openai(api_key="bob")
+        mine = await alice.responses.create(model=app.model, input=Q)
+        assert (await alice.responses.retrieve(mine.id)).id == mine.id
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.retrieve(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.delete(mine.id)
+        with pytest.raises(openai.BadRequestError):
+            await bob.responses.create(model=app.model, input=Q, previous_response_id=mine.id)
+
+
+async def test_retention_expires_and_zero_stores_nothing(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens), response_retention_s=0.2) as app:
+        client = app.openai()
+        r = await client.responses.create(model=app.model, input=Q)
+        import asyncio
+
+        await asyncio.sleep(0.3)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(r.id)
+    async with scripted_app(_handler(testbed_tokens), response_retention_s=0) as app:
+        client = app.openai()
+        r = await client.responses.create(model=app.model, input=Q)  # omitted: not kept
+        assert r.store is False
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.responses.create(model=app.model, input=Q, store=True)
+        assert info.value.body["param"] == "store"  # type: ignore[index]
