@@ -18,8 +18,8 @@ thinkgate's ``strategy`` and ``budget`` and vLLM's ``seed``, ``top_k``, ``min_p`
 and ignored: the fields ``server.sdk_fields`` says so of. ``store`` (omitted: true, as
 OpenAI) keeps the response and ``previous_response_id`` continues from a kept one
 (``server.response_store``). A 400 naming the field: ``conversation``, ``background:
-true``, ``prompt``, ``top_logprobs``, other item types and non-text content parts. ``text.format`` (``json_object``, ``json_schema``) becomes
-chat's ``response_format``.
+true``, ``prompt``, ``top_logprobs``, other item types and non-text content parts.
+``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
 """
 
 from __future__ import annotations
