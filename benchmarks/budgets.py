@@ -189,7 +189,9 @@ def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> st
         "",
         f"Command: `.venv/bin/python -m benchmarks.budgets --questions {args.questions} "
         f"--deadlines {args.deadlines} --tokens {args.tokens} --clients {args.clients} "
-        f"--seed {args.seed}`",
+        f"--seed {args.seed}"
+        + (f" --peers-venv {args.peers_venv}" if getattr(args, "peers_venv", None) else "")
+        + "`",
         f"Machine: {machine()}; {n} test-split questions (8-12 operations), temperature 1; "
         f"took {seconds / 60:.1f} min. Accuracy with Wilson 95% intervals.",
         "",
