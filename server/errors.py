@@ -56,8 +56,11 @@ def response_headers(request: Request) -> dict[str, str]:
     if isinstance(budget, Budget):
         headers["X-Budget-Applied"] = budget.header()
     ignored = getattr(request.state, "ignored", None)
-    if ignored:  # the platform fields this request set that change nothing here
-        headers[sdk_fields.HEADER] = ", ".join(ignored)
+    # The platform fields this request set that change nothing here (names of ours or
+    # checked tool types; printable ASCII kept as a guard: a header must encode).
+    listed = [f for f in ignored or () if f.isascii() and f.isprintable()]
+    if listed:
+        headers[sdk_fields.HEADER] = ", ".join(listed)
     return headers
 
 

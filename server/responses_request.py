@@ -24,6 +24,7 @@ true``, ``prompt``, ``top_logprobs``, other item types and non-text content part
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
@@ -166,6 +167,22 @@ _TOOL_SCHEMA: Final[dict[str, JsonValue]] = {
 }
 
 
+TOOL_TYPE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# What OpenAI's ``include`` takes (the SDK's ``ResponseIncludable``); any other is a 400.
+INCLUDABLE: Final = frozenset(
+    {
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+        "reasoning.encrypted_content",
+        "message.output_text.logprobs",
+    }
+)
+
+
 def functions_of(raw: list[dict[str, JsonValue]] | None) -> tuple[list[FunctionTool], list[str]]:
     """(the function tools, flattened out of namespace groups; the hosted tools' types,
     which are left out)."""
@@ -177,10 +194,13 @@ def functions_of(raw: list[dict[str, JsonValue]] | None) -> tuple[list[FunctionT
             functions.append(validate(FunctionTool, tool, prefix=f"tools.{i}"))
         elif kind == "namespace":
             functions += validate(NamespaceTool, tool, prefix=f"tools.{i}").tools
-        elif isinstance(kind, str) and kind:
+        elif isinstance(kind, str) and TOOL_TYPE.match(kind):
             hosted.append(kind)
         else:
-            raise InvalidRequest(f"tools.{i}: a tool needs its type", param=f"tools.{i}.type")
+            raise InvalidRequest(
+                f"tools.{i}: a tool needs its type (function, namespace or a hosted tool's name)",
+                param=f"tools.{i}.type",
+            )
     return functions, hosted
 
 
@@ -358,6 +378,11 @@ class ResponsesRequest(BaseModel):
                 "include",
                 "message.output_text.logprobs" in (self.include or ()),
                 "logprobs are not returned on this route (chat completions returns them)",
+            ),
+            (
+                "include",
+                bool(set(self.include or ()) - INCLUDABLE),
+                f"include takes {', '.join(sorted(INCLUDABLE))}",
             ),
             ("prompt", self.prompt is not None, "stored prompt templates need stored state"),
             ("top_logprobs", bool(self.top_logprobs), "logprobs are not supported by thinkgate"),

@@ -182,9 +182,12 @@ def test_messages_stream_equals_the_created_message(
         final = stream.get_final_message()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert "thinking" in kinds and "text" in kinds  # the SDK's thinking / text events
-    # The answer's thinkgate details ride on content_block_stop, which the SDK does not keep.
-    streamed = [b.model_dump(exclude={"thinkgate"}) for b in final.content]
-    assert streamed == [b.model_dump(exclude={"thinkgate"}) for b in whole.content]
+    # The answer's thinkgate details ride on content_block_stop, which the SDK does not keep;
+    # a signature seals with a fresh nonce each time, so two seals of one thought differ.
+    drop = {"thinkgate", "signature"}
+    streamed = [b.model_dump(exclude=drop) for b in final.content]
+    assert streamed == [b.model_dump(exclude=drop) for b in whole.content]
+    assert all(b.signature for b in [*final.content, *whole.content] if b.type == "thinking")
     assert final.stop_reason == whole.stop_reason
     assert final.usage.output_tokens == whole.usage.output_tokens
     assert final.usage.input_tokens == whole.usage.input_tokens

@@ -437,3 +437,23 @@ async def test_token_counts_and_model_routes_answer_both_sdks(
                 model=app.model,
                 messages=[{"role": "user", "content": [{"type": "image"}]}],  # type: ignore[list-item]
             )
+
+
+async def test_odd_include_values_and_tool_types_are_400s_not_bad_headers(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    # Found by the fuzz: a value echoed into X-Thinkgate-Ignored must be a known name.
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        for extra, param in (
+            ({"include": ["\u00c6\U000f13a2u"]}, "include"),
+            ({"include": ["file_search_call.results", "x"]}, "include"),
+            ({"tools": [{"type": "w\u00e9b search"}]}, "tools.0.type"),
+        ):
+            body = json.dumps({"model": app.model, "input": Q, **extra})
+            r = await app.client.post(
+                "/v1/responses", content=body, headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        ok = {"model": app.model, "input": Q, "include": ["file_search_call.results"]}
+        r = await app.client.post("/v1/responses", json=ok)
+        assert r.status_code == 200 and r.headers[HEADER] == "include.file_search_call.results"
