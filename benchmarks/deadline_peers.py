@@ -30,7 +30,7 @@ import httpx
 
 from benchmarks.budget_plans import Outcome, summary
 from benchmarks.peers import ENGINE_FLAGS, LOGS, MAX_TOKENS, its_hub, optillm
-from benchmarks.search_peers import DRIVER, MAX_STEPS, replica
+from benchmarks.search_peers import DRIVER, MAX_STEPS, _questions_file, replica
 from benchmarks.servers import ROOT, vllm_server
 from strategies.answers import equivalent, extract_answer
 from testbed import model_path
@@ -119,13 +119,7 @@ def _pf_cell(
 ) -> list[Outcome]:
     work = LOGS / "deadline-peers"
     work.mkdir(parents=True, exist_ok=True)
-    qfile = work / "questions.jsonl"
-    qfile.write_text(
-        "".join(
-            json.dumps({"id": i, "prompt": q.prompt, "answer": q.answer}) + "\n"
-            for i, q in enumerate(qs)
-        )
-    )
+    qfile = _questions_file(work / "questions.jsonl", qs)
     out = work / f"pf-{clients}-{deadline_s}.jsonl"
     cmd = [
         str(venv / "bin" / "python"),
