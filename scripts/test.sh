@@ -12,4 +12,5 @@ if [[ $# -gt 0 ]]; then
   exec .venv/bin/python -m pytest "$@"
 fi
 .venv/bin/python -m pytest -m "not vllm and not slow"
-exec .venv/bin/python -m pytest -m "vllm or slow"
+# The slowest tests are printed: the suite must stay under 35 minutes on 2 cores.
+exec .venv/bin/python -m pytest -m "vllm or slow" --durations=25

@@ -79,7 +79,8 @@ def tools_asked(
     structured: StructuredOutput | None,
 ) -> tuple[CallForm | None, StructuredOutput | None]:
     """How the answers may hold tool calls (chat's ``tools``; None: they may not) and the
-    grammar a forced ``tool_choice`` holds them to; a 400 naming the field where this
+    grammar a forced ``tool_choice`` (or ``tools`` with a ``response_format``) holds them
+    to, in place of ``structured``; a 400 naming the field where this
     strategy or this request cannot have them."""
     if not isinstance(body, ChatCompletionRequest):
         return None, None
@@ -96,29 +97,38 @@ def tools_asked(
             "searches)",
             param="tools",
         )
-    if structured is not None:
-        raise InvalidRequest(
-            "tools with response_format: the answer's grammar leaves no room for a call",
-            param="response_format",
-        )
     single = body.parallel_tool_calls is False
-    if choice is None or choice == "auto":
+    tools = {t.function.name: t.function.parameters or {"type": "object"} for t in body.tools or []}
+    if (choice is None or choice == "auto") and structured is None:
         return CallForm("tags", single=single), None
-    # Forced: the answer is held to JSON by the engine's grammar (as vLLM's server does),
-    # after thinking, like response_format.
+    # Held to a grammar from here: a forced call, or (auto with a format) a call or an
+    # answer in the format, as OpenAI serves both.
+    # The answer is held to JSON by the engine's grammar (as vLLM's server does), after
+    # thinking, like response_format.
+    if structured is not None and (choice is None or choice == "auto"):
+        what, param = "tools with response_format", "response_format"
+        instead = " without the format"
+    else:
+        what, param = f"tool_choice {_choice_name(choice)}", "tool_choice"
+        instead = ""
     if not getattr(strategy, "honours_response_format", False):
         raise InvalidRequest(
-            f"tool_choice {_choice_name(choice)} holds the answer to a grammar, which the "
-            f"{name} strategy does not apply; send tool_choice auto",
-            param="tool_choice",
+            f"{what} holds the answer to a grammar, which the {name} strategy does not "
+            f"apply; send tool_choice auto{instead}",
+            param=param,
         )
     if gw.settings.reasoning and not gw.settings.grammar_reasoning_parser:
         raise InvalidRequest(
-            "tool_choice required or a named function needs a vLLM reasoning parser for "
-            "this model's think strings (start the server with --reasoning-parser NAME)",
-            param="tool_choice",
+            f"{what} needs a vLLM reasoning parser for this model's think strings (start "
+            "the server with --reasoning-parser NAME)",
+            param=param,
         )
-    tools = {t.function.name: t.function.parameters or {"type": "object"} for t in body.tools or []}
+    calls: dict[str, object] = {
+        "type": "array",
+        "minItems": 1,
+        **({"maxItems": 1} if single else {}),
+        "items": {"anyOf": [_call_schema(n, p) for n, p in tools.items()]},
+    }
     if isinstance(choice, NamedToolChoice):
         if choice.function.name not in tools:
             raise InvalidRequest(
@@ -127,14 +137,13 @@ def tools_asked(
             )
         schema: dict[str, object] = dict(tools[choice.function.name])
         form = CallForm("named", choice.function.name)
+    elif choice == "required" or structured is None:
+        schema, form = calls, CallForm("required", single=single)
     else:
-        schema = {
-            "type": "array",
-            "minItems": 1,
-            **({"maxItems": 1} if single else {}),
-            "items": {"anyOf": [_call_schema(n, p) for n, p in tools.items()]},
-        }
-        form = CallForm("required", single=single)
+        # The calls' array or the answer's own format; a forced call (above) has no answer
+        # to format.
+        answer = json.loads(structured.schema) if structured.schema else {"type": "object"}
+        schema, form = {"anyOf": [calls, answer]}, CallForm("either", single=single)
     text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     return form, StructuredOutput(kind="json_schema", schema=text)
 

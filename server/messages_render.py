@@ -34,7 +34,7 @@ from server.blocks import BlockKind, Blocks, Closed, Opened, Text, answer_of, of
 from server.protocol import ChatCompletionRequest
 from server.reasoning_seal import Seal
 from server.render import Body, Envelope, choice_info
-from strategies.tool_calls import CallForm, ToolCall
+from strategies.tool_calls import ToolCall
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +55,7 @@ class MessagesCall:
             else _block(b.kind, b.text, b.choice, self)
             for b in of_result(final, env.tools)
         ]
-        reason, sequence = stop_reason(final, env.tools)
+        reason, sequence = stop_reason(final, env)
         return {
             "id": env.response_id,
             "type": "message",
@@ -85,12 +85,15 @@ def usage_body(usage: Usage) -> Body:
     }
 
 
-def stop_reason(final: Result, form: CallForm | None = None) -> tuple[str, str | None]:
+def stop_reason(final: Result, env: Envelope) -> tuple[str, str | None]:
     """(``stop_reason``, ``stop_sequence``) of a result: ``max_tokens`` if any choice was
-    cut, ``tool_use`` if the first one called, else its way of ending."""
+    cut (``model_context_window_exceeded`` where the limit was the context's room, below
+    the client's ``max_tokens``), ``tool_use`` if the first one called, else its way of
+    ending."""
+    form = env.tools
     choices = sorted(final.choices, key=lambda c: c.index)
     if any(c.finish_reason != "stop" for c in choices):
-        return "max_tokens", None
+        return ("model_context_window_exceeded" if env.capped_by_context else "max_tokens"), None
     if choices and answer_of(choices[0], form)[1]:
         return "tool_use", None
     if choices and choices[0].stop_sequence is not None:
@@ -164,7 +167,7 @@ class MessagesEncoder:
             frames += [self._frame(b) for b in self._blocks.delta(event)]
         else:
             frames += [self._frame(b) for b in self._blocks.final(event)]
-            reason, sequence = stop_reason(event, self._env.tools)
+            reason, sequence = stop_reason(event, self._env)
             delta = {
                 "type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": sequence},

@@ -16,11 +16,13 @@ an ``X-Budget-Thinking`` header and under ``max_tokens``; ``disabled``: a thinki
 budget of 0; ``adaptive``: the server plans it; ``display: omitted``: thinking blocks
 without their text), ``output_config`` (``effort``: the effort table, alone an ``auto``
 plan; ``format``: structured output), ``context_management`` (the
-``clear_thinking_20251015`` edit); thinkgate's ``strategy`` and ``budget`` and vLLM's
-``seed``, ``min_p``, ``repetition_penalty``; other fields pass on as strategy options.
+``clear_thinking_20251015`` edit); server tools (web search, code execution, bash,
+...) are left out of the prompt and named in ``X-Thinkgate-Ignored``; thinkgate's
+``strategy`` and ``budget`` and vLLM's ``seed``, ``min_p``, ``repetition_penalty``;
+other fields pass on as strategy options.
 Accepted and ignored: the fields ``server.sdk_fields`` says so of, and ``cache_control``
-on blocks and tools. A 400 in Anthropic's envelope: server tools (web search, code
-execution, ...), ``mcp_servers``, ``container``, ``thread``, other blocks (images,
+on blocks and tools. A 400 in Anthropic's envelope: a ``tool_choice`` forcing a server
+tool, ``mcp_servers``, ``container``, ``thread``, other blocks (images,
 documents), a last turn from the assistant (prefill), ``budget_tokens`` not below
 ``max_tokens`` (as Anthropic's API refuses it), and ``thinking`` together with a body
 ``budget.thinking``.
@@ -29,9 +31,19 @@ documents), a last turn from the assistant (prefill), ``budget_tokens`` not belo
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    WithJsonSchema,
+    field_validator,
+)
 
 from core.errors import InvalidRequest
 from server import sdk_fields
@@ -134,6 +146,39 @@ class Tool(_Strict):
         if self.description is not None:
             spec["description"] = self.description
         return {"type": "function", "function": spec}
+
+
+class ServerTool(BaseModel):
+    """A tool Anthropic's platform runs or defines (``web_search_20250305``,
+    ``code_execution_…``, ``bash_…``, ``text_editor_…``, ``computer_…``, ...): thinkgate
+    runs none and has no schema for them, so they are left out of the prompt and named in
+    the ``X-Thinkgate-Ignored`` header (``tools.<type>``); a ``tool_choice`` naming one is
+    a 400."""
+
+    model_config = ConfigDict(extra="allow")  # each server tool has its own options
+    type: str
+    name: str
+
+    @field_validator("type")
+    @classmethod
+    def _dated(cls, kind: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z_]*_[0-9]{8}", kind):
+            raise ValueError(
+                "a server tool's type is a name and a date (web_search_20250305); a client "
+                "tool's is custom or left out"
+            )
+        return kind
+
+
+def _tool_kind(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "client-tool" if kind in (None, "custom") else "server-tool"
+
+
+AnyTool = Annotated[
+    Annotated[Tool, Tag("client-tool")] | Annotated[ServerTool, Tag("server-tool")],
+    Discriminator(_tool_kind),
+]
 
 
 class ToolChoice(_Strict):
@@ -287,7 +332,7 @@ class MessagesRequest(BaseModel):
     fallbacks: JsonValue = None  # beta
     fallback_credit_token: str | None = None  # beta
     billing_policy: JsonValue = None  # beta
-    tools: list[Tool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ToolChoice | None = None
     # Refused unless neutral.
     mcp_servers: list[JsonValue] | None = None
@@ -387,11 +432,24 @@ class MessagesRequest(BaseModel):
             out[i] = {k: v for k, v in out[i].items() if k != "reasoning_content"}
         return out
 
+    def server_tools(self) -> list[ServerTool]:
+        return [t for t in self.tools or () if isinstance(t, ServerTool)]
+
     def chat_tools(self) -> tuple[list[dict[str, object]] | None, object]:
-        """(chat's ``tools``, chat's ``tool_choice``)."""
-        tools = [t.as_chat() for t in self.tools] if self.tools else None
-        choice = self.tool_choice.as_chat() if self.tool_choice is not None else None
-        return tools, choice
+        """(chat's ``tools``: the client tools, chat's ``tool_choice``); a 400 for a
+        choice that forces a server tool."""
+        client = [t.as_chat() for t in self.tools or () if isinstance(t, Tool)]
+        choice = self.tool_choice
+        if choice is not None and choice.type == "tool":
+            forced = next((t for t in self.server_tools() if t.name == choice.name), None)
+            if forced is not None:
+                raise InvalidRequest(
+                    f"tool_choice.name: forces the server tool {forced.name!r} ({forced.type}), "
+                    "which thinkgate does not run; offer it as a client tool (name, "
+                    "input_schema) and run it yourself",
+                    param="tool_choice.name",
+                )
+        return client or None, choice.as_chat() if choice is not None else None
 
     def thinking_budget(self) -> dict[str, JsonValue] | None:
         """The body budget, with ``thinking`` as its thinking field."""
@@ -450,10 +508,18 @@ def translate(raw: bytes, seal: Seal | None = None) -> MessagesCall:
     elif body.thinking is not None and body.thinking.type == "disabled":
         renames["budget.thinking"] = "thinking"
     display = getattr(body.thinking, "display", None)
+    chat = to_chat(ROUTE, fields, body.model_extra or {})
+    # Anthropic's rule: max_tokens past what the context leaves the prompt runs to the
+    # context's end (stop_reason model_context_window_exceeded), not a 400. Harnesses
+    # send one max_tokens (32,000) whatever the prompt.
+    chat._cap_to_context = True
     return MessagesCall(
-        chat=to_chat(ROUTE, fields, body.model_extra or {}),
+        chat=chat,
         renames=renames,
-        ignored=sdk_fields.ignored(sdk_fields.MESSAGES, set_fields(body)),
+        ignored=(
+            *sdk_fields.ignored(sdk_fields.MESSAGES, set_fields(body)),
+            *sorted({f"tools.{t.type}" for t in body.server_tools()}),
+        ),
         seal=seal,
         omit_thinking=display == "omitted",
     )

@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PrivateAttr,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -369,6 +370,9 @@ def structured_output(fmt: ResponseFormat | None) -> StructuredOutput | None:
 
 class ChatCompletionRequest(_Common):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    # Set by a translation, never by a client: a max_tokens past the room the prompt
+    # leaves is cut to that room (Anthropic's rule) instead of a 400 (OpenAI's and vLLM's).
+    _cap_to_context: bool = PrivateAttr(default=False)
     max_completion_tokens: PositiveInt | None = None
     # Per generated token (thinking included, as vLLM's server): its logprob, and with
     # top_logprobs its most likely alternatives.
@@ -489,6 +493,15 @@ def invalid(exc: ValidationError) -> InvalidRequest:
 
 def _is_tag(part: object) -> bool:
     return isinstance(part, str) and (
-        part in ("str", "int", "float", "bool", "function-after[_content_present(), ChatMessage]")
+        part
+        in (
+            "str",
+            "int",
+            "float",
+            "bool",
+            "function-after[_content_present(), ChatMessage]",
+            "client-tool",  # the Messages API's tool kinds (server.messages_request)
+            "server-tool",
+        )
         or part.startswith(("list[", "function-", "constrained-"))
     )

@@ -35,6 +35,9 @@ class Envelope:
     strategy: str
     budget: Budget
     tools: CallForm | None = None  # how chat answers hold tool calls (None: they do not)
+    # The request's max_tokens was cut to the room its prompt left (the Messages API's
+    # rule): an answer cut there ended at the context, not at the client's limit.
+    capped_by_context: bool = False
 
     @classmethod
     def new(

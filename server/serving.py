@@ -185,7 +185,12 @@ async def serve_translated(request: Request, translate: Callable[[bytes], Transl
             chat_translation.renamed(exc, translations[0].renames)
         raise
     tr = translations[0]
-    env = replace(adm.env, response_id=f"{tr.id_prefix}{adm.request_id}")
+    asked, ran = tr.chat.max_tokens, adm.contexts[0].request.sampling.max_tokens
+    env = replace(
+        adm.env,
+        response_id=f"{tr.id_prefix}{adm.request_id}",
+        capped_by_context=asked is not None and ran is not None and ran < asked,
+    )
     adm = replace(adm, env=env)
     if stream:
         prompt_tokens = len(adm.contexts[0].request.prompt_token_ids)
@@ -256,7 +261,7 @@ async def admit(
     client_k, echo = logprobs_asked(body, strategy, name)
     structured = format_asked(gw, body, strategy, name)
     form, forced = tools_asked(gw, body, strategy, name, structured)
-    structured = structured or forced
+    structured = forced or structured  # with tools, the grammar holds the format too
     samplings = [
         replace(
             _sampling(gw, body, len(prompt_ids)),
@@ -621,6 +626,9 @@ def _sampling(
             )
         max_tokens, param = body.max_completion_tokens, "max_completion_tokens"
     room = gw.engine.max_model_len - prompt_len
+    capped = isinstance(body, ChatCompletionRequest) and body._cap_to_context
+    if max_tokens is not None and max_tokens > room and capped:
+        max_tokens = room  # a prompt always leaves at least one token (_prompt_ids)
     if max_tokens is not None and max_tokens > room:
         raise InvalidRequest(
             f"{param} is {max_tokens}, but the prompt ({prompt_len} tokens) leaves {room} of "

@@ -31,11 +31,13 @@ class CallForm:
     """How an answer holds its calls: ``tags`` (the model's own ``<tool_call>`` blocks,
     ``tool_choice: auto``), or JSON the engine's grammar held it to: ``named`` (the
     arguments object of the function ``name``), ``required`` (an array of
-    ``{"name", "parameters"}``). ``single``: at most one call per answer (chat's
-    ``parallel_tool_calls: false``): the first the model wrote; the others are dropped
-    (a ``required`` answer is held to one by its grammar already)."""
+    ``{"name", "parameters"}``), ``either`` (that array, or an answer in the client's JSON
+    format: ``tool_choice: auto`` with a ``response_format``). ``single``: at most one
+    call per answer (chat's ``parallel_tool_calls: false``): the first the model wrote;
+    the others are dropped (a ``required`` answer is held to one by its grammar
+    already)."""
 
-    kind: Literal["tags", "named", "required"]
+    kind: Literal["tags", "named", "required", "either"]
     name: str | None = None
     single: bool = False
 
@@ -107,7 +109,7 @@ def _read(text: str, form: CallForm) -> Parsed:
         return Parsed(content=text, calls=())
     if form.kind == "named" and isinstance(value, dict) and form.name is not None:
         return Parsed(content="", calls=(ToolCall(form.name, _dumps(value)),))
-    if form.kind == "required" and isinstance(value, list) and value:
+    if form.kind in ("required", "either") and isinstance(value, list) and value:
         calls = [
             ToolCall(item["name"], _dumps(item["parameters"]))
             for item in value

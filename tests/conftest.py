@@ -571,6 +571,25 @@ def live_server(engine_kind: str) -> LiveServer:
     return server
 
 
+TOOLS_MODEL = "testbed-tools"
+
+
+@pytest.fixture(scope="session")
+def tools_server() -> LiveServer:
+    """``thinkgate serve`` on the tool-calling testbed model (served as ``testbed-tools``),
+    one for the session: the tool round trips and the agent libraries share it."""
+    if "tools" not in _CACHE:
+        import testbed
+
+        flags = (
+            *("--model", str(testbed.model_path("tools"))),
+            *("--served-model-name", TOOLS_MODEL),
+            *("--reward-model", "none", "--prm-model", "none"),
+        )
+        _CACHE["tools"] = start_server(_log_dir() / "thinkgate-tools.log", flags)
+    return _CACHE["tools"]
+
+
 @pytest.fixture(scope="session")
 def remote_stack() -> RemoteStack:
     return remote_stack_instance()

@@ -284,9 +284,9 @@ ENGINE_CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         "response_format",
     ),
     (
-        "tools with response_format",
+        "tools with response_format under a strategy that applies no grammar",
         {"model": M, "messages": MSG, "tools": [_TOOL], "response_format": {"type": "json_object"}},
-        {},
+        {"X-Strategy": "deepconf"},
         400,
         "response_format",
     ),

@@ -257,6 +257,7 @@ def test_leaving_a_responses_request_aborts(live_server: Any, served_model: str)
 # --- the clients' 2026 knobs, on the real engine
 
 
+@pytest.mark.local_only  # the gateway's seal and counts: one engine shows them
 def test_encrypted_reasoning_carries_the_thinking_into_turn_two(
     openai_client: Any, served_model: str
 ) -> None:
@@ -299,6 +300,7 @@ def test_encrypted_reasoning_carries_the_thinking_into_turn_two(
     assert again.usage.input_tokens == count([user, sealed, answer, user])
 
 
+@pytest.mark.local_only  # the gateway's seal and counts: one engine shows them
 def test_messages_signatures_effort_and_counts_on_the_live_server(
     claude: anthropic.Anthropic, served_model: str
 ) -> None:

@@ -6,12 +6,10 @@ a long question, the library runs it and sends the result back, the model answer
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-import testbed
 from testbed.task import make_questions
 from testbed.tools import CALCULATOR, calculate
 
@@ -23,17 +21,8 @@ MODEL = "testbed-tools"
 
 
 @pytest.fixture(scope="module")
-def server(start_gateway_for_module: Callable[..., Any]) -> Any:
-    return start_gateway_for_module(
-        "--model",
-        str(testbed.model_path("tools")),
-        "--served-model-name",
-        MODEL,
-        "--reward-model",
-        "none",
-        "--prm-model",
-        "none",
-    )
+def server(tools_server: Any) -> Any:
+    return tools_server
 
 
 def calculator(expression: str, modulo: int) -> int:
@@ -41,7 +30,7 @@ def calculator(expression: str, modulo: int) -> int:
     return calculate(expression, modulo)
 
 
-@pytest.mark.parametrize("api", ["responses", "chat"])
+@pytest.mark.parametrize("api", ["responses", "responses-stored", "chat"])
 async def test_the_openai_agents_sdk(server: Any, api: str) -> None:
     import openai
     from agents import (
@@ -63,6 +52,10 @@ async def test_the_openai_agents_sdk(server: Any, api: str) -> None:
         settings = ModelSettings(
             temperature=0, store=False, response_include=["reasoning.encrypted_content"]
         )
+    elif api == "responses-stored":
+        # Stored: each turn sends only what is new, and previous_response_id.
+        model = OpenAIResponsesModel(model=MODEL, openai_client=client)
+        settings = ModelSettings(temperature=0, store=True)
     else:
         model = OpenAIChatCompletionsModel(model=MODEL, openai_client=client)
         settings = ModelSettings(temperature=0)
@@ -76,9 +69,37 @@ async def test_the_openai_agents_sdk(server: Any, api: str) -> None:
 
     calc.name = "calculator"
     agent = Agent(name="calc", tools=[calc], model=model, model_settings=settings)
-    result = await Runner.run(agent, LONG.prompt, max_turns=4)
+    stored = api == "responses-stored"
+    result = await Runner.run(agent, LONG.prompt, max_turns=4, auto_previous_response_id=stored)
     assert calls == [{"expression": LONG.expr, "modulo": 10}]
     assert str(result.final_output).strip() == BOXED
+    if stored:
+        # Turn 2 continued turn 1 from the store: its reasoning is turn 1's own.
+        first, second = (r.response_id for r in result.raw_responses)
+        assert first and second
+        turn1 = await client.responses.retrieve(first)
+        turn2 = await client.responses.retrieve(second)
+        # What turn 2 was answered from: turn 1's input and output, then the tool's result.
+        held = (await client.responses.input_items.list(second, order="asc")).data
+        assert [i.type for i in held] == [
+            "message",
+            *(i.type for i in turn1.output),
+            "function_call_output",
+        ]
+        said = [i.model_dump(exclude_none=True) for i in turn1.output]
+        user = {"role": "user", "content": LONG.prompt}
+        reply = held[-1].model_dump(exclude_none=True, exclude={"id", "status"})
+        whole = [user, *said, reply]
+        bare = [user, *[i for i in said if i["type"] != "reasoning"], reply]
+
+        tools = [t.model_dump(exclude_none=True) for t in turn2.tools]
+
+        async def count(items: list[Any]) -> int:
+            got = await client.responses.input_tokens.count(model=MODEL, input=items, tools=tools)
+            return int(got.input_tokens)
+
+        assert turn2.usage is not None
+        assert turn2.usage.input_tokens == await count(whole) > await count(bare)
     await client.close()
 
 

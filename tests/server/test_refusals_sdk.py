@@ -48,7 +48,13 @@ async def test_responses_refusals_are_400s_naming_the_field(
     ("extra", "words"),
     [
         ({"extra_body": {"alhpa": 0.1}}, "alhpa"),
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
+        (
+            {
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
+            },
+            "server tool",
+        ),
         ({"thinking": {"type": "enabled", "budget_tokens": 64}}, "budget_tokens"),
         ({"extra_body": {"temperature": 3.0}}, "temperature"),
     ],

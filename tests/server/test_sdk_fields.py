@@ -457,3 +457,35 @@ async def test_odd_include_values_and_tool_types_are_400s_not_bad_headers(
         ok = {"model": app.model, "input": Q, "include": ["file_search_call.results"]}
         r = await app.client.post("/v1/responses", json=ok)
         assert r.status_code == 200 and r.headers[HEADER] == "include.file_search_call.results"
+
+
+async def test_messages_max_tokens_past_the_context_runs_to_its_end(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    # Harnesses send max_tokens 32,000 whatever the prompt: Anthropic's rule, the answer
+    # runs to the context's end (OpenAI's routes keep their 400).
+    def cut(request: GenerateRequest) -> Sequence[Sample]:
+        return samples_of(testbed_tokens, THOUGHT, finish_reason="length")
+
+    async with scripted_app(cut) as app:
+        claude = app.anthropic()
+        # (The SDK refuses a non-streamed call this long unless a timeout is set.)
+        m = await claude.messages.create(
+            model=app.model, max_tokens=32000, messages=MSG, timeout=60
+        )
+        (call,) = app.engine.calls
+        assert call.sampling.max_tokens == 512 - len(call.prompt_token_ids)
+        assert m.stop_reason == "model_context_window_exceeded"
+        async with claude.messages.stream(
+            model=app.model, max_tokens=32000, messages=MSG
+        ) as stream:
+            streamed = await stream.get_final_message()
+        assert streamed.stop_reason == "model_context_window_exceeded"
+        # Under the room, a cut is the client's max_tokens.
+        small = await claude.messages.create(model=app.model, max_tokens=64, messages=MSG)
+        assert small.stop_reason == "max_tokens"
+        with pytest.raises(openai.BadRequestError) as info:
+            await app.openai().chat.completions.create(
+                model=app.model, messages=MSG, max_tokens=32000
+            )
+        assert info.value.body["param"] == "max_tokens"  # type: ignore[index]

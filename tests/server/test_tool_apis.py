@@ -270,7 +270,14 @@ async def test_messages_any_tool_choice_is_the_engines_grammar(
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
+        (
+            {
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
+            },
+            "server tool",
+        ),
+        ({"tools": [{"type": "web search", "name": "w"}]}, "tools.0"),
         ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool"}}, "tool_choice"),
         ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "x"}}, "tool_choice"),
         (
@@ -388,3 +395,90 @@ async def test_messages_disable_parallel_tool_use_keeps_one_tool_use_block(
     assert [b.input for b in both.content if b.type == "tool_use"] == [ARGS, SECOND_ARGS]
     assert [b.input for b in one.content if b.type == "tool_use"] == [ARGS]
     assert one.stop_reason == "tool_use"
+
+
+# -- tools together with a JSON format --------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+CALLED = f'<think>\n</think>\n[{{"name": "{TOOL_NAME}", "parameters": {json.dumps(ARGS)}}}]'
+FORMATTED = '<think>\n</think>\n{"answer": 4}'
+
+
+async def test_tools_with_a_json_format_answer_a_call_or_the_format_on_every_api(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    # OpenAI serves both together: the answer is a call, or an answer in the format.
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    handler = _answers(tools_tokens, CALLED, FORMATTED, CALLED, FORMATTED, CALLED)
+    async with scripted_app(handler, tokens=tools_tokens) as app:
+        client = app.openai()
+        called = await client.chat.completions.create(
+            model=app.model, messages=messages, tools=[CALCULATOR], response_format=fmt
+        )
+        answered = await client.chat.completions.create(
+            model=app.model, messages=messages, tools=[CALCULATOR], response_format=fmt
+        )
+        text = {"format": {"type": "json_schema", "name": "a", "schema": SCHEMA}}
+        r_called = await client.responses.create(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL], text=text
+        )
+        r_answered = await client.responses.create(
+            model=app.model, input=QUESTION, tools=[RESPONSES_TOOL], text=text
+        )
+        m_called = await app.anthropic().messages.create(
+            model=app.model,
+            max_tokens=128,
+            messages=messages,
+            tools=[ANTHROPIC_TOOL],
+            output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
+        )
+        grammars = [json.loads(c.sampling.structured.schema) for c in app.engine.calls]
+    (call,) = called.choices[0].message.tool_calls or []
+    assert called.choices[0].finish_reason == "tool_calls"
+    assert json.loads(call.function.arguments) == ARGS
+    assert json.loads(answered.choices[0].message.content or "") == {"answer": 4}
+    assert answered.choices[0].message.tool_calls is None
+    (fc,) = [i for i in r_called.output if i.type == "function_call"]
+    assert json.loads(fc.arguments) == ARGS
+    assert json.loads(r_answered.output_text) == {"answer": 4}
+    assert [b.type for b in m_called.content] == ["thinking", "tool_use"]
+    # One grammar: the calls' array or the client's schema.
+    for grammar in grammars:
+        assert "anyOf" in grammar, (grammars.index(grammar), grammar)
+        calls, answer = grammar["anyOf"]
+        assert calls["type"] == "array" and answer == SCHEMA
+    # A forced call has no answer to format: its grammar is the call's alone.
+    async with scripted_app(_answers(tools_tokens, CALLED), tokens=tools_tokens) as app:
+        await app.openai().chat.completions.create(
+            model=app.model,
+            messages=messages,
+            tools=[CALCULATOR],
+            tool_choice="required",
+            response_format={"type": "json_object"},
+        )
+        (forced,) = app.engine.calls
+    assert json.loads(forced.sampling.structured.schema)["type"] == "array"
+
+
+async def test_messages_server_tools_are_left_out_and_named_in_the_header(
+    scripted_app: Callable[..., Any], tools_tokens: Any
+) -> None:
+    server_tools: Any = [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+        {"type": "bash_20250124", "name": "bash"},
+    ]
+    messages: Any = [{"role": "user", "content": QUESTION}]
+    async with scripted_app(_answers(tools_tokens, CALL), tokens=tools_tokens) as app:
+        r = await app.anthropic().messages.with_raw_response.create(
+            model=app.model,
+            max_tokens=128,
+            messages=messages,
+            tools=[*server_tools, ANTHROPIC_TOOL],
+        )
+        (engine_call,) = app.engine.calls
+        prompt = _prompt(tools_tokens, engine_call)
+    assert r.headers["X-Thinkgate-Ignored"] == "tools.bash_20250124, tools.web_search_20250305"
+    assert TOOL_NAME in prompt and "web_search" not in prompt
+    (use,) = [b for b in (await r.parse()).content if b.type == "tool_use"]
+    assert use.input == ARGS

@@ -8,14 +8,12 @@ same round trip on the Responses API and on the Anthropic Messages API (its SDK)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-import testbed
 from testbed.task import make_questions
 from testbed.tools import CALCULATOR, calculate
 
@@ -26,17 +24,8 @@ SHORT = make_questions("test", 1, seed=5, min_ops=2, max_ops=2)[0]
 
 
 @pytest.fixture(scope="module")
-def server(start_gateway_for_module: Callable[..., Any]) -> Any:
-    return start_gateway_for_module(
-        "--model",
-        str(testbed.model_path("tools")),
-        "--served-model-name",
-        "testbed-tools",
-        "--reward-model",
-        "none",
-        "--prm-model",
-        "none",
-    )
+def server(tools_server: Any) -> Any:
+    return tools_server
 
 
 @pytest.fixture(scope="module")

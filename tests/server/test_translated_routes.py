@@ -307,7 +307,14 @@ async def test_responses_refusals_name_the_field(
 
 
 MESSAGES_BAD = [
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
+    (
+        {
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "tool_choice": {"type": "tool", "name": "web_search"},
+        },
+        "tool_choice.name",
+    ),
+    ({"tools": [{"type": "web_search", "name": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"alhpa": 1}, "alhpa"),
     ({"n": 2}, "n"),
