@@ -186,6 +186,9 @@ def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]:
         str(model),
         "--port",
         str(port),
+        # The testbed's trained context, as its peers on vLLM's server are run (and the
+        # tables were calibrated); the default (65,536) is for harnesses' long prompts.
+        *(() if "--max-model-len" in args else ("--max-model-len", "512")),
         *args,
     ]
     with serve(cmd, ready_path="/ready", log=log, port=port) as url:

@@ -5,8 +5,9 @@ offers its trained models, ``testbed.defaults:defaults``), so the runtime never 
 the testbed: without a provider, ``--model`` is simply required. A provider is a
 callable returning a mapping with ``model`` (directory or hub id), ``served_name`` and
 optionally ``reward_model``, ``prm_model`` (a process reward model for the step search),
-``step_delimiter`` (where a reasoning step of that model ends) and ``max_model_len`` (a
-replica's vLLM flag).
+``step_delimiter`` (where a reasoning step of that model ends), ``max_model_len`` (a
+replica's vLLM flag) and ``effort_context`` (the length reasoning efforts are shares of,
+where the model was trained on less than it is served with).
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ class ModelDefaults:
     max_model_len: int | None = None
     prm_model: str | None = None
     step_delimiter: str | None = None
+    effort_context: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, object], source: str) -> ModelDefaults:
         model, name = raw.get("model"), raw.get("served_name")
         reward, length = raw.get("reward_model"), raw.get("max_model_len")
         prm, delimiter = raw.get("prm_model"), raw.get("step_delimiter")
+        effort = raw.get("effort_context")
         if not isinstance(model, str | Path) or not isinstance(name, str) or not name:
             raise NoDefaultModel(f"{source} must give 'model' and 'served_name'")
         if reward is not None and not isinstance(reward, str | Path):
@@ -49,6 +52,8 @@ class ModelDefaults:
             raise NoDefaultModel(f"{source}: 'prm_model' must be a path or id")
         if delimiter is not None and (not isinstance(delimiter, str) or not delimiter):
             raise NoDefaultModel(f"{source}: 'step_delimiter' must be a non-empty string")
+        if effort is not None and (isinstance(effort, bool) or not isinstance(effort, int)):
+            raise NoDefaultModel(f"{source}: 'effort_context' must be an integer")
         return cls(
             str(model),
             name,
@@ -56,6 +61,7 @@ class ModelDefaults:
             length,
             None if prm is None else str(prm),
             delimiter,
+            effort,
         )
 
     def is_default_model(self, model: str | Path) -> bool:

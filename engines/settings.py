@@ -21,7 +21,7 @@ class LocalEngineSettings:
 
     dtype: str
     max_num_seqs: int
-    batched_tokens: int
+    batched_tokens: int | None  # None: engines.local.context.batched_tokens of the context
     # The KV cache's block, the prefix cache's unit; None: engines.local.prefix_cache's.
     block_size: int | None = None
     enforce_eager: bool
@@ -70,7 +70,7 @@ class EngineSettings(Protocol):
     @property
     def trust_remote_code(self) -> bool: ...
     @property
-    def max_model_len(self) -> int: ...
+    def max_model_len(self) -> int | None: ...
     @property
     def max_num_seqs(self) -> int: ...
     @property

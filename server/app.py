@@ -21,7 +21,7 @@ from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
 from engines.factory import open_engine
 from engines.local import stopping
-from server import errors, presets, response_store
+from server import effort, errors, presets, response_store
 from server.admission import Admission
 from server.gateway import Gateway
 from server.gc_pauses import GcPauses, freeze_heap
@@ -122,6 +122,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     seal=_seal(settings),
                     presets=presets.load(settings.presets),
                     responses=_responses(settings, stack),
+                    effort_context=effort.effort_context(settings, active.max_model_len),
                 )
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(

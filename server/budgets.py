@@ -55,15 +55,15 @@ def resolve(
     settings: Settings,
     *,
     honoured: Mapping[str, frozenset[str]] | None = None,
-    context: int | None = None,
+    context: int = 512,
 ) -> tuple[str, Budget]:
     """The strategy name and the budget as applied.
 
     ``body`` holds the request's ``strategy``, ``budget`` and ``reasoning_effort``
     (absent or None: not set). ``honoured`` maps every installed strategy to its
     ``budget_fields``; with it an unknown strategy and an unhonoured field are 400s.
-    ``context`` is the model's context length, which efforts scale with (default: the
-    local engine's ``max_model_len`` setting).
+    ``context`` is the length efforts are shares of (the gateway's ``effort_context``;
+    the default is the testbed's).
     Raises ``InvalidBudget``/``InvalidRequest``/``UnknownStrategy`` naming the param.
     """
     lower = {k.lower(): v for k, v in headers.items()}
@@ -79,7 +79,7 @@ def resolve(
     chosen_effort: Effort | None = None
     if effort is not None and "thinking" not in values:
         chosen_effort = _effort(effort)
-        tokens = thinking_tokens(settings, chosen_effort, context or settings.max_model_len)
+        tokens = thinking_tokens(settings, chosen_effort, context)
         values["thinking"] = _Value(tokens, "reasoning_effort")
     for name, v in values.items():
         _check_range(name, v, settings)

@@ -4,7 +4,9 @@ request's output limit. Pure code, used by every generation route.
 The effort table (``reasoning_effort`` on chat and completions, ``reasoning.effort`` on
 ``/v1/responses``) is a server setting: each effort thinks for a share of the model's
 context (``--effort-none`` ... ``--effort-max``), so one table serves a 512-token
-testbed and a 128K-token model alike. With the defaults:
+testbed and a 128K-token model alike. (A model served past what it was trained on, as
+the testbed is at 65,536, has its efforts sized by the trained length its default-model
+provider gives: ``effort_context``, see :func:`effort_context`.) With the defaults:
 
     effort    share    512-token context    32K context
     none      0        0                    0
@@ -38,8 +40,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
+from core import defaults
 from core.budget import Budget
 from server.settings import EFFORTS, Effort, Settings
+
+
+def effort_context(settings: Settings, served: int) -> int:
+    """The length efforts are shares of: the default model's ``effort_context`` when it is
+    the model served (never past ``served``), else the served context."""
+    try:
+        offered = defaults.installed()
+    except defaults.NoDefaultModel:
+        return served
+    if offered.effort_context is None or not offered.is_default_model(settings.model_path):
+        return served
+    return min(served, offered.effort_context)
 
 
 def thinking_tokens(settings: Settings, effort: Effort, context: int) -> int:

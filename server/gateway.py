@@ -41,6 +41,8 @@ class Gateway:
     responses: ResponseStore | None = None
     # Strategy presets chosen by model name (server.presets).
     presets: Mapping[str, Preset] = field(default_factory=lambda: dict(BUILT_IN))
+    # The length reasoning efforts are shares of (server.effort); 0: the engine's context.
+    effort_context: int = 0
 
 
 def gateway(conn: HTTPConnection) -> Gateway:

@@ -162,10 +162,10 @@ class ServerTool(BaseModel):
     @field_validator("type")
     @classmethod
     def _dated(cls, kind: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z_]*_[0-9]{8}", kind):
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", kind):
             raise ValueError(
-                "a server tool's type is a name and a date (web_search_20250305); a client "
-                "tool's is custom or left out"
+                "a server tool's type is a name (web_search_20250305); a client tool's is "
+                "custom or left out"
             )
         return kind
 
@@ -313,6 +313,15 @@ class MessagesRequest(BaseModel):
     ) = None
     output_config: OutputConfig | None = None
     context_management: ContextManagement | None = None
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _thinking_offered(cls, value: object) -> object:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if (why := sdk_fields.part_refused("messages.thinking", kind)) is not None:
+            raise ValueError(why)
+        return value
+
     # thinkgate and vLLM (as on chat)
     strategy: str | None = None
     budget: Annotated[dict[str, JsonValue] | None, WithJsonSchema(BUDGET_SCHEMA)] = None
@@ -404,9 +413,11 @@ class MessagesRequest(BaseModel):
                     # Results answer the turn before; chat puts them ahead of new text.
                     out.append(validate(ToolResultBlock, raw, prefix=where).as_chat())
                 else:
+                    why = sdk_fields.part_refused("messages.content", kind)
                     raise InvalidRequest(
-                        f"{where}: {kind!r} blocks are not supported in {msg.role} turns "
-                        "(text; thinking and tool_use in assistant turns; tool_result in "
+                        f"{where}: {kind!r} blocks are not supported in {msg.role} turns"
+                        + (f": {why}" if why else "")
+                        + " (text; thinking and tool_use in assistant turns; tool_result in "
                         "user turns; text in system turns)",
                         param=f"{where}.type",
                     )

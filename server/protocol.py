@@ -26,11 +26,13 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
 from core.engine import MAX_CLIENT_LOGPROBS, StructuredOutput
 from core.errors import InvalidRequest
+from server import sdk_fields
 from server.settings import Effort
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
@@ -101,6 +103,7 @@ class TextPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
     text: str
+    prompt_cache_breakpoint: JsonValue = None  # a caching hint (server.sdk_fields)
 
 
 class FunctionCall(BaseModel):
@@ -130,10 +133,31 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    refusal: str | None = None  # an assistant turn's refusal, given back: its content counts
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: list[ToolCallIn] | None = None  # assistant turns
     tool_call_id: str | None = None  # tool turns: the call answered
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused_parts(cls, value: object) -> object:
+        # The SDK's parts thinkgate cannot give, with why (server.sdk_fields).
+        if not isinstance(value, dict):
+            return value
+        why = sdk_fields.part_refused("chat.role", value.get("role"))
+        fields = sdk_fields.PART_FIELDS["chat.role.assistant"]
+        for key in ("audio", "function_call"):
+            if why is None and value.get(key) is not None:
+                why = f"{key}: {fields[key].note}"
+        content = value.get("content")
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if why is None and (refused := sdk_fields.part_refused("chat.content", kind)):
+                why = f"{kind} parts: {refused}"
+        if why is not None:
+            raise ValueError(why)
+        return value
 
     @model_validator(mode="after")
     def _content_present(self) -> ChatMessage:
@@ -325,6 +349,14 @@ class ToolDef(BaseModel):
     type: Literal["function"]
     function: FunctionDef
 
+    @model_validator(mode="before")
+    @classmethod
+    def _offered(cls, value: object) -> object:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if (why := sdk_fields.part_refused("chat.tools", kind)) is not None:
+            raise ValueError(why)
+        return value
+
 
 class NamedFunction(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -383,6 +415,15 @@ class ChatCompletionRequest(_Common):
     # Tools the chat template offers the model; its calls come back as tool_calls.
     tools: Annotated[list[ToolDef], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _choice_offered(cls, value: object) -> object:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if (why := sdk_fields.part_refused("chat.tool_choice", kind)) is not None:
+            raise ValueError(why)
+        return value
+
     # Accepted and ignored: how long OpenAI's models write (the model here is not asked to
     # be briefer; Responses' text.verbosity the same) and a predicted output (a latency
     # hint: the answer is the same without it).

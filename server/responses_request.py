@@ -94,6 +94,12 @@ class FunctionCallInput(_Strict):
     arguments: str
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    # Accepted (server.sdk_fields.PART_FIELDS): the call is the call either way.
+    is_async: Annotated[bool | None, Field(alias="async")] = None
+    caller: JsonValue = None
+    namespace: str | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     def as_chat(self) -> dict[str, object]:
         return {
@@ -111,6 +117,10 @@ class FunctionCallOutput(_Strict):
     output: str | list[InputText]
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    # Accepted (server.sdk_fields.PART_FIELDS): the output answers its call_id.
+    caller: JsonValue = None
+    name: str | None = None
+    namespace: str | None = None
 
     def as_chat(self) -> dict[str, object]:
         out = self.output
@@ -428,10 +438,10 @@ class ResponsesRequest(BaseModel):
                 out.append(validate(FunctionCallOutput, raw, prefix=where).as_chat())
                 continue
             if kind != "message":
+                why = sdk_fields.part_refused("responses.input", kind) or "an unknown item"
                 raise InvalidRequest(
-                    f"{where}: item type {kind!r} is not supported (messages, reasoning, "
-                    "function_call and function_call_output items: thinkgate keeps no state "
-                    "and runs no hosted tools)",
+                    f"{where}: item type {kind!r} is not supported: {why} (messages, "
+                    "reasoning, function_call and function_call_output items are)",
                     param=f"{where}.type",
                 )
             msg = validate(InputMessage, raw, prefix=where)
@@ -448,9 +458,12 @@ class ResponsesRequest(BaseModel):
         tools = [t.as_chat() for t in functions] if functions else None
         choice = self.tool_choice
         if isinstance(choice, dict):
+            kind = choice.get("type")
+            why = sdk_fields.part_refused("responses.tool_choice", kind) or (
+                sdk_fields.PARTS["responses.tool_choice"]["hosted"].note
+            )
             raise InvalidRequest(
-                f"tool_choice: {choice.get('type')!r} forces a hosted tool, which thinkgate "
-                "cannot run (function tools and none/auto/required are chosen)",
+                f"tool_choice: {kind!r}: {why} (function tools and none/auto/required are chosen)",
                 param="tool_choice",
             )
         if isinstance(choice, NamedFunctionChoice):

@@ -189,3 +189,162 @@ HEADER: Final = "X-Thinkgate-Ignored"
 def ignored(table: Mapping[str, Decided], present: Iterable[str]) -> tuple[str, ...]:
     """The fields among ``present`` (those a request set) that ``table`` ignores, sorted."""
     return tuple(sorted(k for k in set(present) if (d := table.get(k)) and d.decision == "ignored"))
+
+
+# --- the parts inside requests: messages, content blocks, tools, items, choices
+#
+# Keyed by API part, then by the part's wire ``type`` (or a message's ``role``). An
+# honoured part is read by the route's model of it (tests/server/test_sdk_fields.py
+# checks that model holds every key the SDK's type has, or ``PART_FIELDS`` decides it);
+# an ignored one is left out and named in ``X-Thinkgate-Ignored``; a refused one is a
+# 400 saying why.
+
+_TEXT_ONLY = "the served model reads text: describe the {} in text"
+_NO_SERVER_TOOLS = "thinkgate runs no server tools: a client tool's call and result are"
+_NO_HOSTED = "thinkgate runs no hosted tools: function calls and their outputs are"
+_ASK_TOOL = "left out of the prompt: thinkgate runs no server tools"
+
+
+def _server_tool_results(*kinds: str) -> dict[str, Decided]:
+    return {k: _r(f"{k} blocks: {_NO_SERVER_TOOLS}") for k in kinds}
+
+
+def _hosted_items(*kinds: str) -> dict[str, Decided]:
+    return {k: _r(f"{k} items: {_NO_HOSTED}") for k in kinds}
+
+
+PARTS: Final[Mapping[str, Mapping[str, Decided]]] = {
+    "messages.role": {"user": _h(), "assistant": _h(), "system": _h("a system message there")},
+    "messages.content": {
+        "text": _h(),
+        "thinking": _h("the turn's thinking, read from its signature"),
+        "redacted_thinking": _h("opaque: dropped from the prompt"),
+        "tool_use": _h("the turn's calls"),
+        "tool_result": _h("the tools' results"),
+        "image": _r(_TEXT_ONLY.format("image")),
+        "document": _r(_TEXT_ONLY.format("document") + " (its text as a text block)"),
+        "search_result": _r("search_result blocks: send the result's text as a text block"),
+        "container_upload": _r("container_upload blocks: thinkgate runs no code containers"),
+        **_server_tool_results(
+            "server_tool_use",
+            "web_search_tool_result",
+            "web_fetch_tool_result",
+            "code_execution_tool_result",
+            "bash_code_execution_tool_result",
+            "text_editor_code_execution_tool_result",
+            "tool_search_tool_result",
+        ),
+    },
+    # A client tool (``custom`` or no type) is honoured; any other type (a name, often
+    # dated: web_search_20250305, bash_20250124, ...) is a server tool, left out.
+    "messages.tools": {"custom": _h("a function tool"), "server": _i(_ASK_TOOL)},
+    "messages.thinking": {
+        "enabled": _h("the thinking budget"),
+        "disabled": _h("a thinking budget of 0"),
+        "adaptive": _h("the server plans the thinking"),
+        "between_tools": _r(
+            "thinking only between tool calls is not offered: send adaptive or enabled"
+        ),
+    },
+    "messages.tool_choice": {"auto": _h(), "any": _h(), "tool": _h(), "none": _h()},
+    "chat.role": {
+        "developer": _h("a system message"),
+        "system": _h(),
+        "user": _h(),
+        "assistant": _h(),
+        "tool": _h(),
+        "function": _r("the deprecated functions API: send tool messages"),
+    },
+    "chat.content": {
+        "text": _h(),
+        "image_url": _r(_TEXT_ONLY.format("image")),
+        "input_audio": _r(_TEXT_ONLY.format("audio")),
+        "file": _r(_TEXT_ONLY.format("file") + " (its text as a text part)"),
+    },
+    "chat.tools": {
+        "function": _h(),
+        "custom": _r("custom (free-form) tools: offer a function tool with a JSON schema"),
+    },
+    "chat.tool_choice": {
+        "function": _h("a named function"),
+        "allowed_tools": _r("allowed_tools: send the allowed tools as tools"),
+        "custom": _r("custom (free-form) tools: offer a function tool with a JSON schema"),
+    },
+    "chat.response_format": {"text": _h(), "json_object": _h(), "json_schema": _h()},
+    "responses.input": {
+        "message": _h(),
+        "function_call": _h("the assistant's call"),
+        "function_call_output": _h("the tool's result"),
+        "reasoning": _h("the turn's thinking (sealed or in the clear)"),
+        "item_reference": _r("item references: send the item itself, or previous_response_id"),
+        "compaction": _r("compaction items: no server-side compaction here"),
+        "compaction_trigger": _r("compaction items: no server-side compaction here"),
+        "configuration_update": _r("configuration_update items: send the request's fields"),
+        "additional_tools": _r("additional_tools items: send the tools in tools"),
+        "custom_tool_call": _r("custom (free-form) tools: offer a function tool"),
+        "custom_tool_call_output": _r("custom (free-form) tools: offer a function tool"),
+        **_hosted_items(
+            "file_search_call",
+            "computer_call",
+            "computer_call_output",
+            "web_search_call",
+            "tool_search_call",
+            "tool_search_output",
+            "image_generation_call",
+            "code_interpreter_call",
+            "local_shell_call",
+            "local_shell_call_output",
+            "shell_call",
+            "shell_call_output",
+            "apply_patch_call",
+            "apply_patch_call_output",
+            "mcp_list_tools",
+            "mcp_approval_request",
+            "mcp_approval_response",
+            "mcp_call",
+            "program",
+            "program_output",
+        ),
+    },
+    # Function tools and namespace groups are honoured; every other type is a hosted
+    # tool, left out (server.responses_request.functions_of).
+    "responses.tools": {
+        "function": _h(),
+        "namespace": _h("its functions"),
+        "hosted": _i("left out of the prompt: thinkgate runs no hosted tools"),
+    },
+    "responses.tool_choice": {
+        "function": _h("a named function"),
+        "allowed_tools": _r("allowed_tools: send the allowed tools as tools"),
+        "custom": _r("custom (free-form) tools: offer a function tool"),
+        "mcp": _r("MCP servers are not run by thinkgate"),
+        "hosted": _r("it forces a hosted tool, which thinkgate does not run"),
+    },
+}
+
+# Keys inside an honoured part that its model takes without acting on them (or refuses),
+# by part and type.
+PART_FIELDS: Final[Mapping[str, Mapping[str, Decided]]] = {
+    "chat.role.assistant": {
+        "refusal": _i("an assistant turn's refusal: its content is what the model reads"),
+        "audio": _r("no audio: an assistant turn's audio cannot be given back"),
+        "function_call": _r("the deprecated functions API: send tool_calls"),
+    },
+    "chat.content.text": {"prompt_cache_breakpoint": _i(_CACHE)},
+    "responses.input.function_call": {
+        "async": _i("the call is answered by its output item either way"),
+        "caller": _i("who made the call: the call is the call either way"),
+        "namespace": _i("the function's group: its name is the function's"),
+    },
+    "responses.input.function_call_output": {
+        "caller": _i("who made the call: the output answers its call_id"),
+        "name": _i("the output answers its call_id"),
+        "namespace": _i("the output answers its call_id"),
+    },
+}
+
+
+def part_refused(part: str, kind: object) -> str | None:
+    """Why ``PARTS[part]`` refuses a part of ``kind`` (None: it does not)."""
+    decided = PARTS[part].get(kind) if isinstance(kind, str) else None
+    return decided.note if decided is not None and decided.decision == "refused" else None

@@ -235,7 +235,11 @@ async def admit(
         "reasoning_effort": body.reasoning_effort,
     }
     name, budget = budgets.resolve(
-        request.headers, fields, settings, honoured=honoured, context=gw.engine.max_model_len
+        request.headers,
+        fields,
+        settings,
+        honoured=honoured,
+        context=gw.effort_context or gw.engine.max_model_len,
     )
     request.state.budget = budget
     request.state.strategy = name

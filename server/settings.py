@@ -113,14 +113,16 @@ class Settings(BaseSettings):
     # --- local engine (vLLM in process)
     dtype: str = "float32"
     """Local engine: model dtype for vLLM (float32 on CPU; auto/bfloat16 on GPU)."""
-    max_model_len: int = Field(default=512, ge=16)
-    """Local engine: context length (prompt + completion) per sequence (a remote engine
-    takes its servers' ``max_model_len``)."""
+    max_model_len: int | None = Field(default=None, ge=16)
+    """Local engines: context length (prompt + completion) per sequence; None: each model's
+    own, as its config declares it (the testbed's: 65,536, though it was trained on 512
+    tokens). A remote engine takes its servers' ``max_model_len``."""
     max_num_seqs: int = Field(default=64, ge=1)
     """Local engine: sequences vLLM decodes at once."""
     max_num_batched_tokens: int | None = None
-    """Local engine; None: ``max_num_seqs * max_model_len`` (no prefill is ever chunked; a seeded
-    request with a chunked prefill crashes the CPU engine)."""
+    """Local engine: tokens one engine step holds, never under the context (no prefill is
+    ever chunked: a seeded request with a chunked prefill crashes the CPU engine); None:
+    ``max_num_seqs`` full prompts, at most 32,768 (and at least one)."""
     block_size: int | None = Field(default=None, ge=1)
     """Local engine: tokens per KV cache block, the unit vLLM's prefix cache reuses; None: 32
     on a CPU host (vLLM's 128 there recomputes up to 127 tokens of every path a step search
@@ -386,7 +388,7 @@ class Settings(BaseSettings):
         return LocalEngineSettings(
             dtype=self.dtype,
             max_num_seqs=self.max_num_seqs,
-            batched_tokens=self.batched_tokens,
+            batched_tokens=self.max_num_batched_tokens,
             block_size=self.block_size,
             enforce_eager=self.enforce_eager,
             engine_spin_ms=self.engine_spin_ms,
@@ -445,12 +447,6 @@ class Settings(BaseSettings):
             return Path(self.state_dir).expanduser()
         base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
         return Path(base) / "thinkgate"
-
-    @property
-    def batched_tokens(self) -> int:
-        if self.max_num_batched_tokens is not None:
-            return self.max_num_batched_tokens
-        return self.max_num_seqs * self.max_model_len
 
     def effort_share(self, effort: Effort) -> float:
         """The share of the model's context that ``effort`` thinks for (server.effort)."""

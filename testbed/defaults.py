@@ -13,5 +13,9 @@ def defaults() -> dict[str, object]:
         "reward_model": str(model_path("reward")),
         "prm_model": str(model_path("prm")),
         "step_delimiter": "\n",  # one thinking line is one step
-        "max_model_len": 512,  # the testbed's context (a replica's vLLM flag)
+        # Served with a context long enough for an agent harness's first request (its
+        # config declares 65,536 positions; its answers past its 512 trained ones are
+        # poor, the protocol holds), and its efforts sized by the 512 it thinks within.
+        "max_model_len": 65536,  # a replica's vLLM flag
+        "effort_context": 512,
     }

@@ -17,7 +17,12 @@ from transformers import (
 
 from testbed.tokenizer import CharCodec, save_tokenizer
 
-MAX_POSITIONS: Final = 512
+MAX_POSITIONS: Final = 65536
+"""The positions a generation model's config declares: the server's default context is
+long enough for an agent harness's first request (RoPE computes any position; the models
+are trained on sequences of at most 512 tokens, so their answers past that are poor)."""
+SCORER_POSITIONS: Final = 512
+"""A scorer's (reward model, PRM): the gateway scores within what they were trained on."""
 
 
 def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Config:
@@ -50,7 +55,11 @@ def qwen2_config(codec: CharCodec, *, num_labels: int | None = None) -> Qwen2Con
         "dtype": "float32",
     }
     if num_labels is not None:
-        fields.update(num_labels=num_labels, architectures=["Qwen2ForSequenceClassification"])
+        fields.update(
+            num_labels=num_labels,
+            architectures=["Qwen2ForSequenceClassification"],
+            max_position_embeddings=SCORER_POSITIONS,
+        )
     return Qwen2Config(**fields)
 
 

@@ -52,6 +52,10 @@ LEAVE_AFTER_S = 0.3  # post_and_leave: how long a leaving client stays after its
 # after 10 s instead of the default 30 (the live test of that limit waits it out), which
 # no test body comes near on loopback.
 os.environ.setdefault("THINKGATE_BODY_READ_TIMEOUT_S", "10")
+# The suite's tests are written for the testbed's trained 512-token context; the default
+# (each model's own: the testbed's 65,536) has its own test (test_long_prompts_live.py).
+os.environ.setdefault("THINKGATE_MAX_MODEL_LEN", "512")
+REPLICA_CONTEXT = ("--max-model-len", "512")
 
 
 @dataclass
@@ -140,11 +144,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def start_server(log_path: Path, flags: tuple[str, ...] = (), *, bare: bool = False) -> LiveServer:
+def start_server(
+    log_path: Path,
+    flags: tuple[str, ...] = (),
+    *,
+    bare: bool = False,
+    default_context: bool = False,
+) -> LiveServer:
     """Start ``thinkgate serve`` on a free loopback port and wait until /ready.
 
     ``bare``: without the CPU engine variables of ``scripts/env.sh``, as a user who runs
     ``thinkgate serve`` directly starts it (the server sets its own defaults).
+    ``default_context``: without the suite's 512-token context (THINKGATE_MAX_MODEL_LEN):
+    each model's own, as a user's server has it.
     The caller stops it with ``stop_server``. Fails the test (with the log tail) if the
     server exits or is not ready in ``STARTUP_TIMEOUT_S``.
     """
@@ -155,6 +167,8 @@ def start_server(log_path: Path, flags: tuple[str, ...] = (), *, bare: bool = Fa
             env.pop(key, None)
     else:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if default_context:
+        env.pop("THINKGATE_MAX_MODEL_LEN", None)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONUNBUFFERED"] = "1"  # vLLM logs to stdout: keep the log tail current
     if "--state-dir" not in flags:
@@ -214,6 +228,8 @@ class Replica:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         env["PYTHONUNBUFFERED"] = "1"
         cmd = [sys.executable, "-m", "server.cli", "replica", "--host", "127.0.0.1"]
+        if "--max-model-len" not in self.flags:
+            cmd += REPLICA_CONTEXT  # as the suite's gateways (THINKGATE_MAX_MODEL_LEN)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [*cmd, "--port", str(self.port), *self.flags],

@@ -31,6 +31,7 @@ from core.engine import (
 )
 from core.errors import BackendError, BackendUnavailable, InvalidRequest
 from engines.local import executor, stopping
+from engines.local.context import batched_tokens, served_context
 from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.launch import start_async_llm
 from engines.local.prefix_cache import block_size
@@ -139,11 +140,10 @@ class LocalEngine:
             model=settings.model_path,
             served_model_name=[settings.model_name],
             dtype=local.dtype,  # type: ignore[arg-type]
-            max_model_len=settings.max_model_len,
+            max_model_len=settings.max_model_len,  # type: ignore[arg-type]  # None: derived, as vLLM's default
             max_num_seqs=local.max_num_seqs,
             # No chunked prefill: a seeded request whose prefill is chunked kills the CPU
             # engine (seen on vLLM 0.32 CPU), so every prefill fits one step.
-            max_num_batched_tokens=max(local.batched_tokens, settings.max_model_len),
             enable_chunked_prefill=False,
             block_size=block_size(local.block_size, on_cpu=current_platform.is_cpu()),
             enforce_eager=local.enforce_eager,
@@ -170,6 +170,11 @@ class LocalEngine:
             log.warning("engine.processor_unavailable", processor=name, model=settings.model_path)
         if setup.hf_overrides:
             args.hf_overrides = {**(args.hf_overrides or {}), **setup.hf_overrides}  # type: ignore[dict-item]
+        context = served_context(args)
+        args.max_model_len = context
+        args.max_num_batched_tokens = batched_tokens(
+            local.batched_tokens, context, local.max_num_seqs
+        )
         processors = load_processor_classes(tuple(spec_for(p, runner) for p in setup.names))
         args.logits_processors = cast(Any, processors) or None
         names = {processor_name(c) for c in processors}
@@ -179,7 +184,7 @@ class LocalEngine:
             llm,
             model_name=settings.model_name,
             tokens=tokens,
-            max_model_len=settings.max_model_len,
+            max_model_len=context,
             processors=frozenset(names),
             rows=settings.max_num_seqs,
         )

@@ -57,6 +57,7 @@ from core.errors import BackendError, BackendUnavailable
 from engines.calls import Timeouts, calls_over
 from engines.http_errors import post_json
 from engines.local import executor, stopping
+from engines.local.context import batched_tokens, served_context
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.launch import start_async_llm
 from engines.local.pooling import encode_one
@@ -126,7 +127,7 @@ class PrmEngine:
         model: str,
         *,
         step_tag_id: int | None = None,
-        max_model_len: int = 512,
+        max_model_len: int | None = None,
         dtype: str = "float32",
         enforce_eager: bool = True,
         max_num_seqs: int = 64,
@@ -151,9 +152,8 @@ class PrmEngine:
             enable_prefix_caching=True,
             block_size=block_size(None, on_cpu=current_platform.is_cpu()),
             dtype=dtype,  # type: ignore[arg-type]
-            max_model_len=max_model_len,
+            max_model_len=max_model_len,  # type: ignore[arg-type]  # None: derived, as vLLM's default
             max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_seqs * max_model_len,
             enforce_eager=enforce_eager,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
@@ -162,9 +162,13 @@ class PrmEngine:
             ),
             disable_log_stats=True,
         )
+        # None: the model's own context; no prefill split (engines.local.context).
+        context = served_context(args)
+        args.max_model_len = context
+        args.max_num_batched_tokens = batched_tokens(None, context, max_num_seqs)
         log.info("prm.starting", model=model, step_tag_id=tag)
         llm = start_async_llm(args, spin_ms=spin_ms)
-        return cls(llm, model=model, step_tag_id=tag, max_model_len=max_model_len)
+        return cls(llm, model=model, step_tag_id=tag, max_model_len=context)
 
     async def step_rewards(
         self, sequences: Sequence[Sequence[int]], tally: Tally | None = None

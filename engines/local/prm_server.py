@@ -261,7 +261,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--step-tag-id", type=int, help="default: the model's config.json")
-    parser.add_argument("--max-model-len", type=int, default=512)
+    parser.add_argument(
+        "--max-model-len", type=int, default=None, help="default: the PRM's own context"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--dtype", default=None, help="default: float32 on CPU, else auto")
     parser.add_argument(

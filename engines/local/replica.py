@@ -171,11 +171,10 @@ def build_prm_command(
     if path is None:
         raise SystemExit("thinkgate replica --prm: no PRM given and the defaults offer none")
     rest = list(passthrough)
-    length = offered.max_model_len if offered is not None else None
+    # The PRM's own context (its config's), not the generator's: it scores within what it
+    # was trained on, and a longer path is the gateway's clear error.
     if server == "thinkgate":
         cmd = [sys.executable, "-m", "engines.local.prm_server", "--model", path]
-        if length is not None and not _has(rest, "--max-model-len"):
-            cmd += ["--max-model-len", str(length)]
         if not _has(rest, "--shutdown-timeout"):
             cmd += ["--shutdown-timeout", str(DRAIN_S)]
         return [*cmd, *rest]  # its dtype default is float32 on CPU already
@@ -185,8 +184,6 @@ def build_prm_command(
         cmd += ["--shutdown-timeout", str(DRAIN_S)]
     if not _has(rest, "--pooler-config"):
         cmd += ["--pooler-config", json.dumps({"step_tag_id": step_tag_of(path)})]
-    if length is not None and not _has(rest, "--max-model-len"):
-        cmd += ["--max-model-len", str(length)]
     if executor.on_cpu() if cpu is None else cpu:
         if not _has(rest, "--dtype"):
             cmd += ["--dtype", "float32"]

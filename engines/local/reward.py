@@ -20,6 +20,7 @@ import structlog
 
 from core.errors import BackendError, BackendUnavailable
 from engines.local import executor, stopping
+from engines.local.context import batched_tokens, served_context
 from engines.local.engine import SHUTDOWN_TIMEOUT_S
 from engines.local.launch import start_async_llm
 from engines.local.pooling import encode_one
@@ -45,7 +46,7 @@ class RewardEngine:
         cls,
         model: str,
         *,
-        max_model_len: int = 512,
+        max_model_len: int | None = None,
         dtype: str = "float32",
         enforce_eager: bool = True,
         max_num_seqs: int = 64,
@@ -66,9 +67,8 @@ class RewardEngine:
             model=model,
             runner="pooling",
             dtype=dtype,  # type: ignore[arg-type]
-            max_model_len=max_model_len,
+            max_model_len=max_model_len,  # type: ignore[arg-type]  # None: derived, as vLLM's default
             max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_seqs * max_model_len,
             enforce_eager=enforce_eager,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
@@ -77,9 +77,13 @@ class RewardEngine:
             ),
             disable_log_stats=True,
         )
+        # None: the model's own context; no prefill split (engines.local.context).
+        context = served_context(args)
+        args.max_model_len = context
+        args.max_num_batched_tokens = batched_tokens(None, context, max_num_seqs)
         log.info("reward.starting", model=model)
         llm = start_async_llm(args, spin_ms=spin_ms)
-        return cls(llm, model=model, max_model_len=max_model_len)
+        return cls(llm, model=model, max_model_len=context)
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
         """Raw logits, in input order. A sequence longer than the context is an error:

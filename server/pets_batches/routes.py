@@ -52,7 +52,7 @@ def _json(obj: object) -> Response:
 async def create(request: Request) -> Response:
     jobs, gw = _jobs(request), gateway(request)
     raw = await read_body(request, gw.settings.max_body_bytes)
-    defaults = SamplingConfig(temperature=1.0, max_tokens=gw.settings.max_model_len)
+    defaults = SamplingConfig(temperature=1.0, max_tokens=gw.engine.max_model_len)
     questions = parse_lines(
         raw.decode("utf-8", "replace"), gw.engine.tokens, defaults=defaults, max_questions=100_000
     )

@@ -35,7 +35,7 @@ def test_header_beats_body_beats_effort(settings: Settings) -> None:
     name, budget = resolve({}, body, settings, honoured=HONOURED)
     assert budget.thinking == 20
     name, budget = resolve({}, {"reasoning_effort": "high"}, settings, honoured=HONOURED)
-    assert budget.thinking == int(settings.effort_high * settings.max_model_len)
+    assert budget.thinking == int(settings.effort_high * 512)
 
 
 def test_header_names_are_case_insensitive(settings: Settings) -> None:
@@ -60,8 +60,8 @@ def test_effort_is_its_configured_share_of_the_models_context(effort: str, setti
     body = {"reasoning_effort": effort}
     name, budget = resolve({}, body, settings, honoured=HONOURED, context=4096)
     assert (name, budget.thinking) == ("auto", 1024)  # an effort alone is auto's plan
-    # Without a context given, the server's own max_model_len.
-    assert resolve({}, body, settings)[1].thinking == settings.max_model_len // 4
+    # Without a context given, the testbed's 512.
+    assert resolve({}, body, settings)[1].thinking == 512 // 4
 
 
 def test_effort_table_defaults_and_cap() -> None:

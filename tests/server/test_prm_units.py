@@ -219,14 +219,14 @@ def test_the_prm_replica_runs_thinkgates_prm_server_by_default() -> None:
     cmd = build_prm_command(None, ["--port", "8111"], cpu=True)
     assert cmd[1:3] == ["-m", "engines.local.prm_server"]
     assert cmd[cmd.index("--model") + 1] == str(testbed.model_path("prm"))
-    assert cmd[cmd.index("--max-model-len") + 1] == "512"
+    assert "--max-model-len" not in cmd  # the PRM's own context (512), not the generator's
     assert cmd[cmd.index("--shutdown-timeout") + 1] == "30"
     assert cmd[-2:] == ["--port", "8111"]
     # What it starts parses these flags (an unknown one would stop it at start-up).
     from engines.local.prm_server import parse_args
 
     parsed = parse_args(cmd[3:])
-    assert parsed.port == 8111 and parsed.max_model_len == 512
+    assert parsed.port == 8111 and parsed.max_model_len is None
 
 
 def test_the_prm_server_compiles_off_cpu_or_when_told() -> None:
@@ -248,7 +248,7 @@ def test_the_vllm_prm_replica_runs_step_pooling_at_the_prms_tag() -> None:
     assert cmd[cmd.index("--model") + 1] == str(testbed.model_path("prm"))
     assert cmd[cmd.index("--runner") + 1] == "pooling"
     assert json.loads(cmd[cmd.index("--pooler-config") + 1]) == {"step_tag_id": TAG}
-    assert cmd[cmd.index("--max-model-len") + 1] == "512"
+    assert "--max-model-len" not in cmd
     assert "--logits-processors" not in cmd and cmd[-2:] == ["--port", "8111"]
     named = build_prm_command("/x/prm", ["--pooler-config", "{}"], cpu=False, server="vllm")
     assert named.count("--pooler-config") == 1 and "--max-model-len" not in named

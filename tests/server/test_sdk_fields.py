@@ -9,21 +9,42 @@ from __future__ import annotations
 
 import inspect
 import json
+import types
+import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NotRequired, Required
 
 import anthropic
 import anthropic.resources.beta.messages as beta_messages
 import anthropic.resources.messages as messages_resource
+import anthropic.types as at
 import openai
 import openai.resources.chat.completions as chat_resource
 import openai.resources.completions as completions_resource
 import openai.resources.responses as responses_resource
+import openai.types.chat as oc
+import openai.types.responses as orr
+import openai.types.shared_params as oshared
 import pytest
+from openai.types.chat import completion_create_params as ccp
 
+import server.messages_request as mr
+import server.responses_request as rr
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.sdk_fields import APIS, HEADER, MESSAGES
+from server.protocol import (
+    ChatMessage,
+    FunctionDef,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    JsonSchemaSpec,
+    NamedToolChoice,
+    StreamOptions,
+    TextFormat,
+    TextPart,
+    ToolDef,
+)
+from server.sdk_fields import APIS, HEADER, MESSAGES, PART_FIELDS, PARTS
 
 THOUGHT = "3+4=7\n"
 ANSWER = f"{THOUGHT}</think>\\boxed{{7}}"
@@ -58,6 +79,260 @@ def test_every_sdk_field_is_decided() -> None:
     for table in APIS.values():
         for name, decided in table.items():
             assert decided.decision != "refused" or decided.note, f"{name}: say why"
+
+
+# --- the parts inside requests (messages, blocks, tools, items, choices)
+
+
+def _members(tp: Any) -> list[Any]:
+    """The TypedDicts of an SDK union (its literal strings left out)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    if typing.get_origin(tp) is typing.Annotated:
+        return _members(typing.get_args(tp)[0])
+    return [tp] if hasattr(tp, "__required_keys__") else []
+
+
+def _kinds(td: Any, key: str) -> tuple[str, ...]:
+    """The wire values of ``td``'s discriminating ``key`` (``type`` or ``role``)."""
+
+    def values(hint: Any) -> list[str]:
+        if typing.get_origin(hint) in (Required, NotRequired, typing.Annotated):
+            return values(typing.get_args(hint)[0])
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Optional[...]
+            return [v for a in typing.get_args(hint) for v in values(a)]
+        return [a for a in typing.get_args(hint) if isinstance(a, str)]
+
+    # Anthropic's client tool is the one whose type may be left out: "custom".
+    return tuple(values(typing.get_type_hints(td, include_extras=True)[key])) or ("custom",)
+
+
+def _keys(td: Any) -> set[str]:
+    return set(td.__required_keys__) | set(td.__optional_keys__)
+
+
+def _fields(model: Any) -> set[str]:
+    return {f.alias or n for n, f in model.model_fields.items()}
+
+
+# (part, the SDK's union, its discriminating key, the route's model per honoured kind,
+# the kind every other type falls under or None)
+_CHAT_ROLES = dict.fromkeys(("developer", "system", "user", "assistant", "tool"), ChatMessage)
+PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
+    (
+        "messages.role",
+        at.MessageParam,
+        "role",
+        dict.fromkeys(("user", "assistant", "system"), mr.Message),
+        None,
+    ),
+    (
+        "messages.content",
+        at.ContentBlockParam,
+        "type",
+        {
+            "text": mr.TextBlock,
+            "thinking": mr.ThinkingBlock,
+            "redacted_thinking": mr.RedactedThinking,
+            "tool_use": mr.ToolUseBlock,
+            "tool_result": mr.ToolResultBlock,
+        },
+        None,
+    ),
+    ("messages.tools", at.ToolUnionParam, "type", {"custom": mr.Tool}, "server"),
+    (
+        "messages.thinking",
+        at.ThinkingConfigParam,
+        "type",
+        {
+            "enabled": mr.ThinkingEnabled,
+            "disabled": mr.ThinkingOff,
+            "adaptive": mr.ThinkingAdaptive,
+        },
+        None,
+    ),
+    (
+        "messages.tool_choice",
+        at.ToolChoiceParam,
+        "type",
+        dict.fromkeys(("auto", "any", "tool", "none"), mr.ToolChoice),
+        None,
+    ),
+    ("chat.role", oc.ChatCompletionMessageParam, "role", _CHAT_ROLES, None),
+    ("chat.content", oc.ChatCompletionContentPartParam, "type", {"text": TextPart}, None),
+    ("chat.tools", oc.ChatCompletionToolUnionParam, "type", {"function": ToolDef}, None),
+    (
+        "chat.tool_choice",
+        oc.ChatCompletionToolChoiceOptionParam,
+        "type",
+        {"function": NamedToolChoice},
+        None,
+    ),
+    (
+        "chat.response_format",
+        ccp.ResponseFormat,
+        "type",
+        {"text": TextFormat, "json_object": JsonObjectFormat, "json_schema": JsonSchemaFormat},
+        None,
+    ),
+    (
+        "responses.input",
+        orr.ResponseInputItemParam,
+        "type",
+        {
+            "message": rr.InputMessage,
+            "function_call": rr.FunctionCallInput,
+            "function_call_output": rr.FunctionCallOutput,
+            "reasoning": rr.ReasoningInput,
+        },
+        None,
+    ),
+    (
+        "responses.tools",
+        orr.ToolParam,
+        "type",
+        {"function": rr.FunctionTool, "namespace": rr.NamespaceTool},
+        "hosted",
+    ),
+    (
+        "responses.tool_choice",
+        orr.response_create_params.ToolChoice,
+        "type",
+        {"function": rr.NamedFunctionChoice},
+        "hosted",
+    ),
+]
+
+
+def test_every_part_inside_a_request_is_decided() -> None:
+    # The SDKs' parts (their unions' members): each kind honoured by a model that holds
+    # every key of the SDK's type (or PART_FIELDS decides the key), left out, or refused
+    # with a reason. A part or key a new SDK release adds fails here until decided.
+    for part, union, key, models, other in PART_SOURCES:
+        table = PARTS[part]
+        for td in _members(union):
+            for kind in _kinds(td, key):
+                decided = table.get(kind) or (table[other] if other else None)
+                assert decided is not None, f"{part}: decide {kind!r} ({td.__name__})"
+                if decided.decision == "refused":
+                    assert decided.note, f"{part}.{kind}: say why"
+                    continue
+                model = models.get(kind)
+                if model is None:  # left out whole (a server or hosted tool)
+                    assert decided.decision == "ignored", (part, kind)
+                    continue
+                extra = PART_FIELDS.get(f"{part}.{kind}", {})
+                undecided = sorted(_keys(td) - _fields(model) - set(extra))
+                assert not undecided, f"{part}.{kind}: decide {undecided} ({td.__name__})"
+    for decided_fields in PART_FIELDS.values():
+        for name, decided in decided_fields.items():
+            assert decided.decision != "refused" or decided.note, name
+    # The nested objects of one shape each.
+    for td, model in [
+        (at.OutputConfigParam, mr.OutputConfig),
+        (at.JSONOutputFormatParam, mr.OutputFormat),
+        (oshared.FunctionDefinition, FunctionDef),
+        (oshared.response_format_json_schema.JSONSchema, JsonSchemaSpec),
+        (oshared.Reasoning, rr.Reasoning),
+        (orr.ResponseTextConfigParam, rr.TextConfig),
+        (oc.ChatCompletionStreamOptionsParam, StreamOptions),
+    ]:
+        assert not sorted(_keys(td) - _fields(model)), f"decide {td.__name__}'s keys"
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "words"),
+    [
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+                ]
+            },
+            "describe the image in text",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": MSG, "tools": [{"type": "custom", "custom": {"name": "c"}}]},
+            "free-form",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": MSG, "tool_choice": {"type": "allowed_tools", "allowed_tools": {}}},
+            "allowed tools as tools",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [*MSG, {"role": "assistant", "audio": {"id": "a"}}, *MSG]},
+            "audio",
+        ),
+        (
+            "/v1/responses",
+            {"input": [{"type": "item_reference", "id": "x"}]},
+            "send the item itself",
+        ),
+        (
+            "/v1/responses",
+            {"input": [{"type": "shell_call", "call_id": "c", "action": {}}]},
+            "runs no hosted tools",
+        ),
+        (
+            "/v1/messages",
+            {
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}],
+            },
+            "describe the document in text",
+        ),
+        (
+            "/v1/messages",
+            {"max_tokens": 64, "messages": MSG, "thinking": {"type": "between_tools"}},
+            "adaptive or enabled",
+        ),
+    ],
+)
+async def test_refused_parts_say_why(
+    scripted_app: Callable[..., Any],
+    testbed_tokens: Any,
+    route: str,
+    body: dict[str, Any],
+    words: str,
+) -> None:
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        r = await app.client.post(route, json={"model": app.model, **body})
+        assert app.engine.calls == []
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"]["message"], r.text
+
+
+async def test_parts_keys_accepted_without_acting(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    chat = [
+        {"role": "user", "content": [{"type": "text", "text": Q, "prompt_cache_breakpoint": {}}]},
+        {"role": "assistant", "content": "7", "refusal": None},
+        {"role": "user", "content": Q},
+    ]
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    items = [
+        {"role": "user", "content": Q},
+        {**call, "async": False, "caller": {"type": "direct"}, "namespace": "math"},
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": "7",
+            "name": "f",
+            "namespace": "math",
+        },
+    ]
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        r = await app.client.post(
+            "/v1/chat/completions", json={"model": app.model, "messages": chat}
+        )
+        assert r.status_code == 200, r.text
+        r = await app.client.post("/v1/responses", json={"model": app.model, "input": items})
+        assert r.status_code == 200, r.text
 
 
 # Per API: a value for every ignored field (accepted, listed in the header) ...

@@ -314,7 +314,7 @@ MESSAGES_BAD = [
         },
         "tool_choice.name",
     ),
-    ({"tools": [{"type": "web_search", "name": "web_search"}]}, "tools.0.type"),
+    ({"tools": [{"type": "web search", "name": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"alhpa": 1}, "alhpa"),
     ({"n": 2}, "n"),

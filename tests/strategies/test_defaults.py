@@ -24,7 +24,8 @@ def fresh() -> Iterator[None]:
 def test_the_testbed_is_the_installed_default(fresh: None) -> None:
     offered = defaults.installed()
     assert offered.model == str(model_path("base")) and offered.served_name == "testbed-base"
-    assert offered.reward_model == str(model_path("reward")) and offered.max_model_len == 512
+    assert offered.reward_model == str(model_path("reward")) and offered.max_model_len == 65536
+    assert offered.effort_context == 512  # served long, trained (and its efforts sized) on 512
     assert offered.is_default_model(model_path("base") / ".." / "base")
     settings = Settings()
     assert (settings.model_path, settings.model_name) == (offered.model, "testbed-base")
