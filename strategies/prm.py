@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
 from core.base import ResourceKey
-from core.errors import BackendError
+from core.errors import BackendError, InvalidRequest
 
 
 @runtime_checkable
@@ -47,6 +47,16 @@ class ProcessRewardModel:
             seq.append(self.step_tag_id)
         return seq
 
+    def check_prompt(self, prompt_ids: Sequence[int]) -> None:
+        """A 400 for a prompt that leaves the PRM no room for a step: the request's fault,
+        not the server's (a generator served longer than its PRM, as the default is)."""
+        if self.max_len is not None and len(prompt_ids) + 1 > self.max_len:
+            raise InvalidRequest(
+                f"the prompt has {len(prompt_ids)} tokens; the process reward model reads "
+                f"{self.max_len}: send a shorter prompt, or a strategy without it",
+                param="messages",
+            )
+
     def tags_in(self, ids: Sequence[int]) -> int:
         """How many step tags ``ids`` holds."""
         return sum(1 for t in ids if t == self.step_tag_id)
@@ -68,6 +78,7 @@ class ProcessRewardModel:
         """
         if not paths:
             return []
+        self.check_prompt(prompt_ids)
         skip = self.tags_in(prompt_ids)
         sequences = [self.sequence(prompt_ids, steps) for steps in paths]
         if self.max_len is not None:

@@ -83,6 +83,7 @@ class PrmScorer:
 
     async def score(self, query: ScoreQuery) -> list[float]:
         prompt = query.prompt_token_ids
+        self.prm.check_prompt(prompt)
         paths = [
             self._fitting(prompt, sample_steps(query, s, self.delimiter)) for s in query.samples
         ]

@@ -28,7 +28,7 @@ from typing import ClassVar, Final, Protocol, runtime_checkable
 
 from core.base import ResourceKey
 from core.engine import ModelTokens, Sample
-from core.errors import BackendError
+from core.errors import BackendError, InvalidRequest
 from strategies.reasoning import split_ids
 
 SCORER_KINDS: Final = ("logprob", "reward", "verifier", "prm")
@@ -125,7 +125,14 @@ class RewardModelScorer:
             ids = ids[:-1]
         if self.max_len is not None:
             room = self.max_len - len(query.prompt_token_ids) - len(self.turn_end)
-            ids = ids[: max(0, room)]
+            if room <= 0:  # the prompt alone fills it (a generator served longer)
+                raise InvalidRequest(
+                    f"the prompt has {len(query.prompt_token_ids)} tokens; the reward model "
+                    f"reads {self.max_len}: send a shorter prompt, or another scorer "
+                    '(the body option "scorer": "logprob")',
+                    param="messages",
+                )
+            ids = ids[:room]
         return query.prompt_token_ids + ids + self.turn_end
 
     async def score(self, query: ScoreQuery) -> list[float]:

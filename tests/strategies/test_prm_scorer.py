@@ -143,6 +143,17 @@ async def test_a_sample_longer_than_the_prms_context_loses_its_last_steps(
     assert await PrmScorer(model, delimiter=(NL,)).score(query) == [0.1]
 
 
+async def test_a_prompt_past_the_prms_context_is_the_requests_400(
+    tokens: TokenizerTokens,
+) -> None:
+    prm = LinePrm(tokens, {"3+8=1": 0.9})
+    query = _query(tokens, _sample(tokens, "3+8=1\n</think>", eos=False))
+    short = ProcessRewardModel(model=prm, step_tag_id=NL, max_len=len(query.prompt_token_ids))
+    with pytest.raises(InvalidRequest, match="process reward model reads"):
+        await PrmScorer(short, delimiter=(NL,)).score(query)
+    assert prm.batches == []
+
+
 # best-of-n over a scripted pool: two samples answer 6 through steps the PRM rates 0.8,
 # one answers 5 through a step it rates 0.95. By mean score (``best``) 5 wins; by summed
 # score (``vote``) 6 wins, 1.6 to 0.95.

@@ -17,7 +17,7 @@ import pytest
 
 import testbed
 from core.engine import Sample
-from core.errors import BackendError, BackendTimeout, BackendUnavailable
+from core.errors import BackendError, BackendTimeout, BackendUnavailable, InvalidRequest
 from engines.remote.scorer_clients import RemoteClassify, VerifierClient
 from engines.tokens import TokenizerTokens
 from strategies.scorers import (
@@ -121,6 +121,15 @@ def test_reward_sequence_fits_the_reward_context(tokens: TokenizerTokens) -> Non
     seq = scorer.sequence(q, q.samples[0])
     assert len(seq) == limit
     assert seq == q.prompt_token_ids + q.samples[0].token_ids[:5] + end
+
+
+def test_a_prompt_past_the_reward_context_is_the_requests_400(tokens: TokenizerTokens) -> None:
+    # A generator served longer than its reward model (the default server): a clear 400.
+    q = query(tokens, TEXTS)
+    end = chatml_turn_end(tokens)
+    scorer = RewardModelScorer(object(), turn_end=end, max_len=len(q.prompt_token_ids))  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="the reward model reads"):
+        scorer.sequence(q, q.samples[0])
 
 
 def _verifier(url: str, *, timeout_s: float) -> VerifierScorer:
