@@ -530,6 +530,9 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
     _, hosted = functions_of(body.tools)
     ignored = sdk_fields.ignored(sdk_fields.RESPONSES, set_fields(body))
     ignored += tuple(f"tools.{kind}" for kind in sorted(set(hosted)))
+    for kind in ("function_call", "function_call_output"):  # their keys acted on by none
+        items = [i for i in own if isinstance(i, dict) and i.get("type") == kind]
+        ignored += sdk_fields.part_ignored(f"input.{kind}", f"responses.input.{kind}", items)
     include = set(body.include or ())
     ignored += tuple(f"include.{x}" for x in sorted(include - {ENCRYPTED}))
     sealing = seal if ENCRYPTED in include else None

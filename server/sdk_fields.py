@@ -344,6 +344,20 @@ PART_FIELDS: Final[Mapping[str, Mapping[str, Decided]]] = {
 }
 
 
+def part_ignored(where: str, part: str, items: Iterable[object]) -> tuple[str, ...]:
+    """``where.key`` for each key ``PART_FIELDS[part]`` ignores that one of ``items``
+    (decoded JSON objects) sets, sorted: what ``X-Thinkgate-Ignored`` adds for them."""
+    table = PART_FIELDS[part]
+    found = {
+        key
+        for item in items
+        if isinstance(item, Mapping)
+        for key, value in item.items()
+        if value is not None and (d := table.get(key)) is not None and d.decision == "ignored"
+    }
+    return tuple(f"{where}.{key}" for key in sorted(found))
+
+
 def part_refused(part: str, kind: object) -> str | None:
     """Why ``PARTS[part]`` refuses a part of ``kind`` (None: it does not)."""
     decided = PARTS[part].get(kind) if isinstance(kind, str) else None

@@ -198,6 +198,22 @@ async def serve_translated(request: Request, translate: Callable[[bytes], Transl
     return await _json_response(request, adm, lambda final: tr.body(env, final))
 
 
+def _ignored_in_messages(body: ChatCompletionRequest) -> tuple[str, ...]:
+    """The keys inside chat messages that are accepted and change nothing, as
+    ``X-Thinkgate-Ignored`` names them (``server.sdk_fields.PART_FIELDS``)."""
+    turns = [m.model_dump(exclude_none=True) for m in body.messages if m.role == "assistant"]
+    parts = [
+        p.model_dump(exclude_none=True)
+        for m in body.messages
+        if isinstance(m.content, list)
+        for p in m.content
+    ]
+    return (
+        *sdk_fields.part_ignored("messages", "chat.role.assistant", turns),
+        *sdk_fields.part_ignored("messages.content", "chat.content.text", parts),
+    )
+
+
 async def admit(
     request: Request, kind: Kind, parse: Callable[[bytes], OpenAIBody] | None = None
 ) -> tuple[Admitted, bool]:
@@ -226,6 +242,8 @@ async def admit(
             body = parse_body(CompletionRequest, raw)
         table = sdk_fields.CHAT if kind == "chat" else sdk_fields.COMPLETIONS
         request.state.ignored = sdk_fields.ignored(table, set_fields(body))
+        if isinstance(body, ChatCompletionRequest):
+            request.state.ignored += _ignored_in_messages(body)
     preset = presets.resolve(body.model, gw.engine.model_name, gw.presets)
     chosen, body_budget = presets.applied(preset, body.strategy, body.budget)
     honoured = {name: gw.registry.get(name).budget_fields for name in gw.registry.names()}

@@ -306,33 +306,38 @@ async def test_refused_parts_say_why(
     assert words in r.json()["error"]["message"], r.text
 
 
-async def test_parts_keys_accepted_without_acting(
+async def test_parts_keys_accepted_without_acting_are_listed(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:
+    text = {"type": "text", "text": Q, "prompt_cache_breakpoint": {"mode": "explicit"}}
     chat = [
-        {"role": "user", "content": [{"type": "text", "text": Q, "prompt_cache_breakpoint": {}}]},
-        {"role": "assistant", "content": "7", "refusal": None},
+        {"role": "user", "content": [text]},
+        {"role": "assistant", "content": "7", "refusal": "no"},
         {"role": "user", "content": Q},
     ]
     call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "7"}
     items = [
         {"role": "user", "content": Q},
         {**call, "async": False, "caller": {"type": "direct"}, "namespace": "math"},
-        {
-            "type": "function_call_output",
-            "call_id": "c1",
-            "output": "7",
-            "name": "f",
-            "namespace": "math",
-        },
+        {**output, "name": "f", "namespace": "math"},
     ]
     async with scripted_app(_handler(testbed_tokens)) as app:
-        r = await app.client.post(
-            "/v1/chat/completions", json={"model": app.model, "messages": chat}
-        )
+        body = {"model": app.model, "messages": chat}
+        r = await app.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 200, r.text
+        assert r.headers[HEADER] == "messages.refusal, messages.content.prompt_cache_breakpoint"
         r = await app.client.post("/v1/responses", json={"model": app.model, "input": items})
         assert r.status_code == 200, r.text
+        assert r.headers[HEADER] == ", ".join(
+            [
+                "input.function_call.async",
+                "input.function_call.caller",
+                "input.function_call.namespace",
+                "input.function_call_output.name",
+                "input.function_call_output.namespace",
+            ]
+        )
 
 
 # Per API: a value for every ignored field (accepted, listed in the header) ...
