@@ -514,8 +514,11 @@ def validate(model: type[B], value: object, *, prefix: str = "") -> B:
 
 
 def invalid(exc: ValidationError) -> InvalidRequest:
-    """The first problem pydantic found, as a 400 naming the field."""
-    err = exc.errors(include_url=False)[0]
+    """The first problem pydantic found, as a 400 naming the field: one of our own
+    validators' reasons first (in a union, the branch that says why beats the branch
+    that only says the value is not a string)."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "value_error"), errors[0])
     if err["type"] == "json_invalid":
         return InvalidRequest(f"malformed JSON body: {err['msg']}")
     if err["type"] == "model_type":
@@ -526,7 +529,7 @@ def invalid(exc: ValidationError) -> InvalidRequest:
     # json_schema puts ``json_schema`` before its own ``json_schema`` field).
     loc = [p for i, p in enumerate(loc) if i == 0 or p != loc[i - 1]]
     param = ".".join(loc) or None
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")  # our validators' reasons, as they are
     if err["type"] == "missing":
         msg = "is required"
     return InvalidRequest(f"{param}: {msg}" if param else msg, param=param)

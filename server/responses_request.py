@@ -68,6 +68,15 @@ class InputText(_Strict):
     text: str
     annotations: list[JsonValue] | None = None  # output_text given back
     logprobs: list[JsonValue] | None = None
+    prompt_cache_breakpoint: JsonValue = None  # a caching hint (server.sdk_fields)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _offered(cls, value: object) -> object:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if (why := sdk_fields.part_refused("responses.content", kind)) is not None:
+            raise ValueError(f"{kind} parts: {why}")
+        return value
 
 
 class InputMessage(_Strict):
@@ -533,6 +542,13 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
     for kind in ("function_call", "function_call_output"):  # their keys acted on by none
         items = [i for i in own if isinstance(i, dict) and i.get("type") == kind]
         ignored += sdk_fields.part_ignored(f"input.{kind}", f"responses.input.{kind}", items)
+    parts = [
+        p
+        for i in own
+        if isinstance(i, dict) and isinstance(content := i.get("content"), list)
+        for p in content
+    ]
+    ignored += sdk_fields.part_ignored("input.content", "responses.content.input_text", parts)
     include = set(body.include or ())
     ignored += tuple(f"include.{x}" for x in sorted(include - {ENCRYPTED}))
     sealing = seal if ENCRYPTED in include else None

@@ -306,6 +306,13 @@ PARTS: Final[Mapping[str, Mapping[str, Decided]]] = {
             "program_output",
         ),
     },
+    "responses.content": {
+        "input_text": _h(),
+        "output_text": _h("an answer given back"),
+        "input_image": _r(_TEXT_ONLY.format("image")),
+        "input_file": _r(_TEXT_ONLY.format("file") + " (its text as input_text)"),
+        "refusal": _r("refusal parts: thinkgate's answers carry none; send output_text"),
+    },
     # Function tools and namespace groups are honoured; every other type is a hosted
     # tool, left out (server.responses_request.functions_of).
     "responses.tools": {
@@ -331,6 +338,7 @@ PART_FIELDS: Final[Mapping[str, Mapping[str, Decided]]] = {
         "function_call": _r("the deprecated functions API: send tool_calls"),
     },
     "chat.content.text": {"prompt_cache_breakpoint": _i(_CACHE)},
+    "responses.content.input_text": {"prompt_cache_breakpoint": _i(_CACHE)},
     "responses.input.function_call": {
         "async": _i("the call is answered by its output item either way"),
         "caller": _i("who made the call: the call is the call either way"),

@@ -188,6 +188,20 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
         None,
     ),
     (
+        "responses.content",
+        orr.ResponseInputContentParam,
+        "type",
+        {"input_text": rr.InputText},
+        None,
+    ),
+    (
+        "responses.content",
+        orr.response_output_message_param.Content,
+        "type",
+        {"output_text": rr.InputText},
+        None,
+    ),
+    (
         "responses.tools",
         orr.ToolParam,
         "type",
@@ -271,6 +285,11 @@ def test_every_part_inside_a_request_is_decided() -> None:
             "/v1/responses",
             {"input": [{"type": "item_reference", "id": "x"}]},
             "send the item itself",
+        ),
+        (
+            "/v1/responses",
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "describe the image in text",
         ),
         (
             "/v1/responses",

@@ -263,7 +263,7 @@ RESPONSES_BAD = [
     ({"input": []}, "input"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input.0.call_id"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input.0.type"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input.0.content"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input.0.content.0"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
     ({"reasoning": {"effort": "ultra"}}, "reasoning.effort"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
