@@ -317,10 +317,7 @@ class MessagesRequest(BaseModel):
     @field_validator("thinking", mode="before")
     @classmethod
     def _thinking_offered(cls, value: object) -> object:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if (why := sdk_fields.part_refused("messages.thinking", kind)) is not None:
-            raise ValueError(why)
-        return value
+        return sdk_fields.refuse_part("messages.thinking", value)
 
     # thinkgate and vLLM (as on chat)
     strategy: str | None = None

@@ -352,10 +352,7 @@ class ToolDef(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _offered(cls, value: object) -> object:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if (why := sdk_fields.part_refused("chat.tools", kind)) is not None:
-            raise ValueError(why)
-        return value
+        return sdk_fields.refuse_part("chat.tools", value)
 
 
 class NamedFunction(BaseModel):
@@ -419,10 +416,7 @@ class ChatCompletionRequest(_Common):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _choice_offered(cls, value: object) -> object:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if (why := sdk_fields.part_refused("chat.tool_choice", kind)) is not None:
-            raise ValueError(why)
-        return value
+        return sdk_fields.refuse_part("chat.tool_choice", value)
 
     # Accepted and ignored: how long OpenAI's models write (the model here is not asked to
     # be briefer; Responses' text.verbosity the same) and a predicted output (a latency

@@ -73,10 +73,7 @@ class InputText(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _offered(cls, value: object) -> object:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if (why := sdk_fields.part_refused("responses.content", kind)) is not None:
-            raise ValueError(f"{kind} parts: {why}")
-        return value
+        return sdk_fields.refuse_part("responses.content", value, label="parts")
 
 
 class InputMessage(_Strict):

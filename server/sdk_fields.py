@@ -366,6 +366,15 @@ def part_ignored(where: str, part: str, items: Iterable[object]) -> tuple[str, .
     return tuple(f"{where}.{key}" for key in sorted(found))
 
 
+def refuse_part(part: str, value: object, *, label: str = "") -> object:
+    """``value`` as it is, or (its ``type`` refused by ``PARTS[part]``) a ValueError saying
+    why: the body of a model's before-validator (``label``: what the message calls it)."""
+    kind = value.get("type") if isinstance(value, dict) else None
+    if (why := part_refused(part, kind)) is not None:
+        raise ValueError(f"{kind} {label}: {why}" if label else why)
+    return value
+
+
 def part_refused(part: str, kind: object) -> str | None:
     """Why ``PARTS[part]`` refuses a part of ``kind`` (None: it does not)."""
     decided = PARTS[part].get(kind) if isinstance(kind, str) else None

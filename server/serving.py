@@ -201,9 +201,16 @@ async def serve_translated(request: Request, translate: Callable[[bytes], Transl
 def _ignored_in_messages(body: ChatCompletionRequest) -> tuple[str, ...]:
     """The keys inside chat messages that are accepted and change nothing, as
     ``X-Thinkgate-Ignored`` names them (``server.sdk_fields.PART_FIELDS``)."""
-    turns = [m.model_dump(exclude_none=True) for m in body.messages if m.role == "assistant"]
+    # Only the keys asked of, on every request: a long conversation is not dumped whole.
+    in_turns = set(sdk_fields.PART_FIELDS["chat.role.assistant"])
+    in_parts = set(sdk_fields.PART_FIELDS["chat.content.text"])
+    turns = [
+        m.model_dump(include=in_turns, exclude_none=True)
+        for m in body.messages
+        if m.role == "assistant"
+    ]
     parts = [
-        p.model_dump(exclude_none=True)
+        p.model_dump(include=in_parts, exclude_none=True)
         for m in body.messages
         if isinstance(m.content, list)
         for p in m.content
