@@ -2,7 +2,8 @@
 questions, and write the table it chooses from.
 
     thinkgate calibrate auto [--server URL | --model DIR] [--questions 24] \\
-        [--parts ceilings,deadlines] [--out strategies/auto_tables/testbed-base.json]
+        [--parts ceilings,deadlines] [--deadlines 0.5,1] \\
+        [--out strategies/auto_tables/testbed-base.json]
 
 Two parts, on the same calibration questions (the testbed's validation split, 8-12
 operations, temperature 1, seeded; never the test split, which the ``budgets`` benchmark
@@ -17,7 +18,9 @@ holds out):
              with ``budget.deadline_ms`` at each of ``DEADLINES``, at each of ``CROWDS``
              requests in flight: what the plan achieves when the deadline cuts it
 
-``--parts`` measures only the named parts and keeps the other's rows from ``--out``.
+``--parts`` measures only the named parts and keeps the other's rows from ``--out``;
+``--deadlines`` measures only those deadlines and keeps the other deadlines' rows (each
+row records how many questions it was measured on).
 Without ``--server`` a thinkgate server is started on ``--model`` (default: the testbed
 base model) and stopped after.
 """
@@ -50,7 +53,11 @@ from testbed.task import make_questions
 
 
 async def measure(
-    url: str, parts: Sequence[str], questions: int, seed: int
+    url: str,
+    parts: Sequence[str],
+    questions: int,
+    seed: int,
+    deadlines: Sequence[float] = DEADLINES,
 ) -> tuple[str, list[dict[str, Any]]]:
     import openai
     from tqdm import tqdm
@@ -62,7 +69,7 @@ async def measure(
     if "ceilings" in parts:
         cells += [(plan, None, 1) for plan in CALIBRATION_GRID]
     if "deadlines" in parts:
-        cells += [(p, d, c) for c in CROWDS for d in DEADLINES for p in DEADLINE_GRID]
+        cells += [(p, d, c) for c in CROWDS for d in deadlines for p in DEADLINE_GRID]
     rows: list[dict[str, Any]] = []
     bar = tqdm(total=len(cells) * len(qs), desc="plans x questions", unit="q", file=sys.stderr)
     for plan, deadline, crowd in cells:
@@ -76,6 +83,7 @@ async def measure(
             "accuracy": round(s["accuracy"], 4),
             "tokens": round(s["tokens"], 1),
             "seconds": round(s["p90_seconds"], 4),
+            "questions": len(qs),
         }
         if deadline is not None:
             row |= {"deadline_s": deadline, "clients": crowd}
@@ -84,17 +92,20 @@ async def measure(
     return model, rows
 
 
-def _kept(path: Path, parts: Sequence[str]) -> list[dict[str, Any]]:
-    """The rows of the parts not measured now, from the table already at ``path``."""
+def _kept(
+    path: Path, parts: Sequence[str], deadlines: Sequence[float] = DEADLINES
+) -> list[dict[str, Any]]:
+    """The rows not measured now (other parts, other deadlines), from the table already
+    at ``path``, each saying how many questions it was measured on."""
     if not path.exists():
         return []
-    old = json.loads(path.read_text())["rows"]
-    keep_deadlines = "deadlines" not in parts
+    data = json.loads(path.read_text())
+    measured = set(deadlines) if "deadlines" in parts else set()
     keep_ceilings = "ceilings" not in parts
     return [
-        r
-        for r in old
-        if (r.get("deadline_s") is not None and keep_deadlines)
+        {**r, "questions": r.get("questions") or data.get("questions", 0)}
+        for r in data["rows"]
+        if (r.get("deadline_s") is not None and r["deadline_s"] not in measured)
         or (r.get("deadline_s") is None and keep_ceilings)
     ]
 
@@ -109,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--parts", default="ceilings,deadlines", help="what to measure (the rest is kept)"
     )
+    p.add_argument(
+        "--deadlines",
+        default=",".join(f"{d:g}" for d in DEADLINES),
+        help="deadlines in seconds to measure (the other deadlines' rows are kept)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_TABLE)
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
@@ -116,14 +132,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(parts) - {"ceilings", "deadlines"})
     if unknown or not parts:
         p.error(f"--parts: ceilings and/or deadlines, not {unknown or 'nothing'}")
-    kept = _kept(args.out, parts)
+    try:
+        deadlines = tuple(float(x) for x in args.deadlines.split(",") if x.strip())
+    except ValueError:
+        p.error(f"--deadlines: seconds separated by commas, not {args.deadlines!r}")
+    if not deadlines or min(deadlines) <= 0:
+        p.error("--deadlines: at least one, each above 0")
+    kept = _kept(args.out, parts, deadlines)
     if args.server:
-        model, rows = asyncio.run(measure(args.server, parts, args.questions, args.seed))
+        model, rows = asyncio.run(measure(args.server, parts, args.questions, args.seed, deadlines))
     else:
         log = ROOT / "benchmarks" / "results" / "logs" / "calibrate-auto-server.log"
         directory = Path(args.model) if args.model else model_path("base")
         with thinkgate(directory, "--reward-model", "none", "--auto-table", "none", log=log) as url:
-            model, rows = asyncio.run(measure(url, parts, args.questions, args.seed))
+            model, rows = asyncio.run(measure(url, parts, args.questions, args.seed, deadlines))
     if not args.server:
         # A table names the model as clients do: the default model by its served name.
         offered = defaults.installed()

@@ -65,6 +65,9 @@ class PlanRow:
     deadline_s: float | None = None
     # ... at this many requests in flight at once.
     clients: int = 1
+    # Calibration questions behind this row (0: the table's ``questions``); rows measured
+    # again on more questions say so.
+    questions: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +98,7 @@ class AutoTable:
                     "seconds": r.seconds,
                     **({} if r.deadline_s is None else {"deadline_s": r.deadline_s}),
                     **({} if r.clients == 1 else {"clients": r.clients}),
+                    **({} if r.questions == 0 else {"questions": r.questions}),
                 }
                 for r in self.rows
             ],

@@ -3,6 +3,7 @@ the benchmark's envelope (fast: no engine)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,48 @@ def test_deadline_rows_round_trip_through_json(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     path.write_text(json.dumps(TIMED.as_json()))
     assert AutoTable.load(path) == TIMED
+
+
+def test_calibrating_some_deadlines_keeps_the_other_rows_with_their_question_counts(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.auto_calibrate import _kept
+
+    rows = [
+        {
+            "strategy": "plain",
+            "samples": 1,
+            "thinking": None,
+            "accuracy": 0.5,
+            "tokens": 9.0,
+            "seconds": 0.3,
+        },
+        {
+            "strategy": "plain",
+            "samples": 1,
+            "thinking": None,
+            "accuracy": 0.1,
+            "tokens": 9.0,
+            "seconds": 0.3,
+            "deadline_s": 0.5,
+        },
+        {
+            "strategy": "plain",
+            "samples": 1,
+            "thinking": None,
+            "accuracy": 0.7,
+            "tokens": 9.0,
+            "seconds": 0.3,
+            "deadline_s": 2.0,
+            "clients": 8,
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"model": "m", "questions": 24, "rows": rows}))
+    kept = _kept(path, ["deadlines"], (0.5, 1.0))
+    assert [(r.get("deadline_s"), r["questions"]) for r in kept] == [(None, 24), (2.0, 24)]
+    assert [r.get("deadline_s") for r in _kept(path, ["ceilings"])] == [0.5, 2.0]
+    table = AutoTable(model="m", rows=tuple(PlanRow(**r) for r in kept), questions=96)
+    path.write_text(json.dumps(table.as_json()))
+    assert AutoTable.load(path) == table
+    assert {r.questions for r in AutoTable.load(path).rows} == {24}
