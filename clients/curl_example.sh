@@ -5,6 +5,10 @@ set -euo pipefail
 BASE=${1:-http://127.0.0.1:8000}
 AUTH=()
 if [[ -n "${THINKGATE_API_KEY:-}" ]]; then AUTH=(-H "Authorization: Bearer $THINKGATE_API_KEY"); fi
+if ! curl -sf -o /dev/null "${AUTH[@]}" "$BASE/ready"; then
+  echo "no thinkgate server ready at $BASE: start it with \`bash scripts/serve.sh\` and wait for its 'server.ready' log line (about 1.5 min)" >&2
+  exit 2
+fi
 MODEL=$(curl -sf "${AUTH[@]}" "$BASE/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 echo "# plain chat completion"

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import openai
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -26,8 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--api-key", default="unused")
     args = parser.parse_args(argv)
-    client = OpenAI(base_url=args.base_url, api_key=args.api_key)
-    model = client.models.list().data[0].id
+    client = OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0)
+    try:
+        model = client.models.list().data[0].id
+    except (openai.APIConnectionError, openai.InternalServerError) as exc:
+        # A first-hour mistake (the server still starting, or not started): one line.
+        print(
+            f"no thinkgate server ready at {args.base_url} ({type(exc).__name__}): start it "
+            "with `bash scripts/serve.sh` and wait for its 'server.ready' log line (about 1.5 min)",
+            file=sys.stderr,
+        )
+        return 2
+    client = client.with_options(max_retries=2)
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
     # 1. Plain: the model as it is. Thinking and answer arrive separately.

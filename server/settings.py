@@ -26,7 +26,8 @@ StrList = Annotated[tuple[str, ...], NoDecode]
 
 
 class Settings(BaseSettings):
-    """Every knob of the gateway. Field docs are the reference (README has the table)."""
+    """Every knob of the gateway. Field descriptions are the reference (docs/settings.md
+    is generated from them)."""
 
     model_config = SettingsConfigDict(
         env_prefix="THINKGATE_",

@@ -1,20 +1,52 @@
 // k6 load test of a thinkgate server: open-loop arrivals over a strategy mix.
+//
 //   k6 run -e BASE_URL=http://127.0.0.1:8000 -e RATE=8 -e DURATION=2m loadtests/k6/thinkgate.js
-// Open loop (constant-arrival-rate): latency under load is measured honestly, without
-// the coordinated omission of closed-loop clients. Checks fail on any non-200 or empty
-// answer; thresholds encode the SLO (edit to taste).
-// Metric names follow the locust records (loadtests/locustfile.py, loadtests/report.py):
-// e2e_ms, reasoning_tokens, answer_tokens, tagged by strategy. k6's core HTTP client
-// reads a response whole, so time to first token (ttft_ms) and to first answer token
-// (ttfo_ms) need a streaming reader: run the streamed scenario with the xk6-sse
-// extension, or use the locust sweep (python -m loadtests.sweep), which measures both.
+//   k6 run -e STRATEGIES=auto -e DEADLINE_MS=2000 -e TOKENS=1000 loadtests/k6/thinkgate.js
+//
+// Open loop (constant-arrival-rate): latency under load is measured honestly, without the
+// coordinated omission of closed-loop clients. What it sends and what it holds the server
+// to come from the environment (-e NAME=value):
+//   BASE_URL, MODEL, API_KEY      where, which model, a bearer key if the server wants one
+//   RATE, DURATION, MAX_VUS       arrivals per second, for how long, the most in flight
+//   STRATEGIES                    a comma list drawn uniformly per request (default
+//                                 plain,elastic,self-consistency); budgets go to the
+//                                 strategies that honour them:
+//   THINKING, SOLUTION            per-sample budgets (elastic, budget-guidance)
+//   SAMPLES                       samples or paths (sampling and search strategies)
+//   TOKENS, DEADLINE_MS           the request's own ceiling and deadline (every strategy)
+//   MAX_TOKENS                    the body's max_tokens (unset: the server's default)
+//   P95_MS, CHECK_RATE            thresholds: p95 of the request time, share of checks
+//                                 passed; a run that misses either exits non-zero (99)
+// Checks: status 200, an answer, usage within TOKENS, the last byte within DEADLINE_MS x 1.1.
+// Every request also adds one point to `request_ms` tagged with its outcome (ok, tokens):
+// `python -m loadtests.sweep --tool k6` reads them (k6 --out json) into the same goodput
+// table as the locust sweep. k6's HTTP client reads a response whole, so time to first
+// token is the locust sweep's (it streams).
 import http from "k6/http";
 import { check } from "k6";
 import { Trend } from "k6/metrics";
 
 const BASE = __ENV.BASE_URL || "http://127.0.0.1:8000";
 const MODEL = __ENV.MODEL || "testbed-base";
-const e2e = new Trend("e2e_ms", true);
+const STRATEGIES = (__ENV.STRATEGIES || "plain,elastic,self-consistency")
+  .split(",")
+  .map((s) => s.trim())
+  .filter((s) => s.length > 0);
+const int = (name) => (__ENV[name] ? Number(__ENV[name]) : null);
+const THINKING = int("THINKING");
+const SOLUTION = int("SOLUTION");
+const SAMPLES = int("SAMPLES");
+const TOKENS = int("TOKENS");
+const DEADLINE_MS = int("DEADLINE_MS");
+const MAX_TOKENS = int("MAX_TOKENS");
+
+const PER_SAMPLE = ["elastic", "budget-guidance"];
+const MANY = [
+  "self-consistency", "best-of-n", "best-of-majority", "pets", "deepconf", "budget-guidance",
+  "beam-search", "particle-filtering", "dvts", "step-rejection",
+];
+
+const requestMs = new Trend("request_ms", true);
 const reasoningTokens = new Trend("reasoning_tokens");
 const answerTokens = new Trend("answer_tokens");
 
@@ -25,14 +57,15 @@ export const options = {
       rate: Number(__ENV.RATE || 8),
       timeUnit: "1s",
       duration: __ENV.DURATION || "1m",
-      preAllocatedVUs: 32,
-      maxVUs: 256,
+      preAllocatedVUs: Math.min(32, Number(__ENV.MAX_VUS || 256)),
+      maxVUs: Number(__ENV.MAX_VUS || 256),
     },
   },
   thresholds: {
-    checks: ["rate>0.99"],
-    "http_req_duration{strategy:plain}": ["p(99)<10000"],
+    checks: [`rate>=${Number(__ENV.CHECK_RATE || 0.99)}`],
+    http_req_duration: [`p(95)<${Number(__ENV.P95_MS || 10000)}`],
   },
+  summaryTrendStats: ["avg", "med", "p(90)", "p(95)", "p(99)", "max"],
 };
 
 function question() {
@@ -44,40 +77,48 @@ function question() {
   return `Compute ${expr} mod 10.`;
 }
 
-const SCENARIOS = [
-  { strategy: "plain", headers: {}, body: { temperature: 0, max_tokens: 256 } },
-  {
-    strategy: "elastic",
-    headers: { "X-Strategy": "elastic", "X-Budget-Thinking": "32", "X-Budget-Solution": "16" },
-    body: { temperature: 1 },
-  },
-  {
-    strategy: "self-consistency",
-    headers: { "X-Strategy": "self-consistency", "X-Budget-Samples": "4" },
-    body: { temperature: 1 },
-  },
-];
+function budgetHeaders(strategy) {
+  const h = { "X-Strategy": strategy };
+  if (PER_SAMPLE.includes(strategy) && THINKING !== null) h["X-Budget-Thinking"] = String(THINKING);
+  if (PER_SAMPLE.includes(strategy) && SOLUTION !== null) h["X-Budget-Solution"] = String(SOLUTION);
+  if (MANY.includes(strategy) && SAMPLES !== null) h["X-Budget-Samples"] = String(SAMPLES);
+  if (TOKENS !== null) h["X-Budget-Tokens"] = String(TOKENS);
+  if (DEADLINE_MS !== null) h["X-Budget-Deadline-Ms"] = String(DEADLINE_MS);
+  return h;
+}
 
 export default function () {
-  const s = SCENARIOS[Math.floor(Math.random() * SCENARIOS.length)];
-  const body = Object.assign(
-    { model: MODEL, messages: [{ role: "user", content: question() }] },
-    s.body,
-  );
+  const strategy = STRATEGIES[Math.floor(Math.random() * STRATEGIES.length)];
+  const body = {
+    model: MODEL,
+    messages: [{ role: "user", content: question() }],
+    temperature: strategy === "plain" ? 0 : 1,
+  };
+  if (MAX_TOKENS !== null) body.max_tokens = MAX_TOKENS;
+  const headers = Object.assign({ "Content-Type": "application/json" }, budgetHeaders(strategy));
+  if (__ENV.API_KEY) headers.Authorization = `Bearer ${__ENV.API_KEY}`;
   const res = http.post(`${BASE}/v1/chat/completions`, JSON.stringify(body), {
-    headers: Object.assign({ "Content-Type": "application/json" }, s.headers),
-    tags: { strategy: s.strategy },
+    headers,
+    tags: { strategy },
     timeout: "300s",
   });
+  const usage = res.status === 200 ? res.json("usage") : null;
+  const completion = usage ? usage.completion_tokens : 0;
+  const reasoning = usage ? (usage.completion_tokens_details || {}).reasoning_tokens || 0 : 0;
   const ok = check(res, {
     "status 200": (r) => r.status === 200,
-    "has answer": (r) => r.status === 200 && r.json("choices.0.message.content") !== null,
+    "has answer": (r) => r.status === 200 && typeof r.json("choices.0.message.content") === "string",
+    "within the token ceiling": () => TOKENS === null || completion <= TOKENS,
+    "by the deadline": (r) => DEADLINE_MS === null || r.timings.duration <= DEADLINE_MS * 1.1,
   });
-  e2e.add(res.timings.duration, { strategy: s.strategy });
+  requestMs.add(res.timings.duration, {
+    strategy,
+    ok: ok ? "1" : "0",
+    completion_tokens: String(completion),
+    reasoning_tokens: String(reasoning),
+  });
   if (ok) {
-    const usage = res.json("usage");
-    const reasoning = (usage.completion_tokens_details || {}).reasoning_tokens || 0;
-    reasoningTokens.add(reasoning, { strategy: s.strategy });
-    answerTokens.add(usage.completion_tokens - reasoning, { strategy: s.strategy });
+    reasoningTokens.add(reasoning, { strategy });
+    answerTokens.add(completion - reasoning, { strategy });
   }
 }
