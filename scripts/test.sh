@@ -8,6 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
+# The live view's tests drive Debian's Chromium through Playwright (Playwright's own
+# browser download cannot work on these machines); installed once, as root.
+if [[ ! -x /usr/bin/chromium ]] && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  echo "thinkgate tests: installing Debian's chromium for the browser tests (about a minute)" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 if [[ $# -gt 0 ]]; then
   exec .venv/bin/python -m pytest "$@"
 fi

@@ -27,6 +27,7 @@ from core.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
+    Unauthorized,
 )
 from server import messages_errors, sdk_fields
 from server.metrics import record_end, route_label
@@ -72,6 +73,10 @@ def error_response(request: Request, err: GatewayError) -> Response:
     if isinstance(err, RequestTimeout):
         # The rest of the slow body may still arrive: never read it as the next request.
         headers["Connection"] = "close"
+    if isinstance(err, Unauthorized) and request.url.path.startswith("/ui"):
+        # A browser answers this with its own prompt, then sends the key (HTTP Basic, the
+        # key as the password) with the page and its requests to this server.
+        headers["WWW-Authenticate"] = 'Basic realm="thinkgate", charset="UTF-8"'
     _record(
         request,
         str(err.status),

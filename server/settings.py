@@ -43,7 +43,8 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     """TCP port."""
     api_keys: StrList = ()
-    """Bearer keys accepted on /v1/*; empty: no authentication."""
+    """Keys accepted on /v1/* and /ui (``Authorization: Bearer <key>``, or HTTP Basic with
+    the key as the password, which a browser asks for on /ui); empty: no authentication."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     """Larger request bodies are a 413."""
     body_read_timeout_s: float = Field(default=30.0, gt=0)
@@ -57,6 +58,9 @@ class Settings(BaseSettings):
     """debug, info, warning or error."""
     log_json: bool = True
     """JSON log lines (structlog); false: console format."""
+    ui: bool = True
+    """Serve the live view at /ui (a page that runs one request and draws its samples,
+    search steps, votes and usage as they stream); false: /ui is a 404."""
 
     # --- engine: which one, and the remote engine's knobs
     engine: Literal["local", "remote"] = "local"

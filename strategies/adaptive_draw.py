@@ -9,7 +9,7 @@ aborts its samples in the engine, and no further round starts.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from core.allowance import BudgetSpent
@@ -81,9 +81,7 @@ async def draw_adaptive(
         drawn.draws.append(source)
         pool = Pool(samples=[])
         async for progress in draw(source, pool):
-            done = progress.data.get("samples_done")
-            done = first + (done if isinstance(done, int) else 0)
-            yield Progress(data={"samples_done": done, "samples": cap})
+            yield Progress(data=in_whole_pool(progress.data, first, cap))
         # Positions in the whole pool: the engine numbered each round's from 0.
         fresh = [replace(s, index=first + s.index) for s in pool.samples]
         drawn.rewards += await score(ctx, scorer, analyse(ctx, fresh))
@@ -102,3 +100,19 @@ def with_round_prompts(ctx: StrategyContext, result: Result, rounds: int) -> Res
     extra = len(ctx.request.prompt_token_ids) * (rounds - 1)
     usage = replace(result.usage, prompt_tokens=result.usage.prompt_tokens + extra)
     return replace(result, usage=usage)
+
+
+def in_whole_pool(event: Mapping[str, JSON], first: int, cap: int) -> dict[str, JSON]:
+    """A round's draw event in the whole pool's numbering: its samples start at ``first``
+    of at most ``cap``."""
+    if "growing" in event:
+        return {**event, "samples": cap, "first": first}
+    done = event.get("samples_done")
+    out: dict[str, JSON] = {
+        "samples_done": first + (done if isinstance(done, int) else 0),
+        "samples": cap,
+    }
+    sample = event.get("sample")
+    if isinstance(sample, dict) and isinstance(index := sample.get("index"), int):
+        out["sample"] = {**sample, "index": first + index}
+    return out

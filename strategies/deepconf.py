@@ -250,7 +250,19 @@ class DeepConf:
                     voters.append(not was_stopped)
                     answers.append(analyse(ctx, [sample]).answers[0])
                     share = weighted_share(voting_classes(answers, confs, plan.votes, voters))
-                    progress = {"samples_done": len(samples) - plan.warmup, "samples": rest}
+                    progress: dict[str, JSON] = {
+                        "samples_done": len(samples) - plan.warmup,
+                        "samples": rest,
+                        "sample": {
+                            "index": sample.index,
+                            "tokens": len(sample.token_ids),
+                            "finish_reason": sample.finish_reason,
+                            "answer": answers[-1],
+                            "confidence": round(conf, 6),
+                            "votes": not was_stopped,
+                        },
+                        "leader_share": round(share, 6),
+                    }
                     yield _progress(Progress(data={**progress, "round": rounds}), "online", plan)
                     if share >= plan.consensus:
                         break  # closing the stream aborts the traces still running

@@ -6,6 +6,7 @@ them (``analyse``), scoring, and the final event from a selection (``final_event
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -236,10 +237,17 @@ class Pool:
     samples: list[Sample]
 
 
+# How often a draw reports its samples' lengths while they grow (the live view's bars).
+GROWTH_EVERY_S = 0.25
+
+
 async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
     """Collect every sample of ``source`` into ``pool``, yielding
-    ``{"samples_done": i, "samples": N}`` as each one finishes."""
+    ``{"samples_done": i, "samples": N, "sample": {...}}`` as each one finishes, and at
+    most every ``GROWTH_EVERY_S`` (from that long after the start) ``{"growing": [tokens
+    per sample], "samples": N}`` while they grow."""
     n = source.n
+    report_at = time.monotonic() + GROWTH_EVERY_S
     ids: list[list[int]] = [[] for _ in range(n)]
     # Token confidences (top_logprobs > 0), per index. An index with tokens that came
     # without them (a token the engine did not sample, e.g. an injected </think>) gets
@@ -277,7 +285,15 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
                     confidences=None if i in bare or i not in confs else tuple(confs[i]),
                     logprobs=tuple(lps.get(i, ())) if delta.logprobs is not None else None,
                 )
-                yield Progress(data={"samples_done": len(done), "samples": n})
+                sample: dict[str, JSON] = {
+                    "index": i,
+                    "tokens": len(ids[i]),
+                    "finish_reason": delta.finish_reason,
+                }
+                yield Progress(data={"samples_done": len(done), "samples": n, "sample": sample})
+            elif len(done) < n and (now := time.monotonic()) >= report_at:
+                report_at = now + GROWTH_EVERY_S
+                yield Progress(data={"growing": [len(x) for x in ids], "samples": n})
     if len(done) != n:
         # The engine contract says every index ends with a finish_reason.
         raise BackendError(f"engine finished {len(done)} of {n} samples")

@@ -273,6 +273,7 @@ class StepSearch:
                         "live": len(state.live),
                         "complete": len(state.complete) + len(finished),
                         "best_score": None if best is None else round(best, 6),
+                        "tree": step_tree(ctx, regrouped, state),
                     }
                 )
             if ahead is not None:
@@ -417,3 +418,36 @@ class StepSearch:
             },
             budget_cut=cuts,
         )
+
+
+# The live view shows what a step said; a step is a line or two, this keeps events small.
+STEP_TEXT_CHARS = 120
+
+
+def step_tree(
+    ctx: StrategyContext,
+    children: Sequence[Sequence[Path]],
+    after: SearchState,
+) -> list[JSON]:
+    """One step of the search as the live view draws it: per candidate, the live path it
+    grew from (its index in the step's live paths), the PRM's reward of its new step,
+    how many copies of it the rule kept (0: pruned; above 1: resampled), whether it has
+    finished, and the step's text."""
+    kept: dict[int, int] = {}
+    for p in (*after.live, *after.complete):
+        kept[id(p)] = kept.get(id(p), 0) + 1
+    # The parents are the groups' order: the step's live path g grew children[g].
+    tree: list[JSON] = []
+    for parent, group in enumerate(children):
+        for c in group:
+            text = ctx.engine.tokens.decode(c.steps[-1]) if c.steps else ""
+            tree.append(
+                {
+                    "parent": parent,
+                    "reward": round(c.rewards[-1], 6) if c.rewards else None,
+                    "kept": kept.get(id(c), 0),
+                    "finished": not c.live,
+                    "text": text[:STEP_TEXT_CHARS],
+                }
+            )
+    return tree

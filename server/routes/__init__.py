@@ -14,6 +14,7 @@ from server.routes import (
     models,
     responses,
     token_counts,
+    ui,
 )
 
 ROUTERS: tuple[APIRouter, ...] = (
@@ -26,4 +27,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
     batches.router,
+    ui.router,
 )

@@ -334,12 +334,17 @@ def test_streaming_sends_progress_then_the_answer(base_url: str) -> None:
                 chunks.append(json.loads(line.removeprefix("data: ")))
     # A slow machine may first get the "admitted" event (headers sent after
     # FIRST_EVENT_WAIT_S with nothing drawn yet); then one event per sample, in order.
+    growing = [p for p in progress if "growing" in p]
+    assert all(len(p["growing"]) == n and p["samples"] == n for p in growing)
+    progress = [p for p in progress if "growing" not in p]
     admitted = [p for p in progress if "samples_done" not in p]
     assert all(p == {"status": "admitted", "strategy": "self-consistency"} for p in admitted)
     assert len(admitted) <= 1 and (not admitted or progress[0] == admitted[0])
     drawn = progress[len(admitted) :]
     assert [p["samples_done"] for p in drawn] == list(range(1, n + 1))
     assert all(p["samples"] == n for p in drawn)
+    assert sorted(p["sample"]["index"] for p in drawn) == list(range(n))
+    assert all(p["sample"]["tokens"] > 0 for p in drawn)
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     tg = next(c["thinkgate"] for c in chunks if "thinkgate" in c)
     usage = chunks[-1]["usage"]
