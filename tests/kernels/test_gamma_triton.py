@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_gamma_triton_matches_torch_under_interpreter() -> None:
-    seed = 0  # one child process (each pays the torch + triton import); 16 random cases
+    seed = 0  # one child process (each pays the torch + triton import); 8 random cases
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     script = Path(__file__).with_name("gamma_interpret_check.py")
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", str(script), str(seed), "16"],
+        [sys.executable, "-W", "ignore", str(script), str(seed), "8"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -32,4 +32,4 @@ def test_gamma_triton_matches_torch_under_interpreter() -> None:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert proc.stdout.strip().splitlines()[-1] == "ok 16"
+    assert proc.stdout.strip().splitlines()[-1] == "ok 8"

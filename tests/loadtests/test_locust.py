@@ -33,7 +33,7 @@ def test_locust_mix_runs_clean(base_url: str, tmp_path: Path) -> None:
             "-r",
             "4",
             "-t",
-            "20s",
+            "12s",
             "--host",
             base_url,
             "--csv",
