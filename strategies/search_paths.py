@@ -31,6 +31,7 @@ from typing import Literal
 from core.base import StrategyContext
 from core.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
 from core.errors import BackendError
+from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import Split, split_ids
 from strategies.search_options import SearchOptions
@@ -134,7 +135,17 @@ def room_after(ctx: StrategyContext, ids: Sequence[int]) -> int:
 
 
 def room(ctx: StrategyContext, path: Path) -> int:
-    return room_after(ctx, path.ids)
+    """What a path's next step may take: the generator's room, and the PRM's (a PRM
+    that reads fewer positions than the generator serves, as the default one does)."""
+    left = room_after(ctx, path.ids)
+    prm = ctx.resources.get(PRM_KEY)
+    if prm is None or prm.max_len is None:
+        return left
+    # The PRM reads the prompt, each step and its tag; the next step adds its tag and a
+    # path the gateway closes adds its closing step (the end delimiter and a tag).
+    read = len(ctx.request.prompt_token_ids) + sum(len(step) + 1 for step in path.steps)
+    closing = len(ctx.engine.tokens.think_end_ids) + 1
+    return min(left, prm.max_len - read - 1 - closing)
 
 
 def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> int:
@@ -191,13 +202,19 @@ def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) ->
 
 def settle(ctx: StrategyContext, path: Path) -> Path:
     """A live path that can take no further step: ``forced`` when its thinking budget is
-    spent (the answer still follows), ``ended`` when the context is full."""
+    spent or the PRM can read no further step (the answer still follows), ``ended`` when
+    the context is full."""
     if not path.live:
         return path
-    if room(ctx, path) <= 0:
+    if room_after(ctx, path.ids) <= 0:
         return replace(path, state="ended", finish="length")
+    end = ctx.engine.tokens.think_end_ids
+    if room(ctx, path) <= 0:
+        return (
+            replace(path, state="forced") if end else replace(path, state="ended", finish="length")
+        )
     budget = ctx.request.budget.thinking
-    closable = budget is not None and bool(ctx.engine.tokens.think_end_ids)
+    closable = budget is not None and bool(end)
     if closable and budget is not None and thinking_used(ctx, path) >= budget:
         return replace(path, state="forced")
     return path

@@ -173,6 +173,7 @@ def _ctx(
     solution: int | None = None,
     seed: int | None = 0,
     structured: StructuredOutput | None = None,
+    prm_max_len: int | None = None,
 ) -> StrategyContext:
     prompt = tuple(tokens.render_chat([{"role": "user", "content": QUESTION}]))
     request = StrategyRequest(
@@ -187,7 +188,7 @@ def _ctx(
     )
     items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
     if prm is not None:
-        items[PRM_KEY.name] = ProcessRewardModel(model=prm, step_tag_id=47)
+        items[PRM_KEY.name] = ProcessRewardModel(model=prm, step_tag_id=47, max_len=prm_max_len)
     engine = ScriptedEngine(world, tokens=tokens)
     return StrategyContext(engine=engine, request=request, resources=Resources(items=items))
 
@@ -399,6 +400,33 @@ async def test_thinking_budget_caps_every_path(testbed_tokens: Any) -> None:
     assert choice.budget_cut == ("thinking",)
     assert result.info["forced_paths"] >= 1
     assert "boxed" in choice.content
+
+
+class LongestPrm(ArithmeticPrm):
+    """Records the longest sequence it was asked to read."""
+
+    longest = 0
+
+    async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        self.longest = max([self.longest, *(len(s) for s in sequences)])
+        return await super().step_rewards(sequences)
+
+
+@pytest.mark.parametrize("strategy", [BeamSearch(), ParticleFiltering(), StepRejection()])
+async def test_paths_stop_where_the_prms_context_ends(
+    testbed_tokens: Any, strategy: StepSearch
+) -> None:
+    """A PRM that reads fewer positions than the generator serves (the default server's
+    512-position PRM beside a 65,536-token generator): paths end at the PRM's room, with
+    their answer, instead of failing the request mid-search."""
+    prompt = len(testbed_tokens.render_chat([{"role": "user", "content": QUESTION}]))
+    prm = LongestPrm(testbed_tokens)
+    world = World(testbed_tokens, right=lambda j: True)
+    ctx = _ctx(testbed_tokens, world, samples=2, prm=prm, prm_max_len=prompt + 12)
+    _, result = await _run(strategy, ctx)
+    assert 0 < prm.longest <= prompt + 12
+    assert result.choices[0].content
+    assert len(testbed_tokens.encode(result.choices[0].reasoning)) < 12
 
 
 async def test_solution_budget_cuts_the_answer(testbed_tokens: Any) -> None:
