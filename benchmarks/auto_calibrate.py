@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for r in rows:
-        under = f"d={r['deadline_s']}s c={r['clients']} " if r.get("deadline_s") else ""
+        under = f"d={r['deadline_s']}s c={r.get('clients', 1)} " if r.get("deadline_s") else ""
         print(
             f"{under}{r['strategy']:17s} N={r['samples']:<3d} t={r['thinking']!s:<4s} "
             f"acc={r['accuracy']:.3f} tokens={r['tokens']:7.1f} p90={r['seconds']:.3f}s"
