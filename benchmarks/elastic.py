@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -111,18 +112,19 @@ def sweep(
     budgets: Sequence[int],
     concurrency: int,
 ) -> list[Row]:
+    from tqdm import tqdm
+
     rows = []
-    for method in methods:
-        for budget in budgets:
-            row = asyncio.run(
-                run_method(url, questions, method=method, budget=budget, concurrency=concurrency)
-            )
-            print(
-                f"  {method:18s} t={budget:4d} acc={row.accuracy:.3f} "
-                f"tokens={row.mean_tokens:6.1f}",
-                flush=True,
-            )
-            rows.append(row)
+    cells = [(m, b) for m in methods for b in budgets]
+    for method, budget in tqdm(cells, desc="methods x budgets", unit="cell", file=sys.stderr):
+        row = asyncio.run(
+            run_method(url, questions, method=method, budget=budget, concurrency=concurrency)
+        )
+        print(
+            f"  {method:18s} t={budget:4d} acc={row.accuracy:.3f} tokens={row.mean_tokens:6.1f}",
+            flush=True,
+        )
+        rows.append(row)
     return rows
 
 

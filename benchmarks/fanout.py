@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,12 +99,17 @@ async def run(
     # Warm-up: first requests pay one-off costs (allocation, logits-processor set-up).
     await trial(client, model, questions[0], "one-request", 4, max_tokens, context)
     await trial(client, model, questions[0], "concurrent", 4, max_tokens, context)
+    from tqdm import tqdm
+
     trials: list[Trial] = []
+    bar = tqdm(total=len(ns) * len(questions) * len(MODES), desc="trials", file=sys.stderr)
     for n in ns:
         for i, q in enumerate(questions):
             order = MODES[i % 3 :] + MODES[: i % 3]  # rotate which mode goes first
             for mode in order:
                 trials.append(await trial(client, model, q, mode, n, max_tokens, context))
+                bar.update(1)
+    bar.close()
     return trials
 
 
