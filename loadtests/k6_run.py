@@ -46,9 +46,12 @@ def run_k6(
     out: Path,
     *,
     timeout_s: float = 900.0,
+    keep_points: bool = False,
 ) -> K6Run:
     """One k6 run of the script against ``base_url`` with ``env`` (the script's -e
-    options), its points in ``<out>.k6.json`` and summary in ``<out>.summary.json``."""
+    options), its summary in ``<out>.summary.json``; its raw points (``<out>.k6.json``,
+    about 150 KB a request second) are read into records, then removed unless
+    ``keep_points``."""
     points = out.with_name(out.name + ".k6.json")
     summary = out.with_name(out.name + ".summary.json")
     cmd = [k6_binary(), "run", "--quiet", "--out", f"json={points}"]
@@ -59,10 +62,13 @@ def run_k6(
     done = subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
     )
+    records = records_from_points(points) if points.exists() else []
+    if not keep_points:
+        points.unlink(missing_ok=True)
     return K6Run(
         returncode=done.returncode,
         summary=json.loads(summary.read_text()) if summary.exists() else {},
-        records=records_from_points(points) if points.exists() else [],
+        records=records,
         output=done.stdout + done.stderr,
     )
 

@@ -217,7 +217,9 @@ def render_sweep(points: Sequence[RatePoint], slo_ttft_ms: float, slo_e2e_ms: fl
         cells = [f"{p.offered:g}", users, f"{p.achieved:.2f}", f"{p.goodput:.2f}", str(p.failures)]
         for _, label in LATENCIES:
             q = p.latency[label]
-            cells.append("/".join(_ms(q[k]) for k in ("p50", "p90", "p99")))
+            # A tool that did not measure it (k6 reads responses whole: no TTFT) says so.
+            missing = all(q[k] is None for k in ("p50", "p90", "p99"))
+            cells.append("n/a" if missing else "/".join(_ms(q[k]) for k in ("p50", "p90", "p99")))
         cells += [
             "" if p.reasoning_tokens is None else f"{p.reasoning_tokens:.1f}",
             "" if p.answer_tokens is None else f"{p.answer_tokens:.1f}",

@@ -146,8 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "k6" in tools:
         print(sweep_report(Path(f"{args.out}-k6"), **slos))
     if len(tools) == 2:
+        command = "python -m loadtests.sweep " + " ".join(sys.argv[1:] if argv is None else argv)
         text = (
-            f"# locust and k6 at the same offered rates ({git_sha()})\n\n{tools_table(args.out)}\n"
+            f"# locust and k6 at the same offered rates ({git_sha()})\n\n"
+            f"Command: `{command}`; answered requests a second and the p95 of the "
+            f"end-to-end time, each tool's run in turn on the same server.\n\n"
+            f"{tools_table(args.out)}\n"
         )
         Path(f"{args.out}_tools.md").write_text(text)
         print(text)
