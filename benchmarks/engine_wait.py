@@ -128,6 +128,8 @@ def rewrite(args: argparse.Namespace, command: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
     parser = argparse.ArgumentParser(prog="thinkgate bench engine-wait", description=__doc__)
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -137,10 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = "thinkgate bench engine-wait " + " ".join(argv)
     runs: list[dict[str, float]] = []
+    bar = tqdm(total=args.pairs * len(SPINS_MS), desc="pairs x spins", unit="run", file=sys.stderr)
     for pair in range(args.pairs):
         for spin in SPINS_MS:
             runs.append(measure(spin, args))
             print(f"pair {pair + 1} spin {spin:g} ms: {runs[-1]}", flush=True)
+            bar.update(1)
+    bar.close()
     save(report(runs, args, command.strip()), runs, MD_PATH, JSON_PATH)
     return 0
 

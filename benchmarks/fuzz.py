@@ -61,6 +61,7 @@ def run_fuzz(
     from hypothesis import seed as hypothesis_seed
     from hypothesis import strategies as st
     from schemathesis import GenerationMode
+    from tqdm import tqdm
 
     base_url = base_url.rstrip("/")
     served = httpx.get(f"{base_url}/v1/models", timeout=30).json()["data"][0]
@@ -80,18 +81,7 @@ def run_fuzz(
     batches: list[str] = []
     sent = not_sent = 0
 
-    @hypothesis_seed(seed)
-    @settings(
-        max_examples=cases,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],  # no shrinking: every case is one request, counted once
-        suppress_health_check=list(HealthCheck),
-        derandomize=False,
-        print_blob=False,
-    )
-    @given(case=strategy, data=st.data())
-    def one(case: Any, data: Any) -> None:
+    def send(case: Any, data: Any) -> None:
         nonlocal sent, not_sent
         _tame(case, model, max_tokens)
         if names:
@@ -119,10 +109,29 @@ def run_fuzz(
         if case.path == "/v1/pets/batches" and case.method.upper() == "POST":
             batches.extend(_batch_id(response.content))
 
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=cases,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],  # no shrinking: every case is one request, counted once
+        suppress_health_check=list(HealthCheck),
+        derandomize=False,
+        print_blob=False,
+    )
+    @given(case=strategy, data=st.data())
+    def one(case: Any, data: Any) -> None:
+        try:
+            send(case, data)
+        finally:
+            bar.update(1)
+
     started = time.perf_counter()
+    bar = tqdm(total=cases, desc="fuzz", unit="case", file=sys.stderr)
     try:
         one()
     finally:
+        bar.close()
         for batch_id in batches:
             # Fuzzed jobs must not keep the engine busy after the fuzz.
             httpx.post(f"{base_url}/v1/pets/batches/{batch_id}/cancel", timeout=30)

@@ -117,6 +117,8 @@ def report(result: dict[str, Any], command: str) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tqdm import tqdm
+
     model = str(testbed.model_path("base"))
     os.environ["THINKGATE_ENGINE_SPIN_MS"] = "1"  # every engine waits alike (our plugin)
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for url in urls.values():  # the CPU kernels build their primitives on first use
             bench_serve(url, model, model, float("inf"), shape)
         started = time.monotonic()
+        bar = tqdm(total=args.pairs, desc="pairs", unit="pair", file=sys.stderr)
         for i in range(args.pairs):
             for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 runs[side].append(bench_serve(urls[side], model, model, args.rate, shape))
@@ -144,6 +147,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{b['median_tpot_ms']:.2f} ms",
                 flush=True,
             )
+            bar.update(1)
+        bar.close()
         seconds = time.monotonic() - started
     return {
         "a": args.a,

@@ -87,10 +87,14 @@ def cmd_pools(args: argparse.Namespace) -> None:
     if args.via == "local":
         records = draw_local(args.model, items, sampling, on_chunk=save)
     else:
+        from tqdm import tqdm
+
         from benchmarks.servers import thinkgate
 
         with thinkgate(args.model, log=RESULTS / "logs" / "pets-pools-server.log") as url:
             chunk = 8
+            # draw_http's own bar counts one chunk; this one the whole run.
+            bar = tqdm(total=len(items), desc="pools, all chunks", unit="question", file=sys.stderr)
             for lo in range(0, len(items), chunk):
                 # Seeds follow the question's index in the whole run, as in one call.
                 part = draw_http(
@@ -98,6 +102,8 @@ def cmd_pools(args: argparse.Namespace) -> None:
                 )
                 save(part)
                 records += part
+                bar.update(len(part))
+            bar.close()
     seconds = time.perf_counter() - started
     tokens = sum(sum(r.completion_tokens) for r in records)
     print(f"pools: {len(records)} x {args.pool} samples, {tokens} tokens in {seconds:.0f} s")
@@ -137,6 +143,8 @@ def budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | 
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
     cal = [r.to_pool() for r in load_pools(pool_path("train"))]
     test = [r.to_pool() for r in load_pools(pool_path("test"))]
     fits = fit_pools(cal, seed=0)
@@ -145,7 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     for b in UNIFORM_BUDGETS:
         curves["uniform"].append((b, uniform(test, b, runs=args.runs)))
-    for b in PETS_BUDGETS:
+    for b in tqdm(PETS_BUDGETS, desc="PETS budgets", unit="budget", file=sys.stderr):
         table = build_table(fits, average_budget=b, b_max=64)
         tables[b] = {bk.pattern: bk.budget for bk in table.buckets}
         curves["online"].append((b, online(test, table, runs=args.runs)))

@@ -52,6 +52,7 @@ async def _counts(engine: Engine, prompt: list[int], output_len: int) -> AsyncIt
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    from tqdm import tqdm
     from transformers import AutoConfig
 
     from engines.local.engine import LocalEngine
@@ -77,6 +78,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             await run_rate(one, prompts, float("inf"))
         runs: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
         started = time.monotonic()
+        bar = tqdm(total=args.pairs, desc="pairs", unit="pair", file=sys.stderr)
         for i in range(args.pairs):
             for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 runs[side].append(await run_rate(drivers[side], prompts, args.rate))
@@ -88,6 +90,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 file=sys.stderr,
                 flush=True,
             )
+            bar.update(1)
+        bar.close()
         return {
             "a": sorted(engines["a"].processors),
             "b": sorted(engines["b"].processors),

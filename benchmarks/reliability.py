@@ -748,6 +748,8 @@ def plot_soak(series: list[dict[str, float]], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
     parser = argparse.ArgumentParser(prog="thinkgate bench reliability", description=__doc__)
     parser.add_argument("--only", default=",".join(s for s in SECTIONS if s != "soak"))
     parser.add_argument("--fuzz-cases", type=int, default=10_000)
@@ -760,6 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown sections {sorted(unknown)}; have {SECTIONS}")
     results: dict[str, Any] = orjson.loads(JSON_PATH.read_bytes()) if JSON_PATH.exists() else {}
     command = "thinkgate bench reliability " + " ".join(sys.argv[1:] if argv is None else argv)
+    bar = tqdm(total=len(wanted), desc="sections", unit="section", file=sys.stderr)
     for name in wanted:
         print(f"[reliability] {name} ...", flush=True)
         t0 = time.monotonic()
@@ -776,6 +779,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot_soak(result["series"], RESULTS / "reliability-soak.png")
         shown = {k: v for k, v in result.items() if k != "series"}
         print(f"[reliability] {name}: {orjson.dumps(shown).decode()}", flush=True)
+        bar.update(1)
+    bar.close()
     print(MD_PATH.read_text())
     return 0
 

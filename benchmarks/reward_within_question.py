@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
 from benchmarks.servers import machine
@@ -25,6 +26,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
+    from tqdm import tqdm
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--per-op", type=int, default=10)
     p.add_argument("--samples", type=int, default=16)
@@ -42,7 +45,7 @@ def main() -> None:
     scores: list[float] = []
     labels: list[bool] = []
     within: list[float] = []
-    for group in groups:
+    for group in tqdm(groups, desc="scoring", unit="question", file=sys.stderr):
         s = classify(rm, [reward_text(c.question, c.text) for c in group])
         y = [c.correct for c in group]
         scores += s

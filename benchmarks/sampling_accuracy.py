@@ -27,6 +27,7 @@ import asyncio
 import random
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class Pool:
 
 async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list[Pool]:
     import openai
+    from tqdm import tqdm
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=900)
     gate = asyncio.Semaphore(4)
@@ -75,6 +77,7 @@ async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list
             )
         tg: dict[str, Any] = r.model_extra["thinkgate"]  # type: ignore[index]
         assert tg["samples"] == pool and tg["scorer"] == "reward"
+        bar.update(1)
         return Pool(
             question=q,
             answers=tuple(tg["sample_answers"]),
@@ -82,7 +85,10 @@ async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list
             tokens=r.usage.completion_tokens if r.usage else 0,
         )
 
-    return list(await asyncio.gather(*(one(q) for q in questions)))
+    bar = tqdm(total=len(questions), desc="pools", unit="question", file=sys.stderr)
+    pools = list(await asyncio.gather(*(one(q) for q in questions)))
+    bar.close()
+    return pools
 
 
 def correct(classes: Sequence[AnswerClass], gold: int) -> bool:
@@ -146,6 +152,8 @@ def plot(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=48)
     parser.add_argument("--pool", type=int, default=64)
@@ -172,10 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             pools = asyncio.run(draw_pools(url, questions, args.pool))
     draw_s = time.perf_counter() - t0
     ns = [n for n in NS if n <= args.pool]
+    cells = [(n, k) for k in ks for n in ns]
     table = {
         (n, k): evaluate(pools, n=n, k=k, draws=args.draws, alphas=alphas, seed=args.seed)
-        for k in ks
-        for n in ns
+        for n, k in tqdm(cells, desc="N x k", unit="cell", file=sys.stderr)
     }
     single = single_accuracy(pools)
     write_report(args, ks, ns, table, single, pools, draw_s)

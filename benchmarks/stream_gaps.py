@@ -106,9 +106,13 @@ def idle_engine_cpu_share(url: ServerUrl) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
+    from tqdm import tqdm
+
     model = str(testbed.model_path("base"))
     os.environ[engine_wait.ENV] = "1"
     runs: dict[int, list[dict[str, float]]] = {s: [] for s in SETTINGS}
+    total = args.pairs * len(SETTINGS)
+    bar = tqdm(total=total, desc="pairs x rechecks", unit="run", file=sys.stderr)
     for pair in range(args.pairs):
         for recheck in SETTINGS if pair % 2 == 0 else SETTINGS[::-1]:
             os.environ[engine_wait.RECHECK_ENV] = str(recheck)
@@ -121,6 +125,8 @@ def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
             got["idle_engine_cpu_share"] = idle
             runs[recheck].append(got)
             print(f"[stream-gaps] pair {pair + 1} recheck {recheck} ms: {json.dumps(got)}")
+            bar.update(1)
+    bar.close()
     return runs
 
 
