@@ -34,6 +34,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "processors-idle": ("benchmarks.processors_idle", "engine with processors loaded, unused"),
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
     "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
+    "tree": ("benchmarks.tree", "tree sampling vs self-consistency, DeepConf, PRM searches"),
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
     "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),

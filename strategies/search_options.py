@@ -17,6 +17,9 @@ Select = Literal["best", "vote"]
 SELECTS: Final = ("best", "vote")
 RESAMPLINGS: Final = ("systematic", "multinomial")
 PARTICLE_WEIGHTS: Final = ("latest", "ratio")
+# Where a step's reward comes from: the process reward model, or the generator's own
+# certainty (exp of the step's mean sampled-token logprob; no PRM needed).
+REWARDS: Final = ("prm", "certainty")
 
 # Upper bounds a request may ask for (a search of 10^4 steps is a mistake, not a plan).
 MAX_EXPANSIONS: Final = 64
@@ -64,6 +67,9 @@ class SearchOptions:
     confidence: float
     accept: float  # step-rejection only: the least reward a step is kept with
     retries: int  # step-rejection only: redraws of one step before its best try is kept
+    # "prm": the PRM scores each step; "certainty": the step's reward is exp(the mean
+    # logprob of its sampled tokens), the generator's own certainty, and no PRM is used.
+    reward: str
     # particle filtering only: draw the next step while the PRM scores this one
     # (strategies.step_ahead): the PRM's wait hidden, dropped particles' steps wasted.
     speculate: bool
@@ -96,6 +102,7 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
         accept=options.number(opts, "accept", defaults.accept, lo=0.0, hi=1.0),
         retries=options.integer(opts, "retries", defaults.retries, lo=0, hi=MAX_RETRIES),
         speculate=options.flag(opts, "speculate", False),
+        reward=options.choice(opts, "reward", "prm", REWARDS),
     )
 
 

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from core.base import StrategyContext
+from core.base import Choice, StrategyContext, budget_cuts
 from core.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
 from core.errors import BackendError
+from strategies.pool import answer_keys
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import Split, split_ids
@@ -95,16 +96,17 @@ class StepPlan:
     delimiter_ids: tuple[int, ...]
 
 
-def step_plan(tokens: ModelTokens, options: SearchOptions) -> StepPlan:
+def step_plan(tokens: ModelTokens, delimiter: str | None) -> StepPlan:
     """Stop tokens where a delimiter is one token (the fast path: no detokenising in the
-    engine), stop strings otherwise."""
-    delimiter_ids = tuple(tokens.encode(options.step_delimiter))
+    engine), stop strings otherwise; ``None``: steps end only at the end of thinking
+    (or their token cap)."""
+    delimiter_ids = tuple(tokens.encode(delimiter)) if delimiter else ()
     stop_ids: list[int] = []
     stop: list[str] = []
     if len(delimiter_ids) == 1:
         stop_ids.append(delimiter_ids[0])
-    else:
-        stop.append(options.step_delimiter)
+    elif delimiter:
+        stop.append(delimiter)
     if tokens.think_end_id is not None:
         stop_ids.append(tokens.think_end_id)
     elif tokens.think_end_ids:
@@ -157,14 +159,17 @@ def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> in
     return cap
 
 
-def _sampling(ctx: StrategyContext, ledger: Ledger, **changes: object) -> SamplingConfig:
+def sampling_of(ctx: StrategyContext, ledger: Ledger, **changes: object) -> SamplingConfig:
     base = ctx.request.sampling
     seed = None if base.seed is None else base.seed + ledger.seed_offset
     return replace(base, seed=seed, logprobs=False, top_logprobs=0, **changes)  # type: ignore[arg-type]
 
 
-def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) -> Path:
-    """``parent`` extended by one generated step."""
+def grow(
+    ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample, *, reads_prm: bool = True
+) -> Path:
+    """``parent`` extended by one generated step (``reads_prm``: the path's steps are
+    bounded by the PRM's context too, see :func:`settle`)."""
     gen = tuple(sample.token_ids)
     ids = parent.ids + gen
     before, after = split_of(ctx, parent.ids), split_of(ctx, ids)
@@ -197,19 +202,19 @@ def _grow(ctx: StrategyContext, plan: StepPlan, parent: Path, sample: Sample) ->
         state=state,
         finish=finish,
     )
-    return settle(ctx, path)
+    return settle(ctx, path, reads_prm=reads_prm)
 
 
-def settle(ctx: StrategyContext, path: Path) -> Path:
+def settle(ctx: StrategyContext, path: Path, *, reads_prm: bool = True) -> Path:
     """A live path that can take no further step: ``forced`` when its thinking budget is
-    spent or the PRM can read no further step (the answer still follows), ``ended`` when
-    the context is full."""
+    spent or (``reads_prm``: a search the PRM scores) the PRM can read no further step
+    (the answer still follows), ``ended`` when the context is full."""
     if not path.live:
         return path
     if room_after(ctx, path.ids) <= 0:
         return replace(path, state="ended", finish="length")
     end = ctx.engine.tokens.think_end_ids
-    if room(ctx, path) <= 0:
+    if reads_prm and room(ctx, path) <= 0:
         return (
             replace(path, state="forced") if end else replace(path, state="ended", finish="length")
         )
@@ -250,7 +255,7 @@ def plan_round(
     for g, members in enumerate(groups.values()):
         parent = parents[members[0]]
         n = per_parent * len(members)
-        sampling = _sampling(
+        sampling = sampling_of(
             ctx,
             ledger,
             n=n,
@@ -260,7 +265,7 @@ def plan_round(
             extra_args={},
             structured=None,  # steps are thinking: the grammar is the answer's (answer())
             # The sampled tokens' own logprobs, for the confidence in step rewards.
-            token_logprobs=0 if options.confidence > 0 else None,
+            token_logprobs=0 if options.confidence > 0 or options.reward == "certainty" else None,
         )
         ledger.seed_offset += n
         requests.append(
@@ -305,8 +310,8 @@ def grow_round(
         ledger.engine_prompt_tokens += len(req.prompt_token_ids)
         for j, sample in enumerate(samples):
             parent = parents[members[j // per_parent]]
-            child = _grow(ctx, plan, parent, sample)
-            _count(ctx, ledger, parent, child)
+            child = grow(ctx, plan, parent, sample)
+            count_tokens(ctx, ledger, parent, child)
             out[members[j // per_parent]].append(child)
     candidates = sum(len(c) for c in out)
     tokens = sum(len(c.ids) - len(parents[i].ids) for i, group in enumerate(out) for c in group)
@@ -336,7 +341,7 @@ async def expand(
     return grow_round(ctx, plan, round_, results, ledger)
 
 
-def _count(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> None:
+def count_tokens(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> None:
     new = len(child.ids) - len(parent.ids)
     ledger.completion_tokens += new
     before = split_of(ctx, parent.ids)
@@ -347,17 +352,23 @@ def _count(ctx: StrategyContext, ledger: Ledger, parent: Path, child: Path) -> N
 
 async def score(
     ctx: StrategyContext,
-    prm: ProcessRewardModel,
+    prm: ProcessRewardModel | None,
     paths: Sequence[Path],
     ledger: Ledger,
     *,
     confidence: float = 0.0,
 ) -> list[Path]:
     """Paths whose last step has no reward yet get one (one batched PRM call), times
-    ``exp(confidence * the step's mean logprob)`` where the step has one."""
+    ``exp(confidence * the step's mean logprob)`` where the step has one. Without a PRM
+    (``reward: certainty``) a step's reward is ``exp(its mean logprob)``."""
     todo = [i for i, p in enumerate(paths) if len(p.steps) > len(p.rewards)]
     if not todo:
         return list(paths)
+    if prm is None:
+        return [
+            replace(p, rewards=tuple(math.exp(c) for c in p.confidences)) if i in todo else p
+            for i, p in enumerate(paths)
+        ]
     prompt = ctx.request.prompt_token_ids
     t0 = time.perf_counter()
     rewards = await prm.score_paths(prompt, [paths[i].steps for i in todo])
@@ -383,16 +394,17 @@ def force_close(paths: Sequence[Path]) -> list[Path]:
 
 async def score_closings(
     ctx: StrategyContext,
-    prm: ProcessRewardModel,
+    prm: ProcessRewardModel | None,
     paths: Sequence[Path],
     ledger: Ledger,
     *,
     confidence: float = 0.0,
 ) -> list[Path]:
     """Paths the gateway closed get the closing step a model-closed path has (the end
-    delimiter, scored by the PRM), so that every finished path is judged on its end."""
+    delimiter, scored by the PRM), so that every finished path is judged on its end.
+    Without a PRM there is nothing to judge a closing the model did not write by."""
     end = ctx.engine.tokens.think_end_ids
-    if not end:
+    if not end or prm is None:
         return list(paths)
     closing = [replace(p, steps=(*p.steps, end)) if p.state == "forced" else p for p in paths]
     return await score(ctx, prm, closing, ledger, confidence=confidence)
@@ -435,7 +447,7 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
             GenerateRequest(
                 request_id=f"{ctx.request.request_id}-answer-{g}",
                 prompt_token_ids=ctx.request.prompt_token_ids + head,
-                sampling=_sampling(ctx, ledger, n=1, max_tokens=cap, extra_args={}),
+                sampling=sampling_of(ctx, ledger, n=1, max_tokens=cap, extra_args={}),
             )
         )
         ledger.seed_offset += 1
@@ -471,3 +483,31 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
             )
         )
     return out
+
+
+def answer_choice(ctx: StrategyContext, answered: Answered) -> Choice:
+    """The response's choice from an answered path: reasoning, content, the budget cuts."""
+    tokens = ctx.engine.tokens
+    split = split_of(ctx, answered.ids)
+    budget = ctx.request.budget
+    cuts = None
+    if budget.thinking is not None or budget.solution is not None:
+        thinking_cut = (
+            budget.thinking is not None
+            and answered.path.state == "forced"
+            and split.reasoning_tokens >= budget.thinking
+        )
+        cuts = budget_cuts(thinking=thinking_cut, solution=answered.solution_cut)
+    content = tokens.decode(split.content_ids)
+    return Choice(
+        index=0,
+        reasoning=tokens.decode(split.reasoning_ids),
+        content=content,
+        finish_reason="length" if answered.solution_cut else answered.finish,
+        info={
+            "answer": answer_keys(ctx.request, [content])[0][0],
+            "path_state": answered.path.state,
+            "steps": len(answered.path.steps),
+        },
+        budget_cut=cuts,
+    )

@@ -31,13 +31,11 @@ from typing import ClassVar, Final
 from core.allowance import BudgetSpent
 from core.base import (
     JSON,
-    Choice,
     Progress,
     Result,
     StrategyContext,
     StrategyRequest,
     Usage,
-    budget_cuts,
 )
 from core.engine import Engine
 from core.errors import BackendUnavailable, InvalidRequest
@@ -58,6 +56,7 @@ from strategies.search_paths import (
     Path,
     StepPlan,
     answer,
+    answer_choice,
     expand,
     force_close,
     score,
@@ -70,7 +69,15 @@ from strategies.selection import AnswerClass, build_classes, top_by_weight
 from strategies.step_ahead import Ahead
 
 COMMON_OPTIONS: Final = frozenset(
-    {"step_delimiter", "max_steps", "max_step_tokens", "aggregate", "select", "confidence"}
+    {
+        "step_delimiter",
+        "max_steps",
+        "max_step_tokens",
+        "aggregate",
+        "select",
+        "confidence",
+        "reward",
+    }
 )
 
 
@@ -87,7 +94,7 @@ class Search:
     """One request's search as it runs: what every step needs, and what it spent."""
 
     ctx: StrategyContext
-    prm: ProcessRewardModel
+    prm: ProcessRewardModel | None  # None: steps rewarded by the generator's certainty
     options: SearchOptions
     n: int
     plan: StepPlan
@@ -197,8 +204,8 @@ class StepSearch:
 
     def begin(self, ctx: StrategyContext) -> Search:
         """The request's search: its PRM, options, N, step plan, seeded draw and ledger."""
-        prm = resolve_prm(ctx)
         options = search_options(ctx.request, search_defaults_of(ctx))
+        prm = resolve_prm(ctx) if options.reward == "prm" else None
         n = samples_of(ctx)
         self.check(n, options)
         seed = ctx.request.sampling.seed
@@ -207,7 +214,7 @@ class StepSearch:
             prm=prm,
             options=options,
             n=n,
-            plan=step_plan(ctx.engine.tokens, options),
+            plan=step_plan(ctx.engine.tokens, options.step_delimiter),
             rng=random.Random(seed) if seed is not None else random.Random(),
         )
 
@@ -346,7 +353,7 @@ class StepSearch:
                 }
                 for c in classes
             ]
-        choice = self._choice(ctx, answered)
+        choice = answer_choice(ctx, answered)
         info: dict[str, JSON] = {
             "strategy": self.name,
             "samples": n,
@@ -354,6 +361,7 @@ class StepSearch:
             "aggregate": options.aggregate,
             "select": options.select,
             "confidence": options.confidence,
+            "reward": options.reward,
             "max_steps": options.max_steps,
             "steps": search.steps,
             "candidates_per_step": list(ledger.candidates),
@@ -391,32 +399,6 @@ class StepSearch:
         )
         return Result(
             choices=(choice,), usage=usage, samples=sum(ledger.candidates) or 1, info=info
-        )
-
-    def _choice(self, ctx: StrategyContext, answered: Answered) -> Choice:
-        tokens = ctx.engine.tokens
-        split = split_of(ctx, answered.ids)
-        budget = ctx.request.budget
-        cuts = None
-        if budget.thinking is not None or budget.solution is not None:
-            thinking_cut = (
-                budget.thinking is not None
-                and answered.path.state == "forced"
-                and split.reasoning_tokens >= budget.thinking
-            )
-            cuts = budget_cuts(thinking=thinking_cut, solution=answered.solution_cut)
-        content = tokens.decode(split.content_ids)
-        return Choice(
-            index=0,
-            reasoning=tokens.decode(split.reasoning_ids),
-            content=content,
-            finish_reason="length" if answered.solution_cut else answered.finish,
-            info={
-                "answer": answer_keys(ctx.request, [content])[0][0],
-                "path_state": answered.path.state,
-                "steps": len(answered.path.steps),
-            },
-            budget_cut=cuts,
         )
 
 

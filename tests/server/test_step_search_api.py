@@ -284,6 +284,16 @@ def test_adaptive_vote_stops_once_settled(openai_client: Any) -> None:
     assert min(drawn) < 16, drawn  # the testbed model agrees with itself on easy questions
 
 
+def test_the_generators_certainty_rewards_steps_without_the_prm(openai_client: Any) -> None:
+    r, _ = ask(openai_client, EASY[0], "particle-filtering", 4, extra_body={"reward": "certainty"})
+    tg = r.model_extra["thinkgate"]
+    assert tg["reward"] == "certainty" and tg["prm_calls"] == 0 and tg["prm_tokens"] == 0
+    assert r.usage.completion_tokens == sum(tg["tokens_per_step"]) + tg["answer_tokens"]
+    rewards = tg["chosen_step_rewards"]
+    assert rewards and all(0.0 < x <= 1.0 for x in rewards)
+    assert "\\boxed{" in r.choices[0].message.content
+
+
 def test_bad_search_options_are_400s(openai_client: Any) -> None:
     import openai
 

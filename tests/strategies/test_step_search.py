@@ -791,3 +791,36 @@ async def test_a_request_ceiling_holds_and_the_search_answers(
     assert "\\boxed{" in result.choices[0].content, (result.choices[0], result.info)
     if ceiling < 80:
         assert result.info["allowance"]["stopped_by"] == "tokens"
+
+
+@pytest.mark.parametrize("strategy", [BeamSearch(), ParticleFiltering()])
+async def test_without_a_prm_the_generators_certainty_rewards_the_steps(
+    testbed_tokens: Any, strategy: StepSearch
+) -> None:
+    """``reward: certainty``: no PRM attached, no PRM call; each step's reward is exp(its
+    mean sampled-token logprob), so the steps the model was sure of (the right ones here)
+    win."""
+    world = World(testbed_tokens)
+    options: dict[str, Any] = {"reward": "certainty"}
+    if isinstance(strategy, BeamSearch):
+        options["expansions"] = 2
+    else:
+        options["resample_temperature"] = 0.05  # near-greedy: the surest particle spreads
+    ctx = _ctx(testbed_tokens, world, samples=2, options=options)
+    _, result = await _run(strategy, ctx)
+    assert result.choices[0].reasoning == "".join(line + "\n" for line in RIGHT)
+    info = result.info
+    assert info["reward"] == "certainty" and info["prm_calls"] == 0 and info["prm_tokens"] == 0
+    rewards = info["chosen_step_rewards"]
+    assert rewards[:LINES] == [pytest.approx(math.exp(LINE_LOGPROB))] * LINES
+    steps = [c for c in ctx.engine.calls if "answer" not in c.request_id]  # type: ignore[attr-defined]
+    assert steps and all(c.sampling.token_logprobs == 0 for c in steps)
+
+
+async def test_a_search_without_a_prm_asks_for_certainty(testbed_tokens: Any) -> None:
+    ctx = _ctx(testbed_tokens, World(testbed_tokens), samples=2)
+    with pytest.raises(BackendUnavailable):
+        await _run(BeamSearch(), ctx)
+    with pytest.raises(InvalidRequest) as err:
+        search_options(replace(ctx.request, options={"reward": "votes"}), SearchDefaults())
+    assert err.value.param == "reward"

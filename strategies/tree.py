@@ -1,0 +1,525 @@
+"""``tree``: tree sampling (TreePO's segment tree). Branch where the model is unsure,
+share every prefix, stop weak branches early; the leaves vote.
+
+Li et al. 2025 (TreePO) sample a tree instead of N independent traces. Here, for one
+request of N leaves (the samples budget):
+
+- Thinking is decoded in *segments* (option ``segment``: that many tokens, or with
+  ``segment_unit: steps`` one step ending at ``step_delimiter``). Every segment of every
+  live branch is one engine round; a node with c children this segment is one engine
+  request with ``n = c`` on its ids, so the prefix the children share is in vLLM's prefix
+  cache and is generated (and billed) once.
+- **Forks follow the model's uncertainty.** A segment's uncertainty is its *surprisal*,
+  the mean of -logprob over its sampled tokens (asked of the engine with the segment, no
+  extra call): an unbiased estimate of the mean entropy of the model's next-token
+  distributions along the segment, without the top-k logprobs of every position that the
+  entropy itself would need. After each segment, while leaves are still free (N minus
+  the live branches and finished leaves), the live nodes whose last segment's surprisal
+  is at least ``fork_above`` times the mean of every segment so far fork, the most
+  uncertain first, into up to ``branch`` children, within a share of the free leaves
+  spread over the first ``fork_depth`` segments; a sure node continues as one.
+- **Early stop.** A live node whose weakest segment (lowest mean logprob, as DeepConf's
+  lowest group confidence) is more than ``stop_margin`` nats per token below the median
+  weakest segment of the live nodes beside it stops; at most half of them stop in a
+  segment, and the most confident never does. Its leaf is free again.
+- **Fallback.** From segment ``fork_depth`` on, free leaves go to the live nodes whatever
+  their uncertainty (most uncertain first); when no branch is live and leaves are still
+  free (branches finished or stopped early), the segments the model was least sure of are
+  drawn again from the prefix before them, so N leaves arrive.
+- Finished leaves are answered after their thinking (one engine request per distinct
+  path, under the solution budget and the request's grammar, as the step searches do) and
+  vote: plain majority, or (``vote: confidence``) each weighted by its confidence, the
+  exponential of its mean token logprob. Answers are read as every vote reads them
+  (``strategies.pool.answer_keys``).
+
+With ``roots`` = N (or ``fork_depth`` 1) it is N independent samples: self-consistency.
+Usage counts every generated token once (a shared prefix was generated once); the
+``thinkgate`` object reports the tree: segments, forks, stops, leaves, tokens by depth,
+and where the tokens went.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Final
+
+from core.allowance import BudgetSpent
+from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest, Usage
+from core.engine import Engine, GenerateRequest, Sample
+from core.errors import BackendError, InvalidBudget, InvalidRequest
+from strategies.pool import answer_keys
+from strategies.pool import defaults_of as sampling_defaults_of
+from strategies.search_options import defaults_of as search_defaults_of
+from strategies.search_paths import (
+    Answered,
+    Ledger,
+    Path,
+    StepPlan,
+    answer,
+    answer_choice,
+    count_tokens,
+    force_close,
+    grow,
+    room_after,
+    sampling_of,
+    split_of,
+    step_plan,
+    thinking_used,
+)
+from strategies.selection import build_classes, top_by_count, top_by_weight
+from strategies.tree_options import BODY_OPTIONS, TreeOptions, tree_options
+
+ROOT: Final = -1  # the parent of the roots: the prompt
+TEXT_CHARS: Final = 120  # the live view shows what a segment said; this keeps events small
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A node of the tree: a path that grew by one segment from its parent."""
+
+    path: Path
+    parent: int  # index of the parent node; ROOT: grew from the prompt
+    depth: int  # segments from the prompt (1: a root)
+    new_tokens: int  # what its own segment generated
+    surprisal: float  # its segment's mean -logprob per token
+    worst: float  # the lowest mean logprob of any segment on its path
+    logprob_sum: float  # over every token on its path
+    logprob_tokens: int
+
+    @property
+    def confidence(self) -> float:
+        """exp(mean token logprob over its path): 1 when nothing was measured."""
+        if not self.logprob_tokens:
+            return 1.0
+        return math.exp(self.logprob_sum / self.logprob_tokens)
+
+
+@dataclass(slots=True)
+class Tree:
+    """One request's tree as it grows: every node drawn, and which are live, leaves, or
+    stopped early."""
+
+    nodes: list[Node] = field(default_factory=list)
+    live: list[int] = field(default_factory=list)
+    leaves: list[int] = field(default_factory=list)
+    stopped: list[int] = field(default_factory=list)
+    surprisals: list[float] = field(default_factory=list)  # every segment's
+    segments: int = 0  # engine rounds
+    forks: int = 0  # nodes that drew more than one child
+    fallbacks: int = 0  # segments drawn again from before them (no branch was live)
+
+    def path_of(self, parent: int) -> Path:
+        return Path() if parent == ROOT else self.nodes[parent].path
+
+    def depth_of(self, parent: int) -> int:
+        return 0 if parent == ROOT else self.nodes[parent].depth
+
+
+def _samples(ctx: StrategyContext) -> int:
+    samples = ctx.request.budget.samples
+    return samples if samples is not None else sampling_defaults_of(ctx).samples
+
+
+def _roots(options: TreeOptions, n: int) -> int:
+    if options.fork_depth <= 1:
+        return n  # every leaf placed at the first segment: independent samples
+    return min(n, options.roots if options.roots is not None else max(1, n // 4))
+
+
+def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
+    """Segments stop at the end of thinking (and, in steps, at the delimiter)."""
+    delimiter = options.step_delimiter if options.unit == "steps" else None
+    return step_plan(ctx.engine.tokens, delimiter)
+
+
+def _cap(ctx: StrategyContext, options: TreeOptions, path: Path) -> int:
+    """The next segment's ``max_tokens``: the segment, the context and ``max_tokens``,
+    the thinking budget."""
+    cap = min(options.segment, room_after(ctx, path.ids))
+    budget = ctx.request.budget.thinking
+    if budget is not None and ctx.engine.tokens.think_end_ids:
+        cap = min(cap, budget - thinking_used(ctx, path))
+    return cap
+
+
+def _child(ctx: StrategyContext, plan: StepPlan, tree: Tree, parent: int, sample: Sample) -> Node:
+    before = tree.path_of(parent)
+    path = grow(ctx, plan, before, sample, reads_prm=False)
+    lps = [t.logprob for t in sample.logprobs or ()]
+    mean = sum(lps) / len(lps) if lps else 0.0
+    above = tree.nodes[parent] if parent != ROOT else None
+    return Node(
+        path=path,
+        parent=parent,
+        depth=tree.depth_of(parent) + 1,
+        new_tokens=len(sample.token_ids),
+        surprisal=-mean,
+        worst=mean if above is None else min(above.worst, mean),
+        logprob_sum=(above.logprob_sum if above else 0.0) + sum(lps),
+        logprob_tokens=(above.logprob_tokens if above else 0) + len(lps),
+    )
+
+
+def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
+    """The live nodes that stop early this segment (see the module's docstring)."""
+    if options.stop_margin <= 0 or len(tree.live) < 2:
+        return []
+    worst = {i: tree.nodes[i].worst for i in tree.live}
+    floor = statistics.median(worst.values()) - options.stop_margin
+    weak = sorted((i for i in tree.live if worst[i] < floor), key=lambda i: worst[i])
+    return weak[: len(tree.live) // 2]
+
+
+def allocate(tree: Tree, options: TreeOptions, n: int) -> list[tuple[int, int]]:
+    """The next segment's draws: (parent node, children), every live node one child at
+    least, free leaves given as forks to the most uncertain ones; with no live node, the
+    fallback's redraws of the least sure segments so far."""
+    free = n - len(tree.live) - len(tree.leaves)
+    draws = dict.fromkeys(tree.live, 1)
+    if free > 0 and tree.live:
+        upcoming = tree.segments + 1
+        forced = upcoming >= options.fork_depth
+        quota = free if forced else math.ceil(free / (options.fork_depth - upcoming + 1))
+        mean = statistics.fmean(tree.surprisals) if tree.surprisals else 0.0
+        # Stable: equal surprisal goes to the node drawn first.
+        for i in sorted(tree.live, key=lambda i: -tree.nodes[i].surprisal):
+            if quota <= 0 or options.branch <= 1:
+                break
+            if not forced and tree.nodes[i].surprisal < options.fork_above * mean:
+                break  # the rest are surer still: they continue as one
+            extra = min(options.branch - 1, quota)
+            if options.fork_at == "parent":
+                # The unsure segment drawn again beside it: siblings differ where the model
+                # hesitated, instead of children inheriting what it chose there.
+                parent = tree.nodes[i].parent
+                draws[parent] = draws.get(parent, 0) + extra
+            else:
+                draws[i] += extra
+            quota -= extra
+    elif free > 0:
+        # Fallback: no branch is live. Redraw, from the prefix before it, each segment the
+        # model was least sure of (a node whose parent is still a thinking prefix).
+        seen: set[int] = set()
+        order = sorted(range(len(tree.nodes)), key=lambda i: -tree.nodes[i].surprisal)
+        for i in order:
+            if free <= 0:
+                break
+            parent = tree.nodes[i].parent
+            if parent in seen or not tree.path_of(parent).live:
+                continue
+            seen.add(parent)
+            take = min(max(1, options.branch), free)
+            draws[parent] = take
+            free -= take
+        if draws:
+            tree.fallbacks += 1
+    return [(p, c) for p, c in draws.items()]
+
+
+@dataclass(slots=True, kw_only=True)
+class Grown:
+    """What one segment did, for its progress event."""
+
+    parents: list[int]
+    children: list[list[int]]  # per parent, the nodes it grew
+    stops: list[int]
+
+
+class TreeSampling:
+    name: ClassVar[str] = "tree"
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "thinking", "solution"})
+    body_options: ClassVar[frozenset[str]] = BODY_OPTIONS
+    streams_live: ClassVar[bool] = False
+    # The answer after thinking is its own call (search_paths.answer), under the grammar.
+    honours_response_format: ClassVar[bool] = True
+    honours_tools: ClassVar[bool] = True
+
+    def validate(self, request: StrategyRequest, engine: Engine) -> None:
+        b = request.budget
+        if b.samples is not None and b.samples < 1:
+            raise InvalidBudget("samples (the tree's leaves) must be >= 1", param="samples")
+        if b.thinking is not None and b.thinking < 0:
+            raise InvalidBudget("thinking must be >= 0", param="thinking")
+        if b.solution is not None and b.solution < 1:
+            raise InvalidBudget("solution must be >= 1", param="solution")
+        if request.n != 1:
+            raise InvalidRequest(
+                "tree returns one answer (its leaves' vote); n must be 1", param="n"
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(request.sampling, name) != 0.0:
+                raise InvalidRequest(
+                    f"{name} is not supported by tree: each segment is a new engine request, "
+                    "and the penalty would count only that segment's tokens",
+                    param=name,
+                )
+        options = tree_options(request, default_delimiter="\n\n")
+        if options.unit == "steps" and not engine.tokens.encode(options.step_delimiter):
+            raise InvalidRequest(
+                "step_delimiter encodes to no token for this model", param="step_delimiter"
+            )
+        n = b.samples
+        if options.branch == 1 and n is not None and (options.roots or 1) < n:
+            raise InvalidRequest(
+                "branch 1 never forks, so the tree has only its roots as leaves: set roots "
+                f"to the samples budget ({n}) or branch to 2 or more",
+                param="branch",
+            )
+        if request.sampling.structured is not None and not engine.tokens.think_end_ids:
+            raise InvalidRequest(
+                "response_format under tree holds the answer after thinking to the format, "
+                "and this model does not think; use plain or a sampling strategy",
+                param="response_format",
+            )
+
+    async def run(self, ctx: StrategyContext) -> AsyncGenerator[Progress | Result, None]:
+        request = ctx.request
+        options = tree_options(request, default_delimiter=search_defaults_of(ctx).step_delimiter)
+        n = _samples(ctx)
+        plan = _plan_of(ctx, options)
+        tree, ledger = Tree(), Ledger()
+        draws: list[tuple[int, int]] = [(ROOT, _roots(options, n))]
+        round_s = 0.0
+        while draws:
+            if tree.segments >= options.max_segments:
+                break
+            rows = sum(c for _, c in draws)
+            if (why := ctx.allowance.short(1, rows, seconds=round_s)) is not None:
+                ctx.allowance.stop(why)  # answer from the leaves and branches so far
+                break
+            began = time.perf_counter()
+            try:
+                grown = await self._segment(ctx, plan, options, tree, ledger, draws)
+            except BudgetSpent as spent:
+                ctx.allowance.stop(spent.reason)
+                break
+            round_s = time.perf_counter() - began
+            draws = allocate(tree, options, n)
+            yield Progress(data=self._event(ctx, tree, grown, draws))
+        yield await self._result(ctx, options, n, tree, ledger)
+
+    async def _segment(
+        self,
+        ctx: StrategyContext,
+        plan: StepPlan,
+        options: TreeOptions,
+        tree: Tree,
+        ledger: Ledger,
+        draws: Sequence[tuple[int, int]],
+    ) -> Grown:
+        """One engine round: every draw's children, then the early stops."""
+        requests: list[GenerateRequest] = []
+        tree.segments += 1
+        for g, (parent, count) in enumerate(draws):
+            path = tree.path_of(parent)
+            sampling = sampling_of(
+                ctx,
+                ledger,
+                n=count,
+                max_tokens=_cap(ctx, options, path),
+                stop=plan.stop,
+                stop_token_ids=plan.stop_token_ids,
+                extra_args={},
+                structured=None,  # thinking: the grammar is the answer's
+                token_logprobs=0,  # the sampled tokens' own logprobs: the signal
+            )
+            ledger.seed_offset += count
+            requests.append(
+                GenerateRequest(
+                    request_id=f"{ctx.request.request_id}-t{tree.segments}-{g}",
+                    prompt_token_ids=ctx.request.prompt_token_ids + path.ids,
+                    sampling=sampling,
+                    thinking_only=True,
+                )
+            )
+        tree.forks += sum(1 for _, c in draws if c > 1)
+        t0 = time.perf_counter()
+        results = await ctx.engine.generate_batch(requests)
+        ledger.engine_s += time.perf_counter() - t0
+        parents = [p for p, _ in draws]
+        children: list[list[int]] = []
+        live: list[int] = []
+        tokens = 0
+        for (parent, _), req, samples in zip(draws, requests, results, strict=True):
+            if len(samples) != req.sampling.n:
+                raise BackendError(f"engine returned {len(samples)} of {req.sampling.n} samples")
+            ledger.engine_requests += 1
+            ledger.engine_prompt_tokens += len(req.prompt_token_ids)
+            mine: list[int] = []
+            for sample in samples:
+                node = _child(ctx, plan, tree, parent, sample)
+                count_tokens(ctx, ledger, tree.path_of(parent), node.path)
+                tokens += node.new_tokens
+                tree.nodes.append(node)
+                tree.surprisals.append(node.surprisal)
+                index = len(tree.nodes) - 1
+                mine.append(index)
+                (live if node.path.live else tree.leaves).append(index)
+            children.append(mine)
+        ledger.candidates.append(sum(len(c) for c in children))
+        ledger.step_tokens.append(tokens)
+        tree.live = live
+        stops = stop_weak(tree, options)
+        if stops:
+            tree.stopped += stops
+            tree.live = [i for i in tree.live if i not in stops]
+        return Grown(parents=parents, children=children, stops=stops)
+
+    def _event(
+        self,
+        ctx: StrategyContext,
+        tree: Tree,
+        grown: Grown,
+        draws: Sequence[tuple[int, int]],
+    ) -> dict[str, JSON]:
+        """A segment as the live view draws it (the step searches' shape: per node its
+        parent among the segment's parents, its confidence as the reward, its children
+        next segment as ``kept``: 0 stopped, above 1 forked)."""
+        next_children = dict(draws)
+        stopped = set(grown.stops)
+        nodes: list[JSON] = []
+        for at, group in enumerate(grown.children):
+            for i in group:
+                node = tree.nodes[i]
+                finished = not node.path.live
+                kept = 0 if i in stopped else 1 if finished else next_children.get(i, 0)
+                own = node.path.ids[len(node.path.ids) - node.new_tokens :]
+                text = ctx.engine.tokens.decode(own)
+                nodes.append(
+                    {
+                        "parent": at,
+                        "reward": round(math.exp(-node.surprisal), 6),
+                        "kept": kept,
+                        "finished": finished,
+                        "text": text[:TEXT_CHARS],
+                    }
+                )
+        best = max((tree.nodes[i].confidence for i in (*tree.live, *tree.leaves)), default=None)
+        return {
+            "segment": tree.segments,
+            "step": tree.segments,
+            "live": len(tree.live),
+            "complete": len(tree.leaves),
+            "forks": sum(1 for _, c in draws if c > 1),
+            "stops": len(grown.stops),
+            "best_score": None if best is None else round(best, 6),
+            "tree": nodes,
+        }
+
+    async def _result(
+        self,
+        ctx: StrategyContext,
+        options: TreeOptions,
+        n: int,
+        tree: Tree,
+        ledger: Ledger,
+    ) -> Result:
+        closed = force_close([tree.nodes[i].path for i in tree.live])
+        for i, path in zip(tree.live, closed, strict=True):
+            tree.nodes[i] = replace(tree.nodes[i], path=path)
+        leaves = [*tree.leaves, *tree.live]
+        tree.live = []
+        if not leaves:  # every branch stopped at the tokens or time: the best of them
+            leaves = sorted(tree.stopped, key=lambda i: -tree.nodes[i].confidence)[:1]
+            only = tree.nodes[leaves[0]]
+            tree.nodes[leaves[0]] = replace(only, path=force_close([only.path])[0])
+        confidences = [tree.nodes[i].confidence for i in leaves]
+        info_votes: dict[str, JSON] = {}
+        if (why := ctx.allowance.short(len(leaves))) is not None:
+            # Room for one answer, not one per leaf: the most confident leaf's.
+            ctx.allowance.stop(why)
+            best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
+            answered: Answered = (await answer(ctx, [tree.nodes[leaves[best]].path], ledger))[0]
+        else:
+            every = await answer(ctx, [tree.nodes[i].path for i in leaves], ledger)
+            tokens = ctx.engine.tokens
+            texts, exact = answer_keys(
+                ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in every]
+            )
+            classes = build_classes(texts, confidences, exact=exact)
+            best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
+            if any(t is not None for t in texts):
+                rule = top_by_weight if options.vote == "confidence" else top_by_count
+                top = rule(classes, 1)[0]
+                best = top.representative
+            answered = every[best]
+            total = sum(confidences) or 1.0
+            info_votes = {
+                "leaf_answers": list(texts),
+                "classes": [
+                    {
+                        "answer": c.answer,
+                        "count": c.count,
+                        "weight": round(sum(c.rewards) / total, 6),
+                        "selected": best in c.members,
+                    }
+                    for c in classes
+                ],
+            }
+        info: dict[str, JSON] = {
+            "strategy": self.name,
+            "samples": n,
+            "tree": self._shape(options, n, tree, leaves, ledger),
+            "vote": options.vote,
+            "leaf_confidences": [round(c, 6) for c in confidences],
+            "chosen_confidence": round(confidences[best], 6),
+            **info_votes,
+        }
+        usage = Usage(
+            prompt_tokens=len(ctx.request.prompt_token_ids),
+            completion_tokens=ledger.completion_tokens,
+            reasoning_tokens=ledger.reasoning_tokens,
+        )
+        choice = answer_choice(ctx, answered)
+        return Result(choices=(choice,), usage=usage, samples=len(leaves), info=info)
+
+    def _shape(
+        self, options: TreeOptions, n: int, tree: Tree, leaves: Sequence[int], ledger: Ledger
+    ) -> dict[str, JSON]:
+        """The tree's shape and where its tokens went (``usage`` sums ``tokens_per_segment``
+        and ``answer_tokens``)."""
+        depth = max((node.depth for node in tree.nodes), default=0)
+        by_depth = [0] * depth
+        for node in tree.nodes:
+            by_depth[node.depth - 1] += node.new_tokens
+        # Nodes some leaf grew from (its ancestors and itself): what the votes stand on.
+        used: set[int] = set()
+        for leaf in leaves:
+            i = leaf
+            while i != ROOT and i not in used:
+                used.add(i)
+                i = tree.nodes[i].parent
+        on_leaves = sum(tree.nodes[i].new_tokens for i in used)
+        flat = sum(len(tree.nodes[i].path.ids) for i in leaves)
+        return {
+            "segment": options.segment,
+            "segment_unit": options.unit,
+            "roots": _roots(options, n),
+            "branch": options.branch,
+            "fork_depth": options.fork_depth,
+            "segments": tree.segments,
+            "nodes": len(tree.nodes),
+            "forks": tree.forks,
+            "stops": len(tree.stopped),
+            "fallbacks": tree.fallbacks,
+            "leaves": len(leaves),
+            "depth": depth,
+            "tokens_by_depth": by_depth,
+            "tokens_per_segment": list(ledger.step_tokens),
+            "answer_tokens": ledger.answer_tokens,
+            # Thinking the leaves hold, as N independent samples would have generated it,
+            # and what the tree generated for it: the difference is the shared prefixes.
+            "leaf_tokens": flat,
+            "shared_tokens": flat - on_leaves,
+            # Generated on branches no leaf grew from (stopped early, and what they grew).
+            "stopped_tokens": sum(
+                node.new_tokens for i, node in enumerate(tree.nodes) if i not in used
+            ),
+            "engine_requests": ledger.engine_requests,
+            "engine_prompt_tokens": ledger.engine_prompt_tokens,
+            "engine_seconds": round(ledger.engine_s, 4),
+        }

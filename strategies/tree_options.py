@@ -1,0 +1,99 @@
+"""The options of ``tree`` (tree sampling), checked and typed: a bad value is a 400 naming
+its field, before any engine call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from core import options
+from core.base import StrategyRequest
+from core.errors import InvalidRequest
+
+Unit = Literal["tokens", "steps"]
+Vote = Literal["majority", "confidence"]
+ForkAt = Literal["node", "parent"]
+FORK_ATS: Final = ("node", "parent")
+UNITS: Final = ("tokens", "steps")
+VOTES: Final = ("majority", "confidence")
+
+# The defaults, chosen on 32 of the testbed's validation questions at N = 16 (docs/tree.md):
+# a segment of 16 tokens is two or three of its lines, a quarter of the leaves start at
+# the prompt, the rest are placed by the sixth segment, and a branch whose weakest segment
+# is 0.08 nats a token below its neighbours' stops.
+SEGMENT: Final = 16
+BRANCH: Final = 4
+FORK_DEPTH: Final = 6
+FORK_ABOVE: Final = 1.0
+FORK_AT: Final = "node"
+STOP_MARGIN: Final = 0.08
+MAX_SEGMENTS: Final = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeOptions:
+    """One request's tree."""
+
+    segment: int  # tokens per segment (unit tokens), or one step's cap (unit steps)
+    unit: Unit
+    step_delimiter: str  # where a step ends (unit steps)
+    roots: int | None  # branches drawn from the prompt (None: N // 4, at least 1)
+    branch: int  # most children one node forks into per segment
+    # A node forks when its last segment's surprisal (mean -logprob of its sampled
+    # tokens) is at least this times the mean of every segment so far in the tree.
+    fork_above: float
+    # "node": the unsure node's children continue after its segment (TreePO's fork);
+    # "parent": the unsure segment itself is drawn again beside it (siblings).
+    fork_at: ForkAt
+    # Every leaf is placed by this segment: from then on free leaves go to the live
+    # nodes whatever their uncertainty (the fallback), most uncertain first.
+    fork_depth: int
+    # A live node stops when its weakest segment's mean logprob falls more than this many
+    # nats per token below the live nodes' median weakest segment (0: never).
+    stop_margin: float
+    max_segments: int  # a leaf's thinking is at most this many segments
+    vote: Vote  # plain majority, or each leaf weighted by its confidence
+
+
+def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOptions:
+    """The request's options; 400 naming the field for a bad one."""
+    opts = request.options
+    unit = options.choice(opts, "segment_unit", "tokens", UNITS)
+    roots = options.integer(opts, "roots", None, hi=4096)
+    samples = request.budget.samples
+    if roots is not None and samples is not None and roots > samples:
+        raise InvalidRequest(
+            f"roots ({roots}) must be at most the samples budget ({samples}): each root "
+            "ends in one leaf at least",
+            param="roots",
+        )
+    return TreeOptions(
+        segment=options.integer(opts, "segment", SEGMENT, hi=1 << 16),
+        unit=unit,  # type: ignore[arg-type]  # checked against UNITS
+        step_delimiter=options.text(opts, "step_delimiter", default_delimiter),
+        roots=roots,
+        branch=options.integer(opts, "branch", BRANCH, hi=64),
+        fork_above=options.number(opts, "fork_above", FORK_ABOVE, lo=0.0, hi=100.0),
+        fork_at=options.choice(opts, "fork_at", FORK_AT, FORK_ATS),  # type: ignore[arg-type]
+        fork_depth=options.integer(opts, "fork_depth", FORK_DEPTH, hi=4096),
+        stop_margin=options.number(opts, "stop_margin", STOP_MARGIN, lo=0.0, hi=100.0),
+        max_segments=options.integer(opts, "max_segments", MAX_SEGMENTS, hi=1 << 16),
+        vote=options.choice(opts, "vote", "majority", VOTES),  # type: ignore[arg-type]
+    )
+
+
+BODY_OPTIONS: Final = frozenset(
+    {
+        "segment",
+        "segment_unit",
+        "step_delimiter",
+        "roots",
+        "branch",
+        "fork_above",
+        "fork_at",
+        "fork_depth",
+        "stop_margin",
+        "max_segments",
+        "vote",
+    }
+)

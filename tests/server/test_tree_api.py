@@ -1,0 +1,144 @@
+"""Tree sampling end to end: the openai SDK against the live server (the real vLLM engine
+on the testbed ``base`` model), local and remote engines, streamed and not.
+
+The ``thinkgate`` object reports the tree (segments, forks, stops, leaves, tokens per
+segment and by depth, the tokens its leaves share), so the tests audit usage and the
+tree's shape from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from strategies.answers import equivalent
+from testbed.task import make_questions
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
+
+EASY = make_questions("test", 2, seed=41, min_ops=3, max_ops=5)
+ABORTED = 'thinkgate_aborted_requests_total{reason="client_disconnect"}'
+UNFINISHED = "thinkgate_engine_unfinished_requests"
+INFLIGHT = "thinkgate_inflight_requests"
+
+
+def audit(r: Any, tree: dict[str, Any]) -> None:
+    """Usage is every token generated once: each segment of every branch and the answers;
+    the leaves' thinking, as independent samples would hold it, is what the tree
+    generated on them and what they share."""
+    assert r.usage.completion_tokens == sum(tree["tokens_per_segment"]) + tree["answer_tokens"]
+    assert sum(tree["tokens_by_depth"]) == sum(tree["tokens_per_segment"])
+    assert len(tree["tokens_per_segment"]) == tree["segments"] >= 1
+    on_leaves = sum(tree["tokens_per_segment"]) - tree["stopped_tokens"]
+    assert tree["leaf_tokens"] == on_leaves + tree["shared_tokens"]
+    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens
+
+
+def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
+    right = 0
+    for i, q in enumerate(EASY):
+        raw = openai_client.chat.completions.with_raw_response.create(
+            model="testbed-base",
+            messages=[{"role": "user", "content": q.prompt}],
+            temperature=1.0,
+            seed=7 + i,
+            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "8"},
+            extra_body={"segment": 16, "roots": 2, "vote": "confidence" if i else "majority"},
+        )
+        r = raw.parse()
+        assert raw.headers["x-budget-applied"] == "samples=8"
+        tg = r.model_extra["thinkgate"]
+        tree = tg["tree"]
+        assert tg["strategy"] == "tree" and tg["samples"] == 8
+        audit(r, tree)
+        assert tree["leaves"] == 8 == len(tg["leaf_answers"]) == len(tg["leaf_confidences"])
+        # Two roots and eight leaves: the roots' first segment (at least) is shared.
+        assert tree["roots"] == 2 and tree["forks"] >= 2 and tree["shared_tokens"] > 0
+        assert "\\boxed{" in r.choices[0].message.content
+        answer = r.choices[0].model_extra["thinkgate"]["answer"]
+        right += answer is not None and equivalent(answer, str(q.answer))
+    assert right >= 1  # easy questions: the testbed model is right on them mostly
+    # Budgets hold on every leaf: nine operations do not fit in 20 thinking tokens.
+    q = make_questions("test", 1, seed=42, min_ops=9, max_ops=9)[0]
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model="testbed-base",
+        messages=[{"role": "user", "content": q.prompt}],
+        temperature=1.0,
+        extra_headers={
+            "X-Strategy": "tree",
+            "X-Budget-Samples": "4",
+            "X-Budget-Thinking": "20",
+            "X-Budget-Solution": "12",
+        },
+        extra_body={"segment": 8},
+    )
+    r = raw.parse()
+    assert raw.headers["x-budget-applied"] == "thinking=20;solution=12;samples=4"
+    tree = r.model_extra["thinkgate"]["tree"]
+    audit(r, tree)
+    assert len(r.choices[0].message.model_extra["reasoning_content"]) <= 20  # a token a char
+    assert tree["depth"] <= 3  # 8 + 8 + 4 thinking tokens, and no more
+    assert tree["answer_tokens"] <= tree["leaves"] * 12
+
+
+def test_streaming_sends_a_progress_event_per_segment_then_the_answer(
+    live_server: Any, served_model: str
+) -> None:
+    body = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": EASY[0].prompt}],
+        "temperature": 1.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "segment": 12,
+    }
+    headers = {"X-Strategy": "tree", "X-Budget-Samples": "4"}
+    progress: list[dict[str, Any]] = []
+    chunks: list[dict[str, Any]] = []
+    with httpx.stream(
+        "POST",
+        f"{live_server.base_url}/v1/chat/completions",
+        json=body,
+        headers=headers,
+        timeout=120,
+    ) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith(": thinkgate.progress "):
+                progress.append(json.loads(line.split(" ", 2)[2]))
+            elif line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    segments = [p for p in progress if "segment" in p]
+    assert [p["segment"] for p in segments] == list(range(1, len(segments) + 1))
+    assert all(p["tree"] for p in segments) and segments[-1]["live"] == 0
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")
+    )
+    assert "\\boxed{" in text
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    assert usage and usage[-1]["completion_tokens"] > 0
+
+
+def test_a_client_that_leaves_aborts_every_branch(live_server: Any, served_model: str) -> None:
+    before = live_server.metrics().get(ABORTED, 0)
+    hard = make_questions("test", 1, seed=43, min_ops=12, max_ops=12)[0]
+    body = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": hard.prompt}],
+        "temperature": 1.0,
+        "segment": 8,
+    }
+    live_server.post_and_leave(
+        "/v1/chat/completions", body, {"X-Strategy": "tree", "X-Budget-Samples": "32"}
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        m = live_server.metrics()
+        if m.get(ABORTED, 0) > before and m[UNFINISHED] == 0 and m[INFLIGHT] == 0:
+            break
+        assert time.monotonic() < deadline, f"not aborted: {m.get(ABORTED)} {m.get(UNFINISHED)}"
+        time.sleep(0.2)

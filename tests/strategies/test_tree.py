@@ -1,0 +1,471 @@
+"""Tree sampling on a scripted engine: forks follow the uncertainty signal, a shared prefix
+is generated and billed once, early stop and the fallback, budgets per leaf, seeds, and a
+client that leaves. End to end through vLLM: tests/server/test_tree_api.py.
+
+The scripted model continues the testbed thinking ``3+8=1 / 1-5=6 / 6+7=3`` (one
+character one token) for as many tokens as a call allows, then closes its thinking, then
+answers from the last value its lines reached. What a sample writes and how sure it is
+of it are functions of where its path stands, so a test decides where the tree is unsure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from core.base import Progress, Resources, Result, StrategyContext, StrategyRequest
+from core.budget import Budget
+from core.engine import GenerateRequest, Sample, SamplingConfig, TokenLogprob
+from core.errors import InvalidBudget, InvalidRequest
+from engines.scripted import ScriptedEngine
+from strategies.reasoning import thinking_open_after
+from strategies.search_options import DEFAULTS_KEY, SearchDefaults
+from strategies.tree import TreeSampling
+
+QUESTION = "Compute 3+8-5+7 mod 10."
+THINKING = "3+8=1\n1-5=6\n6+7=3\n"
+WRONG = "3+9=2\n2-5=7\n7+7=4\n"  # another path (its first segment differs), answer 4
+SURE = -0.05
+UNSURE = -2.0
+
+# Where a path stands (its thinking so far) and the sample's index -> what it writes next.
+Writer = Callable[[str, int], str]
+Sureness = Callable[[str, int], float]
+
+
+class TreeWorld:
+    """The scripted model: a call continues ``write(thinking, j)`` (default: the right
+    thinking) for ``max_tokens`` tokens, or closes the thinking once it is written; each
+    token's logprob is ``sure(thinking, j)``. Counts every token it generated."""
+
+    def __init__(
+        self,
+        tokens: Any,
+        write: Writer = lambda thinking, j: THINKING,
+        sure: Sureness = lambda thinking, j: SURE,
+        eos_after_thinking: bool = False,
+    ) -> None:
+        self.tokens = tokens
+        self.write = write
+        self.sure = sure
+        self.eos_after_thinking = eos_after_thinking
+        self.generated = 0
+        self.cancelled = 0
+        self.hold: asyncio.Event | None = None
+
+    async def __call__(self, request: GenerateRequest) -> Sequence[Sample]:
+        if self.hold is not None:
+            try:
+                await self.hold.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        t = self.tokens
+        # After the template's "<think>" (a special token, decoded as nothing) and newline.
+        text = t.decode(request.prompt_token_ids).split("assistant\n\n", 1)[1]
+        limit = request.sampling.max_tokens
+        out = []
+        for j in range(request.sampling.n):
+            if t.think_end_id in request.prompt_token_ids:
+                lines = [ln for ln in text.split("\n") if "=" in ln]
+                value = lines[-1].rsplit("=", 1)[1][:1] if lines else "0"
+                ids = (*t.encode(f"\n\\boxed{{{value}}}"), t.eos_token_ids[0])
+                finish = "stop"
+                if limit is not None and len(ids) > limit:
+                    ids, finish = ids[:limit], "length"
+                out.append(Sample(index=j, token_ids=ids, finish_reason=finish))
+                continue
+            target = self.write(text, j)
+            rest = target[len(text) :]
+            if not rest:
+                if self.eos_after_thinking:
+                    sample = Sample(index=j, token_ids=(t.eos_token_ids[0],), finish_reason="stop")
+                else:
+                    sample = Sample(
+                        index=j, token_ids=(t.think_end_id,), finish_reason="stop", stop_reason=4
+                    )
+            else:
+                ids = tuple(t.encode(rest))
+                if limit is not None:
+                    ids = ids[:limit]
+                sample = Sample(index=j, token_ids=ids, finish_reason="length")
+            if request.sampling.token_logprobs is not None:
+                lp = self.sure(text, j)
+                sample = Sample(
+                    index=sample.index,
+                    token_ids=sample.token_ids,
+                    finish_reason=sample.finish_reason,
+                    stop_reason=sample.stop_reason,
+                    logprobs=tuple(TokenLogprob(i, lp) for i in sample.token_ids),
+                )
+            out.append(sample)
+        self.generated += sum(len(s.token_ids) for s in out)
+        return out
+
+
+def _ctx(
+    tokens: Any,
+    world: TreeWorld,
+    *,
+    samples: int,
+    options: dict[str, Any] | None = None,
+    thinking: int | None = None,
+    solution: int | None = None,
+    max_tokens: int | None = None,
+    seed: int | None = 0,
+) -> StrategyContext:
+    prompt = tuple(tokens.render_chat([{"role": "user", "content": QUESTION}]))
+    request = StrategyRequest(
+        request_id="r",
+        prompt_token_ids=prompt,
+        thinking_open=thinking_open_after(prompt, tokens),
+        n=1,
+        sampling=SamplingConfig(seed=seed, max_tokens=max_tokens),
+        budget=Budget(samples=samples, thinking=thinking, solution=solution),
+        stream=False,
+        options=options or {},
+    )
+    items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
+    engine = ScriptedEngine(world, tokens=tokens)
+    return StrategyContext(engine=engine, request=request, resources=Resources(items=items))
+
+
+async def _run(ctx: StrategyContext) -> tuple[list[Progress], Result]:
+    strategy = TreeSampling()
+    strategy.validate(ctx.request, ctx.engine)
+    progress: list[Progress] = []
+    gen: AsyncGenerator[Any, None] = strategy.run(ctx)
+    async for event in gen:
+        if isinstance(event, Result):
+            return progress, event
+        progress.append(event)
+    raise AssertionError("no result")
+
+
+def _calls(ctx: StrategyContext) -> list[GenerateRequest]:
+    return ctx.engine.calls  # type: ignore[attr-defined,no-any-return]
+
+
+def _segments(ctx: StrategyContext) -> list[list[GenerateRequest]]:
+    """The thinking calls, by segment (request ids ``r-t<segment>-<g>``)."""
+    out: dict[int, list[GenerateRequest]] = {}
+    for call in _calls(ctx):
+        if "-t" in call.request_id:
+            out.setdefault(int(call.request_id.split("-t")[1].split("-")[0]), []).append(call)
+    return [out[k] for k in sorted(out)]
+
+
+def _variant(text: str, j: int, wrong: Callable[[int], bool]) -> str:
+    """Roots choose their path by index (``wrong(j)``: WRONG); children follow theirs."""
+    if not text:
+        return WRONG if wrong(j) else THINKING
+    return WRONG if text.startswith(WRONG[:3]) else THINKING
+
+
+async def test_forks_follow_the_uncertainty_signal(testbed_tokens: Any) -> None:
+    """Two roots, the second unsure of its first segment: it forks, the sure one goes on
+    as one branch."""
+    world = TreeWorld(
+        testbed_tokens,
+        write=lambda text, j: _variant(text, j, lambda j: j == 1),
+        sure=lambda text, j: UNSURE if (not text and j == 1) else SURE,
+    )
+    # No early stop: with two branches, the unsure one is also far below the median.
+    options = {"segment": 3, "roots": 2, "branch": 3, "fork_depth": 4, "stop_margin": 0}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    segs = _segments(ctx)
+    assert [c.sampling.n for c in segs[0]] == [2]  # the roots, one request
+    after = {testbed_tokens.decode(c.prompt_token_ids)[-3:]: c.sampling.n for c in segs[1]}
+    assert after == {THINKING[:3]: 1, WRONG[:3]: 2}
+    tree = result.info["tree"]
+    assert tree["leaves"] == 4 and result.samples == 4
+    # The last free leaf waits for a sure segment to be above the tree's mean or for
+    # segment fork_depth, where free leaves are placed whatever the uncertainty.
+    assert [sum(c.sampling.n for c in seg) for seg in segs[:4]] == [2, 3, 3, 4]
+
+
+async def test_fork_at_parent_draws_the_unsure_segment_again(testbed_tokens: Any) -> None:
+    """``fork_at: parent``: the unsure root's segment is drawn again from the prompt beside
+    it, instead of the unsure root forking after it."""
+    world = TreeWorld(
+        testbed_tokens,
+        write=lambda text, j: _variant(text, j, lambda j: j == 1),
+        sure=lambda text, j: UNSURE if (not text and j == 1) else SURE,
+    )
+    options = {"segment": 3, "roots": 2, "branch": 3, "fork_depth": 4, "stop_margin": 0}
+    ctx = _ctx(testbed_tokens, world, samples=4, options={**options, "fork_at": "parent"})
+    _, result = await _run(ctx)
+    segs = _segments(ctx)
+    prompt = len(ctx.request.prompt_token_ids)
+    after = sorted((len(c.prompt_token_ids) - prompt, c.sampling.n) for c in segs[1])
+    assert after == [(0, 1), (3, 1), (3, 1)]  # a redraw from the prompt, both roots go on
+    assert result.info["tree"]["leaves"] == 4
+
+
+async def test_a_shared_prefix_is_generated_and_billed_once(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    options = {"segment": 3, "roots": 1, "branch": 2, "fork_depth": 3, "stop_margin": 0}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    # Usage is what the engine generated, each token once.
+    assert result.usage.completion_tokens == world.generated
+    assert sum(tree["tokens_per_segment"]) + tree["answer_tokens"] == world.generated
+    # Four leaves of the whole thinking (18 tokens and the close): as independent samples
+    # that is 4 x 19 tokens of thinking; the tree shared its first segments.
+    assert tree["leaves"] == 4
+    assert tree["leaf_tokens"] == 4 * (len(THINKING) + 1)
+    assert tree["shared_tokens"] > 0 and tree["stopped_tokens"] == 0
+    assert sum(tree["tokens_per_segment"]) == tree["leaf_tokens"] - tree["shared_tokens"]
+    assert sum(tree["tokens_by_depth"]) == sum(tree["tokens_per_segment"])
+    # A child's request is its parent's ids after the prompt: the prefix cache's.
+    for seg in _segments(ctx)[1:]:
+        for call in seg:
+            assert call.prompt_token_ids[: len(ctx.request.prompt_token_ids)] == (
+                ctx.request.prompt_token_ids
+            )
+    # One engine round per segment: each segment's requests were one submission.
+    batches = ctx.engine.batches  # type: ignore[attr-defined]
+    assert len(batches) == tree["segments"] + 1  # and the answers
+    assert result.choices[0].content == "\n\\boxed{3}"
+    assert result.info["classes"][0]["count"] == 4
+
+
+async def test_roots_equal_to_n_are_independent_samples(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=3, options={"segment": 6, "roots": 3})
+    _, result = await _run(ctx)
+    segs = _segments(ctx)
+    assert [c.sampling.n for c in segs[0]] == [3]
+    assert all(c.sampling.n == 1 for seg in segs[1:] for c in seg)
+    tree = result.info["tree"]
+    assert tree["forks"] == 1 and tree["shared_tokens"] == 0 and tree["leaves"] == 3
+
+
+async def test_a_weak_branch_stops_early_and_its_leaf_is_drawn_again(testbed_tokens: Any) -> None:
+    """Four roots; the two on the other path are unsure of their second segment: they stop,
+    and their leaves are forked from the surviving branches, so four leaves still vote."""
+    world = TreeWorld(
+        testbed_tokens,
+        write=lambda text, j: _variant(text, j, lambda j: j >= 2),
+        sure=lambda text, j: UNSURE if text == WRONG[:3] else SURE,
+    )
+    options = {"segment": 3, "roots": 4, "branch": 2, "fork_depth": 2}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    progress, result = await _run(ctx)
+    tree = result.info["tree"]
+    assert tree["stops"] == 2 and progress[1].data["stops"] == 2
+    stopped = [c for c in progress[1].data["tree"] if c["kept"] == 0]  # type: ignore[index,union-attr]
+    assert len(stopped) == 2
+    assert tree["leaves"] == 4  # the stopped leaves forked again from the survivors
+    assert tree["stopped_tokens"] == 2 * 6  # two roots' two segments, no leaf under them
+    assert result.info["leaf_answers"] == ["3"] * 4
+    assert result.usage.completion_tokens == world.generated
+
+
+async def test_at_most_half_the_live_branches_stop_in_a_segment(testbed_tokens: Any) -> None:
+    world = TreeWorld(
+        testbed_tokens,
+        write=lambda text, j: _variant(text, j, lambda j: j >= 1),
+        sure=lambda text, j: UNSURE if text == WRONG[:3] else SURE,
+    )
+    ctx = _ctx(testbed_tokens, world, samples=4, options={"segment": 3, "roots": 4})
+    progress, _ = await _run(ctx)
+    # Three of four are weak, but the median is theirs: none is far below it.
+    assert progress[1].data["stops"] == 0
+
+
+async def test_stop_margin_zero_never_stops(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens, sure=lambda text, j: UNSURE if len(text) == 3 else SURE)
+    options = {"segment": 3, "roots": 4, "stop_margin": 0}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    assert result.info["tree"]["stops"] == 0
+
+
+async def test_when_every_branch_has_finished_the_fallback_redraws(testbed_tokens: Any) -> None:
+    """Two roots end after one segment (EOS): two leaves are still free, so the least sure
+    segment is drawn again from before it (here, the prompt)."""
+    world = TreeWorld(testbed_tokens, write=lambda text, j: "", eos_after_thinking=True)
+    options = {"segment": 3, "roots": 2, "branch": 2, "fork_depth": 8}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    assert tree["fallbacks"] == 1 and tree["leaves"] == 4
+    assert [sum(c.sampling.n for c in seg) for seg in _segments(ctx)] == [2, 2]
+
+
+async def test_budgets_hold_per_leaf(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    options = {"segment": 4, "roots": 2, "branch": 2, "fork_depth": 2}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options, thinking=10, solution=3)
+    _, result = await _run(ctx)
+    for call in _calls(ctx):
+        assert call.sampling.max_tokens is not None
+        if "-t" in call.request_id:
+            thought = len(call.prompt_token_ids) - len(ctx.request.prompt_token_ids)
+            assert thought + call.sampling.max_tokens <= 10
+        else:
+            assert call.sampling.max_tokens <= 3  # the solution budget
+    choice = result.choices[0]
+    assert choice.budget_cut == ("thinking", "solution")
+    assert len(testbed_tokens.encode(choice.reasoning)) <= 10
+
+
+async def test_max_tokens_caps_each_leaf(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=2, options={"segment": 5}, max_tokens=12)
+    _, result = await _run(ctx)
+    prompt = len(ctx.request.prompt_token_ids)
+    for call in _calls(ctx):
+        assert len(call.prompt_token_ids) - prompt + (call.sampling.max_tokens or 0) <= 12
+
+
+async def test_the_confidence_vote_weighs_sure_leaves(testbed_tokens: Any) -> None:
+    """Two unsure leaves agree on a wrong answer, one sure leaf is right: a majority
+    follows the two, the confidence vote the one."""
+    for vote, expected in (("majority", "4"), ("confidence", "3")):
+        world = TreeWorld(
+            testbed_tokens,
+            write=lambda text, j: _variant(text, j, lambda j: j >= 1),
+            sure=lambda text, j: SURE if _variant(text, j, lambda j: j >= 1) == THINKING else -3.0,
+        )
+        options = {"segment": 64, "roots": 3, "vote": vote, "stop_margin": 0}
+        ctx = _ctx(testbed_tokens, world, samples=3, options=options)
+        _, result = await _run(ctx)
+        assert result.choices[0].content == f"\n\\boxed{{{expected}}}", vote
+        assert result.info["vote"] == vote
+        assert sorted(result.info["leaf_answers"]) == ["3", "4", "4"]
+
+
+async def test_a_seeded_tree_is_reproducible(testbed_tokens: Any) -> None:
+    drawn = []
+    for _ in range(2):
+        world = TreeWorld(testbed_tokens, sure=lambda text, j: UNSURE if j % 2 else SURE)
+        ctx = _ctx(testbed_tokens, world, samples=6, options={"segment": 3}, seed=11)
+        await _run(ctx)
+        drawn.append([(c.request_id, c.sampling.seed, c.sampling.n) for c in _calls(ctx)])
+    assert drawn[0] == drawn[1]
+    seeds = [seed for _, seed, _ in drawn[0]]
+    assert len(set(seeds)) == len(seeds)  # every request its own seed
+
+
+async def test_progress_per_segment(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options={"segment": 6, "roots": 1})
+    progress, result = await _run(ctx)
+    assert len(progress) == result.info["tree"]["segments"]
+    first = progress[0].data
+    assert first["segment"] == first["step"] == 1
+    # One root, sure of its first line: above the tree's mean (its own), so it forks.
+    assert first["tree"] == [
+        {"parent": 0, "reward": pytest.approx(0.951229, abs=1e-6), "kept": 2,
+         "finished": False, "text": THINKING[:6]}
+    ]  # fmt: skip
+    assert progress[-1].data["live"] == 0 and progress[-1].data["complete"] == 4
+
+
+async def test_a_client_that_leaves_aborts_every_branch(testbed_tokens: Any) -> None:
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options={"segment": 3, "roots": 4})
+    world.hold = asyncio.Event()
+    consumer = asyncio.ensure_future(_run(ctx))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(_calls(ctx)) >= 1
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    assert world.cancelled == len(_calls(ctx))
+
+
+@pytest.mark.parametrize(
+    ("options", "budget", "param"),
+    [
+        ({"segment": 0}, {}, "segment"),
+        ({"segment": "8"}, {}, "segment"),
+        ({"segment_unit": "chars"}, {}, "segment_unit"),
+        ({"branch": 0}, {}, "branch"),
+        ({"roots": 5}, {"samples": 4}, "roots"),
+        ({"branch": 1}, {"samples": 4}, "branch"),
+        ({"vote": "loudest"}, {}, "vote"),
+        ({"fork_above": -1}, {}, "fork_above"),
+        ({"stop_margin": "big"}, {}, "stop_margin"),
+        ({}, {"samples": 0}, "samples"),
+        ({}, {"solution": 0}, "solution"),
+    ],
+)
+def test_bad_options_are_400s_naming_them(
+    testbed_tokens: Any, options: dict[str, Any], budget: dict[str, Any], param: str
+) -> None:
+    prompt = tuple(testbed_tokens.render_chat([{"role": "user", "content": QUESTION}]))
+    request = StrategyRequest(
+        request_id="r",
+        prompt_token_ids=prompt,
+        thinking_open=True,
+        n=1,
+        sampling=SamplingConfig(),
+        budget=Budget(**budget),
+        stream=False,
+        options=options,
+    )
+    engine = ScriptedEngine(lambda r: [], tokens=testbed_tokens)
+    with pytest.raises((InvalidRequest, InvalidBudget)) as err:
+        TreeSampling().validate(request, engine)
+    assert err.value.param == param
+
+
+async def test_through_the_app_with_the_openai_sdk(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """The gateway around the strategy: the budget header, the ``thinkgate.tree`` object,
+    a streamed run's progress per segment, and bad options as 400s naming them."""
+    import openai
+
+    world = TreeWorld(testbed_tokens)
+    async with scripted_app(world) as app:
+        client = app.openai()
+        raw = await client.chat.completions.with_raw_response.create(
+            model=app.model,
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "4"},
+            extra_body={"segment": 6, "roots": 2},
+        )
+        r = raw.parse()
+        assert raw.headers["x-budget-applied"] == "samples=4"
+        tree = r.model_extra["thinkgate"]["tree"]  # type: ignore[index]
+        assert tree["leaves"] == 4 and tree["roots"] == 2 and tree["shared_tokens"] > 0
+        assert r.usage is not None and r.usage.completion_tokens == world.generated
+        assert r.choices[0].message.content == "\n\\boxed{3}"
+        events = []
+        async with app.client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": app.model,
+                "messages": [{"role": "user", "content": QUESTION}],
+                "stream": True,
+                "segment": 6,
+            },
+            headers={"X-Strategy": "tree", "X-Budget-Samples": "2"},
+        ) as resp:
+            assert resp.status_code == 200
+            async for line in resp.aiter_lines():
+                if line.startswith(": thinkgate.progress "):
+                    events.append(json.loads(line.split(" ", 2)[2]))
+        segments = [e["segment"] for e in events if "segment" in e]
+        assert segments == list(range(1, len(segments) + 1)) and len(segments) >= 4
+        for body, param in (({"segment": 0}, "segment"), ({"roots": 9}, "roots")):
+            with pytest.raises(openai.BadRequestError) as err:
+                await client.chat.completions.create(
+                    model=app.model,
+                    messages=[{"role": "user", "content": QUESTION}],
+                    extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "4"},
+                    extra_body=body,
+                )
+            assert err.value.body["param"] == param  # type: ignore[index]
