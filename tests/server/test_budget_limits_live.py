@@ -45,6 +45,7 @@ def _ask(client: Any, prompt: str, budget: dict[str, int], **kw: Any) -> Any:
         ("plain", {}),
         ("self-consistency", {"samples": 8}),
         ("deepconf", {"samples": 8}),
+        ("tree", {"samples": 8}),
         ("auto", {}),
     ],
 )
@@ -103,7 +104,7 @@ def test_the_deadline_ends_thinking_in_the_engine_and_answers_in_time(openai_cli
         assert r.model_extra["thinkgate"]["allowance"]["deadline_cuts"] == 0
 
 
-@pytest.mark.parametrize("strategy", ["self-consistency", "auto"])
+@pytest.mark.parametrize("strategy", ["self-consistency", "tree", "auto"])
 def test_a_streamed_deadline_ends_by_the_deadline(openai_client: Any, strategy: str) -> None:
     t0 = time.perf_counter()
     stream = _ask(
