@@ -275,7 +275,7 @@ def plot(cells: Sequence[Cell], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(10.5, 4.8))
     for name in dict.fromkeys(c.strategy for c in cells):
         row = sorted((c for c in cells if c.strategy == name), key=lambda c: c.n)
         base = name.partition("{")[0]
@@ -289,7 +289,7 @@ def plot(cells: Sequence[Cell], path: Path) -> None:
     ax.set_ylabel("accuracy %")
     ax.set_title("Tree sampling: accuracy against generated tokens (labels: N)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no point hidden
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
