@@ -106,8 +106,15 @@ def search_options(request: StrategyRequest, defaults: SearchDefaults) -> Search
     )
 
 
-def check_budgets(request: StrategyRequest) -> None:
-    """The budgets a search honours must be positive; it returns one answer."""
+def check_budgets(
+    request: StrategyRequest,
+    *,
+    one_answer: str = "a step search returns one answer (its best path)",
+    drawn_by: str = "the step searches (beam-search, particle-filtering, dvts, step-rejection)",
+    unit: str = "step",
+) -> None:
+    """The budgets a search (or a tree: ``drawn_by``, a request per ``unit``) honours must
+    be positive; it returns ``one_answer``."""
     b = request.budget
     if b.samples is not None and b.samples < 1:
         raise InvalidBudget("samples must be >= 1", param="samples")
@@ -116,16 +123,13 @@ def check_budgets(request: StrategyRequest) -> None:
     if b.solution is not None and b.solution < 1:
         raise InvalidBudget("solution must be >= 1", param="solution")
     if request.n != 1:
-        raise InvalidRequest(
-            "a step search returns one answer (its best path); n must be 1", param="n"
-        )
+        raise InvalidRequest(f"{one_answer}; n must be 1", param="n")
     # Each step is its own engine request whose output is that step alone, so vLLM's
     # penalties over a sample's generated tokens would forget every earlier step.
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(request.sampling, name) != 0.0:
             raise InvalidRequest(
-                f"{name} is not supported by the step searches (beam-search, "
-                "particle-filtering, dvts, step-rejection): each step is a new engine "
-                "request, and the penalty would count only that step's tokens",
+                f"{name} is not supported by {drawn_by}: each {unit} is a new engine "
+                f"request, and the penalty would count only that {unit}'s tokens",
                 param=name,
             )

@@ -225,6 +225,39 @@ def settle(ctx: StrategyContext, path: Path, *, reads_prm: bool = True) -> Path:
     return path
 
 
+def thinking_request(
+    ctx: StrategyContext,
+    ledger: Ledger,
+    plan: StepPlan,
+    *,
+    request_id: str,
+    ids: Sequence[int],
+    n: int,
+    max_tokens: int,
+    logprobs: bool,
+) -> GenerateRequest:
+    """``n`` continuations of the thinking ``ids`` (a step, or a tree's segment), stopped
+    by ``plan``, seeded from the ledger; ``logprobs``: with their sampled tokens' logprobs."""
+    sampling = sampling_of(
+        ctx,
+        ledger,
+        n=n,
+        max_tokens=max_tokens,
+        stop=plan.stop,
+        stop_token_ids=plan.stop_token_ids,
+        extra_args={},
+        structured=None,  # thinking: the grammar is the answer's (answer())
+        token_logprobs=0 if logprobs else None,
+    )
+    ledger.seed_offset += n
+    return GenerateRequest(
+        request_id=request_id,
+        prompt_token_ids=ctx.request.prompt_token_ids + tuple(ids),
+        sampling=sampling,
+        thinking_only=True,  # the answer is answer()'s call
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Round:
     """One engine round's requests, built before it is sent: seeds are given out as
@@ -254,26 +287,17 @@ def plan_round(
     ledger.rounds_planned += 1
     for g, members in enumerate(groups.values()):
         parent = parents[members[0]]
-        n = per_parent * len(members)
-        sampling = sampling_of(
-            ctx,
-            ledger,
-            n=n,
-            max_tokens=_step_tokens(ctx, parent, options),
-            stop=plan.stop,
-            stop_token_ids=plan.stop_token_ids,
-            extra_args={},
-            structured=None,  # steps are thinking: the grammar is the answer's (answer())
-            # The sampled tokens' own logprobs, for the confidence in step rewards.
-            token_logprobs=0 if options.confidence > 0 or options.reward == "certainty" else None,
-        )
-        ledger.seed_offset += n
         requests.append(
-            GenerateRequest(
+            thinking_request(
+                ctx,
+                ledger,
+                plan,
                 request_id=f"{ctx.request.request_id}-s{ledger.rounds_planned}-{g}",
-                prompt_token_ids=ctx.request.prompt_token_ids + parent.ids,
-                sampling=sampling,
-                thinking_only=True,  # the answer is answer()'s call
+                ids=parent.ids,
+                n=per_parent * len(members),
+                max_tokens=_step_tokens(ctx, parent, options),
+                # The sampled tokens' own logprobs, for the confidence in step rewards.
+                logprobs=options.confidence > 0 or options.reward == "certainty",
             )
         )
     return Round(

@@ -50,9 +50,10 @@ from typing import ClassVar, Final
 from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest, Usage
 from core.engine import Engine, GenerateRequest, Sample
-from core.errors import BackendError, InvalidBudget, InvalidRequest
+from core.errors import BackendError, InvalidRequest
 from strategies.pool import answer_keys
 from strategies.pool import defaults_of as sampling_defaults_of
+from strategies.search_options import check_budgets
 from strategies.search_options import defaults_of as search_defaults_of
 from strategies.search_paths import (
     Answered,
@@ -65,9 +66,9 @@ from strategies.search_paths import (
     force_close,
     grow,
     room_after,
-    sampling_of,
     split_of,
     step_plan,
+    thinking_request,
     thinking_used,
 )
 from strategies.selection import build_classes, top_by_count, top_by_weight
@@ -239,30 +240,18 @@ class TreeSampling:
     honours_tools: ClassVar[bool] = True
 
     def validate(self, request: StrategyRequest, engine: Engine) -> None:
-        b = request.budget
-        if b.samples is not None and b.samples < 1:
-            raise InvalidBudget("samples (the tree's leaves) must be >= 1", param="samples")
-        if b.thinking is not None and b.thinking < 0:
-            raise InvalidBudget("thinking must be >= 0", param="thinking")
-        if b.solution is not None and b.solution < 1:
-            raise InvalidBudget("solution must be >= 1", param="solution")
-        if request.n != 1:
-            raise InvalidRequest(
-                "tree returns one answer (its leaves' vote); n must be 1", param="n"
-            )
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(request.sampling, name) != 0.0:
-                raise InvalidRequest(
-                    f"{name} is not supported by tree: each segment is a new engine request, "
-                    "and the penalty would count only that segment's tokens",
-                    param=name,
-                )
+        check_budgets(
+            request,
+            one_answer="tree returns one answer (its leaves' vote)",
+            drawn_by="tree",
+            unit="segment",
+        )
         options = tree_options(request, default_delimiter="\n\n")
         if options.unit == "steps" and not engine.tokens.encode(options.step_delimiter):
             raise InvalidRequest(
                 "step_delimiter encodes to no token for this model", param="step_delimiter"
             )
-        n = b.samples
+        n = request.budget.samples
         if options.branch == 1 and n is not None and (options.roots or 1) < n:
             raise InvalidRequest(
                 "branch 1 never forks, so the tree has only its roots as leaves: set roots "
@@ -316,24 +305,16 @@ class TreeSampling:
         tree.segments += 1
         for g, (parent, count) in enumerate(draws):
             path = tree.path_of(parent)
-            sampling = sampling_of(
-                ctx,
-                ledger,
-                n=count,
-                max_tokens=_cap(ctx, options, path),
-                stop=plan.stop,
-                stop_token_ids=plan.stop_token_ids,
-                extra_args={},
-                structured=None,  # thinking: the grammar is the answer's
-                token_logprobs=0,  # the sampled tokens' own logprobs: the signal
-            )
-            ledger.seed_offset += count
             requests.append(
-                GenerateRequest(
+                thinking_request(
+                    ctx,
+                    ledger,
+                    plan,
                     request_id=f"{ctx.request.request_id}-t{tree.segments}-{g}",
-                    prompt_token_ids=ctx.request.prompt_token_ids + path.ids,
-                    sampling=sampling,
-                    thinking_only=True,
+                    ids=path.ids,
+                    n=count,
+                    max_tokens=_cap(ctx, options, path),
+                    logprobs=True,  # the sampled tokens' own logprobs: the signal
                 )
             )
         tree.forks += sum(1 for _, c in draws if c > 1)
@@ -423,10 +404,21 @@ class TreeSampling:
             tree.nodes[i] = replace(tree.nodes[i], path=path)
         leaves = [*tree.leaves, *tree.live]
         tree.live = []
-        if not leaves:  # every branch stopped at the tokens or time: the best of them
-            leaves = sorted(tree.stopped, key=lambda i: -tree.nodes[i].confidence)[:1]
-            only = tree.nodes[leaves[0]]
-            tree.nodes[leaves[0]] = replace(only, path=force_close([only.path])[0])
+        if not leaves:
+            # Nothing was drawn (the time or tokens ran out before the first segment; early
+            # stops always leave a branch live): the answer comes straight after the prompt.
+            empty = Node(
+                path=force_close([Path()])[0],
+                parent=ROOT,
+                depth=1,
+                new_tokens=0,
+                surprisal=0.0,
+                worst=0.0,
+                logprob_sum=0.0,
+                logprob_tokens=0,
+            )
+            tree.nodes.append(empty)
+            leaves = [len(tree.nodes) - 1]
         confidences = [tree.nodes[i].confidence for i in leaves]
         info_votes: dict[str, JSON] = {}
         if (why := ctx.allowance.short(len(leaves))) is not None:

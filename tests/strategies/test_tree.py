@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -469,3 +470,19 @@ async def test_through_the_app_with_the_openai_sdk(
                     extra_body=body,
                 )
             assert err.value.body["param"] == param  # type: ignore[index]
+
+
+async def test_a_deadline_already_spent_still_answers(testbed_tokens: Any) -> None:
+    """No time for a first segment: no branch is drawn, the answer follows the prompt."""
+    import time
+
+    from core.allowance import Allowance, Limits
+
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4)
+    ctx = replace(ctx, allowance=Allowance(limits=Limits(deadline=time.perf_counter() - 1)))
+    _, result = await _run(ctx)
+    assert _segments(ctx) == []
+    assert result.choices[0].content == "\n\\boxed{0}"
+    assert result.info["tree"]["leaves"] == 1 and result.info["tree"]["segments"] == 0
+    assert ctx.allowance.stopped == "deadline"
