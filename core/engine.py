@@ -108,6 +108,9 @@ class GenerateRequest:
     # Calls with one key belong to one client request (its samples and follow-ups share
     # a prompt): a router in front of the fleet keeps them on one replica. None: no key.
     affinity: str | None = None
+    # The tenant the call is for (``server.tenants``): a fleet's router weighs tenants
+    # by it (llm-d's fairness id). The same for every sample of a request. None: unknown.
+    tenant: str | None = None
     # The call draws thinking only and a later call of the request answers (a search's
     # steps, two-pass's first pass): a request's ceiling and deadline keep the answer's
     # share back from it (``core.allowance``).

@@ -7,7 +7,8 @@ handler. Code raises these and never returns error values.
     GatewayError                      500 server_error
     ├── InvalidRequest                400 invalid_request_error
     │   ├── InvalidBudget             400 (code invalid_budget)
-    │   └── UnknownStrategy           400 (code unknown_strategy)
+    │   ├── UnknownStrategy           400 (code unknown_strategy)
+    │   └── OverTenantLimit           400 (code tenant_limit_exceeded)
     ├── Unauthorized                  401 authentication_error
     ├── NotFound                      404 invalid_request_error (e.g. unknown model)
     ├── RequestTimeout                408 invalid_request_error (the body came too slowly)
@@ -61,6 +62,17 @@ class UnknownStrategy(InvalidRequest):
     default_code = "unknown_strategy"
 
 
+class OverTenantLimit(InvalidRequest):
+    """A request that asks for more than its tenant may (``server.tenants``): the field,
+    the tenant and its limit are named; ``limit`` is the limit's name."""
+
+    default_code = "tenant_limit_exceeded"
+
+    def __init__(self, message: str, *, param: str | None = None, limit: str = "") -> None:
+        super().__init__(message, param=param)
+        self.limit = limit
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
@@ -92,8 +104,10 @@ class Overloaded(GatewayError):
     type = "rate_limit_error"
     default_code = "overloaded"
 
-    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, retry_after_s: int = 1, code: str | None = None) -> None:
+        # code: ``overloaded`` (the server is full), ``rate_limit_exceeded`` (a tenant's
+        # own rate or concurrency), as OpenAI names its own.
+        super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
 

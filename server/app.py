@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import structlog
 from fastapi import FastAPI
@@ -35,6 +36,7 @@ from server.response_store import ResponseStore
 from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
+from server.tenants import Keyring
 from strategies.auto import CROWD_KEY, Crowd
 
 log = structlog.get_logger("thinkgate.app")
@@ -70,6 +72,10 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = load_registry(settings)
+        keys = Keyring(  # a keys file that does not parse stops the start, named
+            plain=settings.api_keys,
+            path=Path(settings.keys_file) if settings.keys_file else None,
+        )
         if engine is None:
             preflight(settings)  # refusals that need no engine come before its long start
             prm_preflight(settings)
@@ -97,6 +103,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 max_samples=settings.max_inflight_samples,
                 retry_after_s=settings.retry_after_s,
                 metrics=metrics,
+                wait_s=settings.admission_wait_s,
+                idle_s=settings.fair_idle_s,
             )
             lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
             # After the engine start (which holds the loop for its whole load, by design).
@@ -119,6 +127,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     admission=admission,
                     lifecycle=lifecycle,
                     started_at=int(time.time()),
+                    keys=keys,
                     seal=_seal(settings),
                     presets=presets.load(settings.presets),
                     responses=_responses(settings, stack),

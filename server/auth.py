@@ -7,32 +7,26 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 
+import structlog
 from starlette.requests import HTTPConnection
 
-from core.errors import Unauthorized
-from server.settings import Settings
+from server.tenants import Keyring, Tenant
 
 
-def authorize(conn: HTTPConnection, settings: Settings) -> None:
-    """Raise ``Unauthorized`` unless no keys are configured or the bearer key is one."""
-    if not settings.api_keys:
-        return
-    key = _presented(conn)
-    if not key:
-        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-    # Compare against every key in constant time, so timing does not reveal a prefix.
-    ok = False
-    for allowed in settings.api_keys:
-        ok |= hmac.compare_digest(key.encode(), allowed.encode())
-    if not ok:
-        raise Unauthorized("invalid API key")
+def authorize(conn: HTTPConnection, keys: Keyring) -> Tenant:
+    """The request's tenant; raises ``Unauthorized`` unless no keys are configured or it
+    presents one (``server.tenants``: compared in constant time). The tenant is bound to
+    the request's log lines and kept on ``conn.state.tenant``."""
+    tenant = keys.identify(_presented(conn))
+    conn.state.tenant = tenant.name
+    structlog.contextvars.bind_contextvars(tenant=tenant.name)
+    return tenant
 
 
-def api_key(conn: HTTPConnection, settings: Settings) -> str | None:
+def api_key(conn: HTTPConnection, keys: Keyring) -> str | None:
     """The request's API key once ``authorize`` passed it (None: no keys configured)."""
-    if not settings.api_keys:
+    if not keys.enabled:
         return None
     return _presented(conn)
 

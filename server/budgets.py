@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from core.budget import Budget
-from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
+from core.errors import InvalidBudget, InvalidRequest, OverTenantLimit, UnknownStrategy
 from server.effort import ceiling, thinking_tokens
 from server.settings import EFFORTS, Effort, Settings
+from server.tenants import Tenant
 
 FIELDS: Final = ("thinking", "solution", "samples", "k", "tokens", "deadline_ms", "thinking_min")
 HEADERS: Final = {
@@ -56,6 +57,7 @@ def resolve(
     *,
     honoured: Mapping[str, frozenset[str]] | None = None,
     context: int = 512,
+    tenant: Tenant | None = None,
 ) -> tuple[str, Budget]:
     """The strategy name and the budget as applied.
 
@@ -63,7 +65,10 @@ def resolve(
     (absent or None: not set). ``honoured`` maps every installed strategy to its
     ``budget_fields``; with it an unknown strategy and an unhonoured field are 400s.
     ``context`` is the length efforts are shares of (the gateway's ``effort_context``;
-    the default is the testbed's).
+    the default is the testbed's). ``tenant``'s budget limits cap what the request may
+    ask (over one: a 400 naming the field); a server default or what an effort chose
+    is held to them, and a request without a ceiling or deadline gets the tenant's
+    (``server.tenants``).
     Raises ``InvalidBudget``/``InvalidRequest``/``UnknownStrategy`` naming the param.
     """
     lower = {k.lower(): v for k, v in headers.items()}
@@ -83,6 +88,20 @@ def resolve(
         values["thinking"] = _Value(tokens, "reasoning_effort")
     for name, v in values.items():
         _check_range(name, v, settings)
+    caps = tenant_caps(tenant)
+    for name, v in list(values.items()):
+        cap = caps.get("thinking" if name == "thinking_min" else name)
+        if cap is None or v.value <= cap:
+            continue
+        if v.param == "reasoning_effort":  # chosen for the client, not asked
+            values[name] = _Value(cap, v.param)
+            continue
+        assert tenant is not None
+        raise OverTenantLimit(
+            f"{v.param} is {v.value}; tenant {tenant.name!r} may ask for at most {cap}",
+            param=v.param,
+            limit=f"budget_{name.removesuffix('_min')}",
+        )
 
     strategy, strategy_param = _strategy(lower, body)
     per_sample = {"thinking", "solution", "thinking_min", "samples", "k"} & values.keys()
@@ -125,6 +144,13 @@ def resolve(
         default = getattr(settings, f"default_{name}", None)  # the per-sample ones
         if name not in applied and name in fields and default is not None:
             applied[name] = default
+    for name, cap in caps.items():
+        if name in applied:
+            applied[name] = min(applied[name], cap)  # a default the tenant may not have
+        elif name in REQUEST_FIELDS:
+            # The request's worst case is the tenant's limit. (A strategy's own default
+            # sample count is left alone: raising it to the cap would cost more.)
+            applied[name] = cap
     if "k" in applied and "samples" in applied and applied["k"] > applied["samples"]:
         param = values["k"].param if "k" in values else "k"
         raise InvalidBudget(
@@ -137,6 +163,20 @@ def resolve(
             f"{param} ({minimum}) cannot exceed the thinking budget ({thinking})", param=param
         )
     return strategy, Budget(**applied)
+
+
+def tenant_caps(tenant: Tenant | None) -> dict[str, int]:
+    """The budget fields ``tenant`` caps, by name (empty: none)."""
+    if tenant is None:
+        return {}
+    limits = tenant.limits
+    caps = {
+        "samples": limits.budget_samples,
+        "thinking": limits.budget_thinking,
+        "tokens": limits.budget_tokens,
+        "deadline_ms": limits.budget_deadline_ms,
+    }
+    return {name: cap for name, cap in caps.items() if cap is not None}
 
 
 def check_ceiling(budget: Budget, least: int, headers: Mapping[str, str]) -> None:

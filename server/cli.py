@@ -4,7 +4,7 @@
 flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
 ``thinkgate replica [--model ...] [vLLM server args]``: vLLM's own OpenAI server with our
 processors (``engines.local.replica``). Other subcommands (``testbed``, ``calibrate``,
-``train-predictor``, ``bench``, ``gpu-check``) are
+``train-predictor``, ``bench``, ``gpu-check``, ``keys``) are
 "module:function" entries taking argv; a tool that is not installed is a clean error.
 """
 
@@ -33,6 +33,7 @@ TOOLS: dict[str, str] = {
     "bench": "benchmarks.cli:main",
     "replica": "engines.local.replica:main",
     "gpu-check": "kernels.gpu_check.__main__:cli",
+    "keys": "server.keys_cli:main",
 }
 
 

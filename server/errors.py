@@ -25,6 +25,7 @@ from core.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
+    OverTenantLimit,
     PayloadTooLarge,
     RequestTimeout,
     Unauthorized,
@@ -77,6 +78,10 @@ def error_response(request: Request, err: GatewayError) -> Response:
         # A browser answers this with its own prompt, then sends the key (HTTP Basic, the
         # key as the password) with the page and its requests to this server.
         headers["WWW-Authenticate"] = 'Basic realm="thinkgate", charset="UTF-8"'
+    tenant = getattr(request.state, "tenant", None)
+    gw = getattr(request.app.state, "gateway", None)
+    if isinstance(err, OverTenantLimit) and err.limit and tenant is not None and gw is not None:
+        gw.metrics.tenant_rejected(tenant, err.limit)
     _record(
         request,
         str(err.status),
@@ -150,6 +155,7 @@ def _record(request: Request, status: str, *, error: bool = False, **detail: obj
         request_id=request_id(request),
         error=error,
         detail=detail,
+        tenant=getattr(request.state, "tenant", None),
     )
 
 

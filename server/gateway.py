@@ -19,6 +19,7 @@ from server.presets import BUILT_IN, Preset
 from server.reasoning_seal import Seal
 from server.response_store import ResponseStore
 from server.settings import Settings
+from server.tenants import Keyring
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +32,8 @@ class Gateway:
     admission: Admission
     lifecycle: Lifecycle
     started_at: int  # unix time, for /v1/models
+    # The API keys and their tenants (server.tenants); default: no keys, one tenant.
+    keys: Keyring = field(default_factory=Keyring)
     # Decode speed per row measured on this server's calls: what a deadline leaves the
     # answer (core.allowance).
     speed: DecodeSpeed = field(default_factory=DecodeSpeed)

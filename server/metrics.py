@@ -61,6 +61,41 @@ class Metrics:
         self.rejected = Counter(
             "thinkgate_rejected_requests", "Requests refused by admission control", registry=r
         )
+        # Per tenant (server.tenants): the label's values are the keys file's tenants,
+        # never anything a client chooses.
+        self.tenant_requests = Counter(
+            "thinkgate_tenant_requests",
+            "Requests answered, by tenant and status",
+            ["tenant", "status"],
+            registry=r,
+        )
+        self.tenant_samples = Counter(
+            "thinkgate_tenant_samples", "Trajectories drawn, by tenant", ["tenant"], registry=r
+        )
+        self.tenant_tokens = Counter(
+            "thinkgate_tenant_tokens",
+            "Tokens billed to the tenant (its responses' usage), by kind",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.tenant_rejections = Counter(
+            "thinkgate_tenant_rejections",
+            "Requests refused, by tenant and the limit that refused them",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.tenant_inflight_samples = Gauge(
+            "thinkgate_tenant_inflight_samples",
+            "The tenant's samples admitted and not finished",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_reserved_tokens = Gauge(
+            "thinkgate_tenant_reserved_tokens",
+            "Completion tokens reserved by the tenant's requests in flight",
+            ["tenant"],
+            registry=r,
+        )
         self.engine_unfinished = Gauge(
             "thinkgate_engine_unfinished_requests",
             "Requests the engine still holds (-1: not known)",
@@ -104,6 +139,17 @@ class Metrics:
     def watch_servers(self, servers: Callable[[], Sequence[dict[str, Any]]]) -> None:
         """Per-server gauges of a remote engine (``RemoteEngine.servers``), read at scrape."""
         self.registry.register(_ServerCollector(servers))
+
+    def tenant_rejected(self, tenant: str, reason: str) -> None:
+        self.tenant_rejections.labels(tenant, reason).inc()
+
+    def tenant_inflight(self, tenant: str, *, samples: int, reserved: int) -> None:
+        self.tenant_inflight_samples.labels(tenant).set(samples)
+        self.tenant_reserved_tokens.labels(tenant).set(reserved)
+
+    def tenant_billed(self, tenant: str, *, prompt: int, completion: int) -> None:
+        self.tenant_tokens.labels(tenant, "prompt").inc(prompt)
+        self.tenant_tokens.labels(tenant, "completion").inc(completion)
 
     def record_final(self, strategy: str, final: Result) -> None:
         usage = final.usage
@@ -201,18 +247,24 @@ def record_end(
     result: Result | None = None,
     error: bool = False,
     detail: Mapping[str, object] | None = None,
+    tenant: str | None = None,
 ) -> None:
     """The one place a finished request is recorded, whatever path it ended on (JSON,
     stream, error envelope, a client gone): its count by status, its latency when its
     start is known, its result's tokens, and one ``request.end`` log line."""
     metrics.requests.labels(route, strategy, status).inc()
     fields: dict[str, object] = {"route": route, "strategy": strategy, "status": status}
+    if tenant is not None:  # None: refused before its key was known
+        metrics.tenant_requests.labels(tenant, status).inc()
+        fields["tenant"] = tenant
     if started is not None:
         seconds = time.perf_counter() - started
         metrics.latency.labels(route, strategy).observe(seconds)
         fields["seconds"] = round(seconds, 4)
     if result is not None:
         metrics.record_final(strategy, result)
+        if tenant is not None:
+            metrics.tenant_samples.labels(tenant).inc(result.samples)
         fields["samples"] = result.samples
         fields["prompt_tokens"] = result.usage.prompt_tokens
         fields["completion_tokens"] = result.usage.completion_tokens

@@ -74,6 +74,7 @@ class RequestEngine:
         tally: Tally,
         *,
         affinity: str,
+        tenant: str | None = None,
         allowance: Allowance | None = None,
         speed: DecodeSpeed | None = None,
         answer_reserve: int = 16,
@@ -81,6 +82,7 @@ class RequestEngine:
         self._engine = engine
         self.tally = tally
         self.affinity = affinity
+        self.tenant = tenant
         self.model_name: str = engine.model_name
         self.tokens: ModelTokens = engine.tokens
         self.allowance = allowance or Allowance()
@@ -97,7 +99,13 @@ class RequestEngine:
         return self._engine.processors
 
     def _keyed(self, request: GenerateRequest) -> GenerateRequest:
-        return request if request.affinity else replace(request, affinity=self.affinity)
+        if request.affinity and request.tenant:
+            return request
+        return replace(
+            request,
+            affinity=request.affinity or self.affinity,
+            tenant=request.tenant or self.tenant,
+        )
 
     def _fit(self, request: GenerateRequest, rows: int | None = None) -> Fitted:
         """The call as it is sent under the request's ceiling and clock, its tokens

@@ -42,6 +42,7 @@ from core.errors import (
     BackendUnavailable,
     GatewayError,
     InvalidRequest,
+    OverTenantLimit,
     PayloadTooLarge,
     RequestTimeout,
 )
@@ -70,6 +71,7 @@ from server.streaming import (
     StreamRun,
     sse_body,
 )
+from server.tenants import Tenant
 from strategies.reasoning import thinking_open_after
 
 log = structlog.get_logger("thinkgate.http")
@@ -127,6 +129,9 @@ class Admitted:
     include_usage: bool
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
     limits: Limits  # each prompt's ceiling (a share of the request's) and deadline
+    tenant: str
+    # Each prompt's account, once its run began: what an unanswered request is billed.
+    allowances: list[Allowance]
 
     def runs(self) -> list[AsyncGenerator[StrategyEvent, None]]:
         """The strategy's run per prompt, each over the engine as its request sees it
@@ -135,10 +140,12 @@ class Admitted:
         for i, ctx in enumerate(self.contexts):
             tally = Tally()
             allowance = Allowance(limits=self.limits, speed=self.gw.speed)
+            self.allowances.append(allowance)
             engine = RequestEngine(
                 ctx.engine,
                 tally,
                 affinity=ctx.request.request_id,
+                tenant=self.tenant,
                 allowance=allowance,
                 answer_reserve=self.gw.settings.answer_reserve,
             )
@@ -231,14 +238,14 @@ async def admit(
     structlog.contextvars.bind_contextvars(request_id=rid)
     gw = gateway(request)
     settings = gw.settings
-    authorize(request, settings)
-    raw = await read_body(request, settings.max_body_bytes)
+    tenant = authorize(request, gw.keys)
+    raw = await read_body(request, settings.max_body_bytes, tenant=tenant)
     # Cheap refusals first: a draining (503 with Retry-After) or full server does not parse
     # or tokenise (a drain that starts later still waits for, or aborts, what it admits).
     # The body is read all the same: a connection whose body was left unread is closed
     # after the answer, and a client reusing it can meet the close (transport errors).
     gw.lifecycle.check_admission()
-    gw.admission.check_room()
+    gw.admission.check_room(tenant)
     body: OpenAIBody
     if parse is not None:
         body = parse(raw)  # a translation notes its own route's ignored fields
@@ -265,6 +272,7 @@ async def admit(
         settings,
         honoured=honoured,
         context=gw.effort_context or gw.engine.max_model_len,
+        tenant=tenant,
     )
     request.state.budget = budget
     request.state.strategy = name
@@ -281,6 +289,7 @@ async def admit(
             param="stream",
         )
     per_prompt = max(body.n, budget.samples or 1)
+    _check_tenant_request(tenant, body, prompts, per_prompt, request.headers)
     if per_prompt * len(prompts) > settings.max_inflight_samples:
         raise InvalidRequest(
             f"{len(prompts)} prompts x {per_prompt} samples exceed this server's "
@@ -329,7 +338,12 @@ async def admit(
     for sreq in sreqs:
         strategy.validate(sreq, gw.engine)
     await gw.engine.health()
-    slot = gw.admission.acquire(per_prompt * len(prompts))
+    reserve = _worst_case(gw, budget, samplings, prompts, per_prompt)
+    slot = await gw.admission.acquire(tenant, per_prompt * len(prompts), reserve)
+    allowances: list[Allowance] = []
+    # Unanswered (a client gone, an error): billed what its calls committed, the tokens
+    # the gateway saw generated (known where a ceiling or deadline metered the calls).
+    slot.spent = lambda: sum(a.committed for a in allowances)
     admitted = Admitted(
         gw=gw,
         strategy=strategy,
@@ -352,8 +366,74 @@ async def admit(
             and body.stream_options.continuous_usage_stats
         ),
         limits=limits,
+        tenant=tenant.name,
+        allowances=allowances,
     )
     return admitted, body.stream
+
+
+def _check_tenant_request(
+    tenant: Tenant,
+    body: ChatCompletionRequest | CompletionRequest,
+    prompts: list[tuple[int, ...]],
+    per_prompt: int,
+    headers: Mapping[str, str],
+) -> None:
+    """The tenant's limits on the request itself: its messages, prompts and samples
+    (``OverTenantLimit``, a 400 naming the field and the limit)."""
+    limits, name = tenant.limits, tenant.name
+    if (cap := limits.budget_samples) is not None and body.n > cap:
+        raise OverTenantLimit(
+            f"n is {body.n}; tenant {name!r} may ask for at most {cap} samples",
+            param="n",
+            limit="budget_samples",
+        )
+    cap = limits.max_messages
+    if isinstance(body, ChatCompletionRequest) and cap is not None and len(body.messages) > cap:
+        raise OverTenantLimit(
+            f"messages holds {len(body.messages)} messages; tenant {name!r} may send at most {cap}",
+            param="messages",
+            limit="max_messages",
+        )
+    if (cap := limits.max_prompt_tokens) is not None:
+        for i, ids in enumerate(prompts):
+            if len(ids) > cap:
+                param = "messages" if isinstance(body, ChatCompletionRequest) else "prompt"
+                if len(prompts) > 1:
+                    param = f"prompt.{i}"
+                raise OverTenantLimit(
+                    f"the prompt has {len(ids)} tokens; tenant {name!r} may send at most {cap}",
+                    param=param,
+                    limit="max_prompt_tokens",
+                )
+    if (cap := limits.max_inflight_samples) is not None and per_prompt * len(prompts) > cap:
+        asked = budgets.HEADERS["samples"]
+        param = asked if asked.lower() in {k.lower() for k in headers} else "budget.samples"
+        raise OverTenantLimit(
+            f"{len(prompts)} prompts x {per_prompt} samples exceed the {cap} samples tenant "
+            f"{name!r} may have in flight",
+            param="n" if body.n == per_prompt else param,
+            limit="max_inflight_samples",
+        )
+
+
+def _worst_case(
+    gw: Gateway,
+    budget: Budget,
+    samplings: list[SamplingConfig],
+    prompts: list[tuple[int, ...]],
+    per_prompt: int,
+) -> int:
+    """The completion tokens a request may spend at most: its ceiling, or every sample
+    of every prompt to its ``max_tokens`` (the context, without one). What the tenant's
+    token rate reserves at admission; the real usage is settled at the end."""
+    if budget.tokens is not None:
+        return budget.tokens
+    room = gw.engine.max_model_len
+    return sum(
+        per_prompt * (s.max_tokens if s.max_tokens is not None else room - len(p))
+        for s, p in zip(samplings, prompts, strict=True)
+    )
 
 
 def _limits(gw: Gateway, budget: Budget, started: float, prompts: int) -> Limits:
@@ -380,8 +460,10 @@ async def _json_response(
     try:
         runs = adm.runs()
         final = await until_disconnect(request, _drain_all(runs), gw.settings.request_timeout_s, gw)
-    finally:
+    except BaseException:
         adm.slot.release()
+        raise
+    adm.slot.release(final)
     record_end(
         gw.metrics,
         route=adm.route,
@@ -390,6 +472,7 @@ async def _json_response(
         request_id=adm.request_id,
         started=adm.started,
         result=final,
+        tenant=adm.tenant,
     )
     content = orjson.dumps(render(final))
     return Response(content, media_type="application/json", headers=adm.headers)
@@ -429,19 +512,30 @@ async def _stream_response(request: Request, adm: Admitted, encoder: Encoder) ->
         started=adm.started,
         on_end=adm.slot.release,
         announce=not adm.strategy.streams_live,
+        tenant=adm.tenant,
     )
     headers = {**adm.headers, "Cache-Control": "no-cache"}
     return EventStreamResponse(stream, run=run, on_end=adm.slot.release, headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refusing more than ``limit`` bytes (413) before reading it all, and
-    a body that takes longer than the server's ``body_read_timeout_s`` to arrive (408)."""
+async def read_body(request: Request, limit: int, *, tenant: Tenant | None = None) -> bytes:
+    """The raw body, refusing more than ``limit`` bytes (or the tenant's
+    ``max_body_bytes``, if lower) with a 413 before reading it all, and a body that takes
+    longer than the server's ``body_read_timeout_s`` to arrive (408)."""
     gw = getattr(request.app.state, "gateway", None)
     timeout = gw.settings.body_read_timeout_s if gw is not None else None
+    whose, owner = "the limit", None
+    if tenant is not None and (own := tenant.limits.max_body_bytes) is not None and own < limit:
+        limit, whose, owner = own, f"tenant {tenant.name!r}'s limit", tenant.name
+
+    def too_large(message: str) -> PayloadTooLarge:
+        if owner is not None and gw is not None:
+            gw.metrics.tenant_rejected(owner, "max_body_bytes")
+        return PayloadTooLarge(message)
+
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"the body is {declared} bytes; the limit is {limit}")
+        raise too_large(f"the body is {declared} bytes; {whose} is {limit}")
     chunks: list[bytes] = []
     size = 0
     try:
@@ -451,7 +545,7 @@ async def read_body(request: Request, limit: int) -> bytes:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise PayloadTooLarge(f"the body exceeds the limit of {limit} bytes")
+                    raise too_large(f"the body exceeds {whose} of {limit} bytes")
                 chunks.append(chunk)
     except TimeoutError:
         raise RequestTimeout(

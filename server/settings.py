@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     api_keys: StrList = ()
     """Keys accepted on /v1/* and /ui (``Authorization: Bearer <key>``, or HTTP Basic with
     the key as the password, which a browser asks for on /ui); empty: no authentication."""
+    keys_file: str | None = None
+    """TOML file of tenants: each with hashed API keys, a weight and optional limits
+    (rates, budgets, body and prompt sizes); read again when it changes, so keys are
+    added and revoked without a restart (docs/tenants.md). The plain ``api_keys`` keep
+    working, each key a tenant of its own."""
+    log_content: bool = False
+    """Put prompt and answer text in the logs (debugging only); off, no prompt, answer
+    or key text is ever logged."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     """Larger request bodies are a 413."""
     body_read_timeout_s: float = Field(default=30.0, gt=0)
@@ -309,7 +317,15 @@ class Settings(BaseSettings):
     max_inflight_samples: int = Field(default=1024, ge=1)
     """Samples admitted at once (max(n, samples) per request); more are a 429."""
     retry_after_s: int = Field(default=1, ge=0)
-    """Retry-After (seconds) of a 429."""
+    """Retry-After (seconds) of a 429 for a full server (a tenant's own rates compute
+    theirs from its window)."""
+    admission_wait_s: float = Field(default=30.0, ge=0)
+    """How long a request within its tenant's fair share waits for room when other
+    tenants filled the server (a request over its share is refused at once); 0: never
+    wait."""
+    fair_idle_s: float = Field(default=5.0, ge=0)
+    """A tenant counts as active (and keeps its share of the server) this long after its
+    last request ended."""
     request_timeout_s: float | None = Field(default=600.0, gt=0)
     """A request running longer is aborted with 504."""
 

@@ -342,8 +342,9 @@ async def sse_body(
     route: str,
     request_id: str,
     started: float,
-    on_end: Callable[[], None],
+    on_end: Callable[[Result | None], None],
     announce: bool = True,
+    tenant: str | None = None,
 ) -> AsyncIterator[bytes]:
     """The body of a streamed response; ``on_end`` runs however it ends.
 
@@ -395,7 +396,7 @@ async def sse_body(
         log.error("stream.error", request_id=request_id, status=err.status, message=err.message)
         yield run.encoder.error(err)
     finally:
-        on_end()
+        on_end(result)  # the tenant is billed the result's usage
         record_end(
             gw.metrics,
             route=route,
@@ -405,6 +406,7 @@ async def sse_body(
             started=started,
             result=result,
             detail={"stream": True},
+            tenant=tenant,
         )
 
 

@@ -56,6 +56,7 @@ log = structlog.get_logger("thinkgate.remote")
 T = TypeVar("T")
 
 AFFINITY_HEADER: Final = "X-Session-ID"
+FAIRNESS_HEADER: Final = "x-llm-d-inference-fairness-id"
 # A connection that breaks as it opens can surface from httpcore's anyio backend as an
 # AttributeError (it reads the peer name of a socket already gone: ``'NoneType' object
 # has no attribute 'getpeername'``, seen with a replica SIGKILLed under load): a broken
@@ -642,6 +643,10 @@ def _headers(request: GenerateRequest) -> dict[str, str]:
     headers = {"content-type": "application/json"}
     if request.affinity:
         headers[AFFINITY_HEADER] = request.affinity
+    if request.tenant:
+        # llm-d's endpoint picker weighs requests by tenant: all samples of one request
+        # carry their tenant's id, so a 16-sample request is one tenant, not 16.
+        headers[FAIRNESS_HEADER] = request.tenant
     return headers
 
 

@@ -37,7 +37,7 @@ router = APIRouter(prefix="/v1/pets/batches")
 
 def _jobs(request: Request) -> BatchJobs:
     gw = gateway(request)
-    authorize(request, gw.settings)
+    authorize(request, gw.keys)
     jobs = gw.resources.get(RESOURCE_KEY)
     if jobs is None:
         raise BackendUnavailable("PETS batches are not enabled on this server")

@@ -42,10 +42,10 @@ async def responses(request: Request) -> Response:
 
 def _stored(request: Request) -> Stored | None:
     gw = gateway(request)
-    authorize(request, gw.settings)
+    authorize(request, gw.keys)
     if gw.responses is None:
         return None
-    return Stored(gw.responses, owner_of(api_key(request, gw.settings)))
+    return Stored(gw.responses, owner_of(api_key(request, gw.keys)))
 
 
 def _stored_or_404(request: Request) -> Stored:

@@ -37,7 +37,7 @@ def _object(raw: bytes) -> dict[str, object]:
 
 async def _body(request: Request) -> tuple[Gateway, dict[str, object]]:
     gw = gateway(request)
-    authorize(request, gw.settings)
+    authorize(request, gw.keys)
     return gw, _object(await read_body(request, gw.settings.max_body_bytes))
 
 

@@ -33,7 +33,7 @@ def _admit(request: Request) -> Gateway:
     gw = gateway(request)
     if not gw.settings.ui:
         raise NotFound("the live view is off on this server (--no-ui)")
-    authorize(request, gw.settings)  # a 401 here asks a browser for the key (errors.py)
+    authorize(request, gw.keys)  # a 401 here asks a browser for the key (errors.py)
     return gw
 
 

@@ -28,6 +28,7 @@ EXPECTED_STATUS = {
     "InvalidRequest": 400,
     "InvalidBudget": 400,
     "UnknownStrategy": 400,
+    "OverTenantLimit": 400,
     "Unauthorized": 401,
     "NotFound": 404,
     "RequestTimeout": 408,

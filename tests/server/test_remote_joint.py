@@ -185,3 +185,23 @@ async def test_switched_off_every_request_goes_alone_over_the_servers_protocol()
     assert [len(got) for got in out] == [2, 2]
     assert paths == ["/inference/v1/generate"] * 2
     await eng.aclose()
+
+
+async def test_every_call_of_a_request_carries_its_tenant_as_the_fleets_fairness_id() -> None:
+    """llm-d's endpoint picker weighs tenants by ``x-llm-d-inference-fairness-id``: every
+    call of one request, retries included, names the request's tenant (one tenant, not
+    one per sample)."""
+    seen: list[tuple[str, str | None]] = []
+
+    def handler(r: httpx.Request) -> httpx.Response:
+        seen.append((host(r), r.headers.get("x-llm-d-inference-fairness-id")))
+        if host(r) == A:
+            raise httpx.ConnectError("refused", request=r)
+        return completions(r) if r.url.path == "/v1/completions" else generate(r)
+
+    eng = engine(handler)
+    ours = [replace(request(0), tenant="research"), replace(request(1, n=3), tenant="research")]
+    await eng.generate_batch(ours)
+    await eng.generate(request(2))  # no tenant known: no header
+    assert seen == [(A, "research"), (B, "research"), (B, None)]
+    await eng.aclose()

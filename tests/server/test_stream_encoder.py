@@ -235,7 +235,7 @@ async def _body(
         route="/v1/chat/completions",
         request_id="r1",
         started=0.0,
-        on_end=lambda: ended.append(True),
+        on_end=lambda _result: ended.append(True),
         announce=announce,
     )
     out = [frame for blob in [b async for b in body] for frame in _split(blob)]
