@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_tokens": args.max_tokens,
     }
     flags = (
-        *("--reward-model", "none", "--prm-model", "none"),
+        *("--reward-model", "none", "--prm-model", "none", "--served-model-name", "testbed-base"),
         *("--keys-file", str(keys), "--state-dir", str(state)),
         *("--max-inflight-samples", str(CAP), "--log-level", "warning"),
     )

@@ -157,6 +157,19 @@ class Admitted:
             out.append(_with_echo(run, self.echoes[i]) if self.echoes else run)
         return out
 
+    def ended(self, result: Result | None = None) -> None:
+        """The request is over: its slot released, its tenant billed ``result``'s usage,
+        and (``log_content`` only: never by default) its prompt and answers logged."""
+        self.slot.release(result)
+        if result is not None and self.gw.settings.log_content:
+            decode = self.gw.engine.tokens.decode
+            log.info(
+                "request.content",
+                request_id=self.request_id,
+                prompts=[decode(ctx.request.prompt_token_ids) for ctx in self.contexts],
+                answers=[c.content for c in result.choices],
+            )
+
     def encoder(self) -> Encoder:
         """The OpenAI chunk encoder of this request's stream."""
         return StreamEncoder(
@@ -463,7 +476,7 @@ async def _json_response(
     except BaseException:
         adm.slot.release()
         raise
-    adm.slot.release(final)
+    adm.ended(final)
     record_end(
         gw.metrics,
         route=adm.route,
@@ -510,7 +523,7 @@ async def _stream_response(request: Request, adm: Admitted, encoder: Encoder) ->
         route=adm.route,
         request_id=adm.request_id,
         started=adm.started,
-        on_end=adm.slot.release,
+        on_end=adm.ended,
         announce=not adm.strategy.streams_live,
         tenant=adm.tenant,
     )

@@ -150,13 +150,15 @@ def start_server(
     *,
     bare: bool = False,
     default_context: bool = False,
+    api_key: str | None = None,
 ) -> LiveServer:
     """Start ``thinkgate serve`` on a free loopback port and wait until /ready.
 
     ``bare``: without the CPU engine variables of ``scripts/env.sh``, as a user who runs
     ``thinkgate serve`` directly starts it (the server sets its own defaults).
     ``default_context``: without the suite's 512-token context (THINKGATE_MAX_MODEL_LEN):
-    each model's own, as a user's server has it.
+    each model's own, as a user's server has it. ``api_key``: a key it accepts (a server
+    started with keys answers ``/v1/models`` only with one).
     The caller stops it with ``stop_server``. Fails the test (with the log tail) if the
     server exits or is not ready in ``STARTUP_TIMEOUT_S``.
     """
@@ -201,7 +203,8 @@ def start_server(
             if time.monotonic() > deadline:
                 pytest.fail(f"server not ready in {STARTUP_TIMEOUT_S} s:\n{server.log_tail()}")
             time.sleep(0.5)
-        models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        models = httpx.get(f"{server.base_url}/v1/models", headers=auth, timeout=10).json()
         server.model = models["data"][0]["id"]
     except BaseException:
         stop_server(server)
@@ -648,8 +651,9 @@ def start_gateway_for_module() -> Iterator[Callable[..., LiveServer]]:
     """``start(*flags)``: a gateway of one module (``thinkgate serve`` + flags)."""
     started: list[LiveServer] = []
 
-    def start(*flags: str) -> LiveServer:
-        server = start_server(_log_dir() / f"gateway-module{len(started)}.log", flags)
+    def start(*flags: str, api_key: str | None = None) -> LiveServer:
+        log = _log_dir() / f"gateway-module{len(started)}.log"
+        server = start_server(log, flags, api_key=api_key)
         started.append(server)
         return server
 

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import structlog.testing
 import uvicorn
 from conftest import uvicorn_in_thread
 
@@ -206,3 +207,54 @@ def test_the_tokens_billed_are_the_sum_of_the_responses_usage_streams_included(
     after_prompt = server.metric("thinkgate_tenant_tokens_total", tenant="beta", kind="prompt")
     assert after_prompt - before_prompt == prompt
     assert server.metric("thinkgate_tenant_requests_total", tenant="beta", status="200") >= 3
+
+
+MARK = "PROMPTMARK-5521"
+
+
+def _logged(server: Server, tenant: str, key: str | None = None) -> list[dict[str, Any]]:
+    """The log events of a good request, a bad one and a wrong key, each with a marked
+    prompt."""
+    client = server.client(tenant, key)
+    marked = [{"role": "user", "content": f"{MARK} Compute 1+2 mod 10."}]
+    with structlog.testing.capture_logs() as events:
+        client.chat.completions.create(model="testbed-base", messages=marked, max_tokens=20)
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="testbed-base", messages=marked, max_tokens=10**6)
+        with pytest.raises(openai.AuthenticationError):
+            ask(server.client(tenant, key=f"{KEYS[tenant]}-WRONG"))
+    return events
+
+
+def test_no_key_prompt_or_answer_text_in_the_logs(server: Server) -> None:
+    events = _logged(server, "beta")
+    text = repr(events)
+    assert MARK not in text and KEYS["beta"] not in text and "boxed" not in text
+    ends = [e for e in events if e["event"] == "request.end"]
+    assert [e["status"] for e in ends] == ["200", "400", "401"]
+    assert [e.get("tenant") for e in ends] == ["beta", "beta", None]
+
+
+def test_log_content_puts_the_prompt_and_answer_in_the_log(
+    tmp_path: Path, testbed_tokens: Any
+) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(keys_file(KEYS))
+    engine = ScriptedEngine(
+        lambda r: samples_of(testbed_tokens, ANSWER),
+        tokens=testbed_tokens,
+        model_name="testbed-base",
+    )
+    settings = Settings(
+        reward_model="none",
+        prm_model="none",
+        state_dir=str(tmp_path),
+        keys_file=str(keys),
+        log_content=True,
+    )
+    config = uvicorn.Config(create_app(settings, engine=engine), log_level="warning")
+    with uvicorn_in_thread(config) as port:
+        events = _logged(Server(f"http://127.0.0.1:{port}", keys), "beta")
+    (content,) = [e for e in events if e["event"] == "request.content"]
+    assert MARK in content["prompts"][0] and content["answers"] == ["\\boxed{3}"]
+    assert KEYS["beta"] not in repr(events)  # a key never, even then
