@@ -238,7 +238,9 @@ class Keyring:
         try:
             stamp = _stamp(self._path)
         except OSError as exc:
-            self._failed(f"cannot stat: {exc.strerror}")
+            if self._stamp is not None:  # logged once, not on every request
+                self._stamp = None
+                self._failed(f"cannot read: {exc.strerror}")
             return
         if stamp == self._stamp:
             return

@@ -68,8 +68,10 @@ def test_the_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("[tenants.broken")  # a broken edit keeps the last good table
     assert keys.identify("tg-new").name == "gamma"
     assert keys.reload_failures == 1
-    os.remove(path)
+    os.remove(path)  # gone: the last good table stays, the failure logged once
     assert keys.identify(KEY_A).name == "alpha"
+    assert keys.identify(KEY_A).name == "alpha"
+    assert keys.reload_failures == 2
 
 
 def test_a_keys_file_that_does_not_parse_stops_the_start(tmp_path: Path) -> None:

@@ -209,14 +209,14 @@ def test_the_tokens_billed_are_the_sum_of_the_responses_usage_streams_included(
     assert server.metric("thinkgate_tenant_requests_total", tenant="beta", status="200") >= 3
 
 
-MARK = "PROMPTMARK-5521"
+MARK = "9*8*7*6*5*4*3*2"  # in the testbed vocabulary: decoded as sent
 
 
 def _logged(server: Server, tenant: str, key: str | None = None) -> list[dict[str, Any]]:
     """The log events of a good request, a bad one and a wrong key, each with a marked
     prompt."""
     client = server.client(tenant, key)
-    marked = [{"role": "user", "content": f"{MARK} Compute 1+2 mod 10."}]
+    marked = [{"role": "user", "content": f"Compute {MARK} mod 10."}]
     with structlog.testing.capture_logs() as events:
         client.chat.completions.create(model="testbed-base", messages=marked, max_tokens=20)
         with pytest.raises(openai.BadRequestError):
