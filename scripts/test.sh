@@ -15,6 +15,15 @@ if [[ ! -x /usr/bin/chromium ]] && command -v apt-get >/dev/null && [[ $(id -u) 
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
+# The Batch API's store runs against a real PostgreSQL server the tests start themselves
+# (tests/postgres.py); Debian's binaries, installed once, as root.
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && command -v apt-get >/dev/null \
+  && [[ $(id -u) == 0 ]]; then
+  echo "thinkgate tests: installing Debian's postgresql for the batch store tests" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql \
+    >/dev/null
+fi
 if [[ $# -gt 0 ]]; then
   exec .venv/bin/python -m pytest "$@"
 fi

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -24,6 +25,10 @@ from engines.factory import open_engine
 from engines.local import stopping
 from server import effort, errors, presets, response_store
 from server.admission import Admission
+from server.batch_api.calls import in_process
+from server.batch_api.runner import BatchRunner
+from server.batch_api.service import Batches
+from server.batch_api.store import SQLITE_FILE, BatchStore
 from server.gateway import Gateway
 from server.gc_pauses import GcPauses, freeze_heap
 from server.lifecycle import Lifecycle
@@ -133,6 +138,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     responses=_responses(settings, stack),
                     effort_context=effort.effort_context(settings, active.max_model_len),
                 )
+                batches = await _batches(settings, app, stack)
+                app.state.gateway = replace(app.state.gateway, batches=batches)
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(
                     "server.ready",
@@ -143,6 +150,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 try:
                     yield
                 finally:
+                    # The batch lines stop first, before anything they use goes away.
+                    await batches.runner.aclose()
                     app.state.gateway = None
         # The engines' stops, begun side by side as the stack closed them.
         await stopping.wait_stopped()
@@ -154,6 +163,24 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     return app
+
+
+async def _batches(settings: Settings, app: FastAPI, stack: AsyncExitStack) -> Batches:
+    """The Batch API's store and runner; the runner's lines are requests to ``app``."""
+    target = settings.batch_store or str(settings.state_path / SQLITE_FILE)
+    store = BatchStore(target)
+    stack.push_async_callback(store.aclose)
+    call, client = in_process(app)
+    stack.push_async_callback(client.aclose)
+    runner = BatchRunner(
+        store,
+        call,
+        lease_s=settings.batch_lease_s,
+        concurrency=settings.batch_concurrency,
+    )
+    await runner.start()  # stopped by the lifespan, before the resources go
+    log.info("batches.store", target=store.target, owner=runner.owner)
+    return Batches(store=store, runner=runner, max_file_bytes=settings.batch_max_file_bytes)
 
 
 def _seal(settings: Settings) -> Seal:

@@ -7,21 +7,39 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Final
 
 import structlog
 from starlette.requests import HTTPConnection
 
+from core.errors import Unauthorized
 from server.tenants import Keyring, Tenant
+
+# A batch line's request, made in process (server.batch_api.calls), names its batch's
+# tenant here in the ASGI scope, which no network client can reach.
+BATCH_TENANT: Final = "thinkgate.batch_tenant"
 
 
 def authorize(conn: HTTPConnection, keys: Keyring) -> Tenant:
     """The request's tenant; raises ``Unauthorized`` unless no keys are configured or it
-    presents one (``server.tenants``: compared in constant time). The tenant is bound to
-    the request's log lines and kept on ``conn.state.tenant``."""
-    tenant = keys.identify(_presented(conn))
+    presents one (``server.tenants``: compared in constant time), or it is a batch line
+    of a tenant still in the keys. The tenant is bound to the request's log lines and
+    kept on ``conn.state.tenant``."""
+    batch_tenant = conn.scope.get(BATCH_TENANT)
+    if isinstance(batch_tenant, str):
+        found = keys.named(batch_tenant)
+        if found is None:
+            raise Unauthorized(f"tenant {batch_tenant!r} is no longer in the keys")
+        tenant = found
+    else:
+        tenant = keys.identify(_presented(conn))
     conn.state.tenant = tenant.name
     structlog.contextvars.bind_contextvars(tenant=tenant.name)
     return tenant
+
+
+def is_batch_line(conn: HTTPConnection) -> bool:
+    return isinstance(conn.scope.get(BATCH_TENANT), str)
 
 
 def api_key(conn: HTTPConnection, keys: Keyring) -> str | None:

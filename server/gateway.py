@@ -13,6 +13,7 @@ from core.engine import Engine
 from core.errors import BackendUnavailable
 from core.registry import Registry
 from server.admission import Admission
+from server.batch_api.service import Batches
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.presets import BUILT_IN, Preset
@@ -42,6 +43,8 @@ class Gateway:
     seal: Seal | None = None
     # Stored Responses answers (server.response_store); None: none are kept.
     responses: ResponseStore | None = None
+    # The OpenAI Batch API's files, batches and their runner (server.batch_api).
+    batches: Batches | None = None
     # Strategy presets chosen by model name (server.presets).
     presets: Mapping[str, Preset] = field(default_factory=lambda: dict(BUILT_IN))
     # The length reasoning efforts are shares of (server.effort); 0: the engine's context.

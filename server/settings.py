@@ -306,10 +306,19 @@ class Settings(BaseSettings):
     """Secret that seals the reasoning clients carry across turns (Responses'
     ``encrypted_content``, Anthropic's thinking ``signature``): every replica of a fleet
     sets the same; None: a random key kept in ``reasoning.key`` in the state directory."""
+    batch_store: str | None = Field(default=None, repr=False)
+    """Where the Batch API (``/v1/files``, ``/v1/batches``) keeps files, batches and
+    answers: a ``postgresql://`` URL shared by every gateway of a fleet (any replica
+    serves any batch; a dead one's batches are taken over when its lease lapses), or
+    None: ``batches.sqlite3`` in the state directory."""
+    batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1024)
+    """The largest file ``/v1/files`` takes (OpenAI's: 200 MB for a batch)."""
+    batch_concurrency: int = Field(default=8, ge=1)
+    """A batch's lines in flight at once on one gateway (each still meets admission)."""
     batch_lease_s: float = Field(default=30.0, gt=0)
-    """PETS batch jobs: the lease a gateway holds on a job it runs (renewed every third of
-    it). A killed gateway's jobs are resumed once it expires; a graceful stop hands them
-    on at once."""
+    """Batch API batches and PETS batch jobs: the lease a gateway holds on a job it runs
+    (renewed every third of it). A killed gateway's jobs are resumed once it expires; a
+    graceful stop hands them on at once."""
 
     # --- admission control
     max_inflight_requests: int = Field(default=256, ge=1)

@@ -219,6 +219,10 @@ class Keyring:
             return (Tenant(name=ANONYMOUS),)
         return self._plain.tenants() + self._file.tenants()
 
+    def named(self, name: str) -> Tenant | None:
+        """The tenant called ``name`` as the keys describe it now (None: no longer)."""
+        return next((t for t in self.tenants() if t.name == name), None)
+
     def identify(self, key: str) -> Tenant:
         """The tenant of ``key`` (the key the request presented, "" for none); raises
         ``Unauthorized`` when keys are configured and it is none of them."""

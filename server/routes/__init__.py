@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from server.pets_batches import routes as batches
 from server.routes import (
+    batch_api,
     chat,
     completions,
     health,
@@ -27,5 +28,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
     batches.router,
+    batch_api.router,
     ui.router,
 )

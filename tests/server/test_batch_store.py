@@ -1,0 +1,182 @@
+"""The Batch API's store and runner on both databases (SQLite, and a real PostgreSQL
+server started for the module): leases, exactly-once answers, a dead runner's batch
+taken over, cancel, finalisation; the runner's lines over a scripted call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from postgres import postgres_server
+
+from core.base import JSON
+from server.batch_api.lines import read_lines
+from server.batch_api.records import BatchRecord, Line, new_id
+from server.batch_api.runner import Answer, BatchRunner
+from server.batch_api.store import BatchStore
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_url: str
+) -> AsyncIterator[BatchStore]:
+    target = str(tmp_path / "batches.sqlite3") if request.param == "sqlite" else pg_url
+    s = BatchStore(target)
+    yield s
+    await s.aclose()
+
+
+async def _batch(store: BatchStore, n: int) -> str:
+    record = BatchRecord(
+        id=new_id("batch_"),
+        owner="t",
+        endpoint="/v1/chat/completions",
+        input_file_id="file-x",
+        status="in_progress",
+        created_at=1,
+        expires_at=2,
+        times={"in_progress": 1},
+    )
+    lines = [Line(index=i, custom_id=f"q{i}", body={"i": i}) for i in range(n)]
+    await store.create_batch(record, lines)
+    return record.id
+
+
+class Calls:
+    """A scripted route: answers after ``delay_s``; line i % 5 == 4 is a 400; counts."""
+
+    def __init__(self, delay_s: float = 0.0, busy_first: int = 0) -> None:
+        self.delay_s = delay_s
+        self.seen: list[int] = []
+        self.busy = busy_first
+
+    async def __call__(self, endpoint: str, body: dict[str, JSON], tenant: str) -> Answer:
+        if self.busy > 0:
+            self.busy -= 1
+            return Answer(429, {"error": {}}, "rid", retry_after_s=0.01)
+        await asyncio.sleep(self.delay_s)
+        i = int(body["i"])  # type: ignore[call-overload]
+        self.seen.append(i)
+        if i % 5 == 4:
+            return Answer(400, {"error": {"message": "bad"}}, f"r{i}")
+        return Answer(200, {"answer": i}, f"r{i}")
+
+
+async def _until(store: BatchStore, batch_id: str, status: str, timeout: float = 20) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            found = await store.batch(batch_id)
+            assert found is not None
+            if found[0].status == status:
+                return found
+            await asyncio.sleep(0.02)
+
+
+async def test_a_batch_runs_to_its_output_and_error_files(store: BatchStore) -> None:
+    batch_id = await _batch(store, 12)
+    calls = Calls(busy_first=3)  # a full server first: waited out, not answered
+    runner = BatchRunner(store, calls, lease_s=1.0, concurrency=4)
+    await runner.start()
+    record, counts = await _until(store, batch_id, "completed")
+    await runner.aclose()
+    assert (counts.total, counts.completed, counts.failed) == (12, 10, 2)
+    assert sorted(calls.seen) == list(range(12))
+    output = (await store.content(record.output_file_id) or b"").splitlines()
+    errors = (await store.content(record.error_file_id) or b"").splitlines()
+    assert [orjson.loads(x)["custom_id"] for x in output] == [
+        f"q{i}" for i in range(12) if i % 5 != 4
+    ]
+    failed = [orjson.loads(x) for x in errors]
+    assert [f["custom_id"] for f in failed] == ["q4", "q9"]
+    assert failed[0]["response"]["status_code"] == 400 and failed[0]["error"] is None
+    assert (await store.file(record.output_file_id)).purpose == "batch_output"  # type: ignore[union-attr]
+
+
+async def test_a_dead_runners_batch_is_taken_over_and_every_line_answered_once(
+    store: BatchStore,
+) -> None:
+    batch_id = await _batch(store, 40)
+    slow = Calls(delay_s=0.05)
+    first = BatchRunner(store, slow, lease_s=0.6, concurrency=4, owner="first")
+    await first.start()
+    async with asyncio.timeout(20):
+        while len(slow.seen) < 8:
+            await asyncio.sleep(0.01)
+    # Killed: its tasks stop without releasing the lease (as kill -9 leaves it).
+    assert first._claimer is not None
+    first._claimer.cancel()
+    for task in list(first._tasks.values()):
+        task.cancel()
+    await asyncio.sleep(0.05)
+    second_calls = Calls()
+    second = BatchRunner(store, second_calls, lease_s=0.6, concurrency=4, owner="second")
+    await second.start()
+    _, counts = await _until(store, batch_id, "completed")
+    await second.aclose()
+    assert counts.completed + counts.failed == 40
+    by = await store.answered_by(batch_id)
+    assert set(by) == {"first", "second"} and sum(by.values()) == 40
+    answers = await store.answers(batch_id)
+    assert [i for i, _, _ in answers] == list(range(40))  # each line once
+
+
+async def test_two_runners_at_once_answer_each_line_once(store: BatchStore) -> None:
+    batch_id = await _batch(store, 30)
+    a = BatchRunner(store, Calls(delay_s=0.01), lease_s=0.5, concurrency=4, owner="a")
+    b = BatchRunner(store, Calls(delay_s=0.01), lease_s=0.5, concurrency=4, owner="b")
+    await asyncio.gather(a.start(), b.start())
+    _, counts = await _until(store, batch_id, "completed")
+    await asyncio.gather(a.aclose(), b.aclose())
+    assert counts.completed + counts.failed == 30
+    assert len(await store.answers(batch_id)) == 30
+
+
+async def test_a_cancelled_batch_ends_with_what_was_answered(store: BatchStore) -> None:
+    batch_id = await _batch(store, 50)
+    calls = Calls(delay_s=0.05)
+    runner = BatchRunner(store, calls, lease_s=0.3, concurrency=2)
+    await runner.start()
+    async with asyncio.timeout(20):
+        while len(calls.seen) < 4:
+            await asyncio.sleep(0.01)
+    assert await store.cancel(batch_id)
+    record, counts = await _until(store, batch_id, "cancelled")
+    await runner.aclose()
+    assert 4 <= counts.completed + counts.failed < 50
+    assert "cancelling" in record.times and "cancelled" in record.times
+    assert not await store.cancel(batch_id)  # over: nothing to cancel
+
+
+def test_an_input_file_is_checked_line_by_line() -> None:
+    good = b'{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"model":"m"}}'
+    lines, errors = read_lines(good + b"\n\n" + good.replace(b'"a"', b'"b"'), "/v1/completions")
+    assert [ln.custom_id for ln in lines] == ["a", "b"] and errors == []
+    bad = b"\n".join(
+        [
+            good,
+            b"{not json",
+            good,  # the same custom_id again
+            good.replace(b'"a"', b'"c"').replace(b"/v1/completions", b"/v1/embeddings"),
+            good.replace(b'"a"', b'"d"').replace(b"POST", b"GET"),
+            b'{"custom_id":"e","method":"POST","url":"/v1/completions"}',
+        ]
+    )
+    _, errors = read_lines(bad, "/v1/completions")
+    assert [(e["line"], e["code"]) for e in errors] == [
+        (2, "invalid_json_line"),
+        (3, "duplicate_custom_id"),
+        (4, "invalid_url"),
+        (5, "invalid_method"),
+        (6, "missing_required_parameter"),
+    ]
+    assert read_lines(b"\n", "/v1/completions")[1][0]["code"] == "empty_file"
