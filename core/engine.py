@@ -111,6 +111,9 @@ class GenerateRequest:
     # The tenant the call is for (``server.tenants``): a fleet's router weighs tenants
     # by it (llm-d's fairness id). The same for every sample of a request. None: unknown.
     tenant: str | None = None
+    # What the call serves, as llm-d's objectives name it: ``interactive`` (a client
+    # waits), ``batch`` (a Batch API line). None: unknown.
+    objective: str | None = None
     # The call draws thinking only and a later call of the request answers (a search's
     # steps, two-pass's first pass): a request's ceiling and deadline keep the answer's
     # share back from it (``core.allowance``).

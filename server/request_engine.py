@@ -75,6 +75,7 @@ class RequestEngine:
         *,
         affinity: str,
         tenant: str | None = None,
+        objective: str | None = None,
         allowance: Allowance | None = None,
         speed: DecodeSpeed | None = None,
         answer_reserve: int = 16,
@@ -83,6 +84,7 @@ class RequestEngine:
         self.tally = tally
         self.affinity = affinity
         self.tenant = tenant
+        self.objective = objective
         self.model_name: str = engine.model_name
         self.tokens: ModelTokens = engine.tokens
         self.allowance = allowance or Allowance()
@@ -99,12 +101,13 @@ class RequestEngine:
         return self._engine.processors
 
     def _keyed(self, request: GenerateRequest) -> GenerateRequest:
-        if request.affinity and request.tenant:
+        if request.affinity and request.tenant and request.objective:
             return request
         return replace(
             request,
             affinity=request.affinity or self.affinity,
             tenant=request.tenant or self.tenant,
+            objective=request.objective or self.objective,
         )
 
     def _fit(self, request: GenerateRequest, rows: int | None = None) -> Fitted:

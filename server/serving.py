@@ -49,7 +49,7 @@ from core.errors import (
 from server import budgets, chat_translation, effort, presets, sdk_fields
 from server.admission import Slot
 from server.answer_fields import format_asked, logprobs_asked, tools_asked
-from server.auth import authorize
+from server.auth import authorize, is_batch_line
 from server.errors import ClientGone, request_id, response_headers
 from server.gateway import Gateway, gateway
 from server.metrics import record_end, route_label
@@ -130,6 +130,7 @@ class Admitted:
     continuous_usage: bool  # usage on every chunk (vLLM's continuous_usage_stats)
     limits: Limits  # each prompt's ceiling (a share of the request's) and deadline
     tenant: str
+    objective: str  # interactive, or batch (a Batch API line): the fleet's objective
     # Each prompt's account, once its run began: what an unanswered request is billed.
     allowances: list[Allowance]
 
@@ -146,6 +147,7 @@ class Admitted:
                 tally,
                 affinity=ctx.request.request_id,
                 tenant=self.tenant,
+                objective=self.objective,
                 allowance=allowance,
                 answer_reserve=self.gw.settings.answer_reserve,
             )
@@ -380,6 +382,7 @@ async def admit(
         ),
         limits=limits,
         tenant=tenant.name,
+        objective="batch" if is_batch_line(request) else "interactive",
         allowances=allowances,
     )
     return admitted, body.stream

@@ -57,6 +57,7 @@ T = TypeVar("T")
 
 AFFINITY_HEADER: Final = "X-Session-ID"
 FAIRNESS_HEADER: Final = "x-llm-d-inference-fairness-id"
+OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
 # A connection that breaks as it opens can surface from httpcore's anyio backend as an
 # AttributeError (it reads the peer name of a socket already gone: ``'NoneType' object
 # has no attribute 'getpeername'``, seen with a replica SIGKILLed under load): a broken
@@ -647,6 +648,9 @@ def _headers(request: GenerateRequest) -> dict[str, str]:
         # llm-d's endpoint picker weighs requests by tenant: all samples of one request
         # carry their tenant's id, so a 16-sample request is one tenant, not 16.
         headers[FAIRNESS_HEADER] = request.tenant
+    if request.objective:
+        # Its objective (an InferenceObjective's name): interactive calls before batch.
+        headers[OBJECTIVE_HEADER] = request.objective
     return headers
 
 

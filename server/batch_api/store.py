@@ -97,6 +97,7 @@ class BatchStore:
         self.postgres = target.startswith(("postgresql://", "postgres://"))
         self._dialect = POSTGRESQL if self.postgres else SQLITE
         self.target = _redacted(target) if self.postgres else target
+        self._url = target  # with its password: what a helper process connects to
         self._db: Any = self._connect(target)
         try:
             with self._write() as db:

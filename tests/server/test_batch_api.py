@@ -26,6 +26,7 @@ from server.tenants import hashed
 
 ANSWER = "3\n</think>\\boxed{3}"
 KEYS = {"alpha": "tg-batch-alpha", "beta": "tg-batch-beta"}
+ENGINES: dict[str, ScriptedEngine] = {}  # by URL: what the engine was asked
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -57,6 +58,7 @@ def url(
         )
         config = uvicorn.Config(create_app(settings, engine=engine), log_level="warning")
         with uvicorn_in_thread(config) as port:
+            ENGINES[f"http://127.0.0.1:{port}/v1"] = engine
             yield f"http://127.0.0.1:{port}/v1"
 
     if request.param == "sqlite":
@@ -140,6 +142,9 @@ def test_a_chat_batch_round_trip(url: str) -> None:
     assert errors[1]["response"]["body"]["error"]["param"] == "temperature"
     assert c.files.retrieve(done.output_file_id).purpose == "batch_output"
     assert batch.id in [b.id for b in c.batches.list(limit=100)]
+    # The lines' engine calls name the batch's tenant and the batch objective.
+    asked = {(r.tenant, r.objective) for r in ENGINES[url].calls}
+    assert ("alpha", "batch") in asked and (None, None) not in asked
     assert upload.id in [f.id for f in c.files.list(purpose="batch")]
 
 

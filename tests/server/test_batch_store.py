@@ -180,3 +180,43 @@ def test_an_input_file_is_checked_line_by_line() -> None:
         (6, "missing_required_parameter"),
     ]
     assert read_lines(b"\n", "/v1/completions")[1][0]["code"] == "empty_file"
+
+
+async def test_a_killed_process_batch_is_taken_over_by_another(store: BatchStore) -> None:
+    """A real second process runs the batch and is SIGKILLed mid-way; this one takes the
+    batch over once the dead one's lease lapses, and every line is answered once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    batch_id = await _batch(store, 60)
+    worker = Path(__file__).resolve().parent.parent / "batch_worker.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(worker), store._url, "killed", "1.0", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while (await store.answered_by(batch_id)).get("killed", 0) < 10:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                await asyncio.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = time.monotonic()
+    survivor = BatchRunner(store, Calls(), lease_s=1.0, concurrency=4, owner="survivor")
+    await survivor.start()
+    async with asyncio.timeout(30):
+        while "survivor" not in await store.answered_by(batch_id):
+            await asyncio.sleep(0.02)
+    took_over_s = time.monotonic() - killed_at
+    _, counts = await _until(store, batch_id, "completed")
+    await survivor.aclose()
+    by = await store.answered_by(batch_id)
+    assert set(by) == {"killed", "survivor"} and sum(by.values()) == 60
+    assert [i for i, _, _ in await store.answers(batch_id)] == list(range(60))
+    assert counts.completed + counts.failed == 60
+    assert took_over_s < 5  # the dead one's 1 s lease, and a claim tick of a third of it

@@ -192,16 +192,22 @@ async def test_every_call_of_a_request_carries_its_tenant_as_the_fleets_fairness
     call of one request, retries included, names the request's tenant (one tenant, not
     one per sample)."""
     seen: list[tuple[str, str | None]] = []
+    objectives: list[str | None] = []
 
     def handler(r: httpx.Request) -> httpx.Response:
         seen.append((host(r), r.headers.get("x-llm-d-inference-fairness-id")))
+        objectives.append(r.headers.get("x-llm-d-inference-objective"))
         if host(r) == A:
             raise httpx.ConnectError("refused", request=r)
         return completions(r) if r.url.path == "/v1/completions" else generate(r)
 
     eng = engine(handler)
-    ours = [replace(request(0), tenant="research"), replace(request(1, n=3), tenant="research")]
+    ours = [
+        replace(request(0), tenant="research", objective="batch"),
+        replace(request(1, n=3), tenant="research", objective="batch"),
+    ]
     await eng.generate_batch(ours)
     await eng.generate(request(2))  # no tenant known: no header
     assert seen == [(A, "research"), (B, "research"), (B, None)]
+    assert objectives == ["batch", "batch", None]
     await eng.aclose()

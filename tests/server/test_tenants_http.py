@@ -41,9 +41,10 @@ def keys_file(tenants: dict[str, str]) -> str:
 
 
 class Server:
-    def __init__(self, url: str, keys: Path) -> None:
+    def __init__(self, url: str, keys: Path, engine: ScriptedEngine | None = None) -> None:
         self.url = url
         self.keys = keys
+        self.engine = engine
 
     def client(self, tenant: str, key: str | None = None) -> Any:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or KEYS[tenant], max_retries=0)
@@ -72,7 +73,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, testbed_tokens: Any) -> Ite
     )
     config = uvicorn.Config(create_app(settings, engine=engine), log_level="warning")
     with uvicorn_in_thread(config) as port:
-        yield Server(f"http://127.0.0.1:{port}", keys)
+        yield Server(f"http://127.0.0.1:{port}", keys, engine)
 
 
 def ask(client: Any, *, n: int = 1, messages: int = 1, **extra: Any) -> Any:
@@ -91,6 +92,9 @@ def test_a_key_revoked_in_the_file_is_refused_at_once_and_a_new_one_admitted(
     server: Server,
 ) -> None:
     assert ask(server.client("beta")).choices[0].message.content == "\\boxed{3}"
+    assert server.engine is not None  # the engine call names the tenant, online
+    last = server.engine.calls[-1]
+    assert (last.tenant, last.objective) == ("beta", "interactive")
     with pytest.raises(openai.AuthenticationError):
         ask(server.client("beta", key="tg-wrong"))
     server.keys.write_text(keys_file({**{k: v for k, v in KEYS.items() if k != "beta"}}))
