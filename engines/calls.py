@@ -20,6 +20,7 @@ status is an answer.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -50,6 +51,18 @@ class CallFailed(Exception):
 class Answer:
     status: int
     content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Transport:
+    """How calls reach a server behind TLS and auth: a CA bundle that signs its
+    certificate (None: the system's store) and headers every call carries."""
+
+    ca_bundle: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.ca_bundle is None else ssl.create_default_context(cafile=self.ca_bundle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +109,9 @@ class AiohttpCalls:
     unbounded: the gateway's admission control bounds the calls, a pool must not queue
     behind it."""
 
-    def __init__(self, timeouts: Timeouts) -> None:
+    def __init__(self, timeouts: Timeouts, transport: Transport | None = None) -> None:
         self._timeouts = timeouts
+        self._transport = transport or Transport()
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
@@ -106,8 +120,12 @@ class AiohttpCalls:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_S
+                    limit=0,
+                    limit_per_host=0,
+                    keepalive_timeout=KEEPALIVE_S,
+                    ssl=self._transport.ssl_context() or True,
                 ),
+                headers=dict(self._transport.headers),
                 timeout=aiohttp.ClientTimeout(
                     total=None,
                     connect=None,

@@ -48,6 +48,10 @@ class RemoteEngineSettings:
     retries: int = 3
     server_rows: int = 64
     joint_calls: bool = True  # generate_batch: requests alike share one call
+    # A fleet gateway's TLS and auth: a CA bundle that signs its certificate (None: the
+    # system's), and headers every call carries (``Authorization``, a tenant header).
+    ca_bundle: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class EngineSettings(Protocol):

@@ -75,8 +75,17 @@ class Settings(BaseSettings):
     """``local``: vLLM's engine in this process; ``remote``: vLLM OpenAI servers at
     ``--vllm-urls`` generate the tokens (this process keeps the tokenizer)."""
     vllm_urls: StrList = ()
-    """Remote engine: base URLs of vLLM servers (``http://host:port``). One URL: a router
-    (or one replica) that places requests itself; several: thinkgate spreads them."""
+    """Remote engine: base URLs of vLLM servers (``http://host:port``), or of a fleet's
+    gateway with a path prefix (``https://gw/<namespace>/<name>``: calls go to
+    ``<url>/v1/completions``...). One URL: a router (or one replica) that places requests
+    itself; several: thinkgate spreads them."""
+    remote_ca_bundle: str | None = None
+    """Remote engine: a PEM file of the CA that signs the servers' TLS certificates (a
+    fleet gateway with its own CA); None: the system's trust store."""
+    remote_headers: StrList = Field(default=(), repr=False)
+    """Remote engine: headers every call to the servers carries, as ``Name: value``
+    (comma-separated, or a JSON list), e.g. ``Authorization: Bearer <token>`` for a fleet
+    gateway."""
     remote_protocol: Literal["auto", "generate", "completions"] = "auto"
     """Remote engine: ``generate`` (vLLM's token-in/token-out ``/inference/v1/generate``,
     needs ``--enable-scale-out``), ``completions`` (``/v1/completions`` with token ids),
@@ -355,7 +364,16 @@ class Settings(BaseSettings):
     """Log the stack of any event-loop stall longer than this (a watchdog thread); 0: off.
     The loop's lag is always in ``/metrics`` (``thinkgate_event_loop_lag_seconds``)."""
 
-    @field_validator("api_keys", "logits_processors", "strategies", "vllm_urls", mode="before")
+    @field_validator("remote_headers", mode="after")
+    @classmethod
+    def _headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            _header(item)
+        return value
+
+    @field_validator(
+        "api_keys", "logits_processors", "strategies", "vllm_urls", "remote_headers", mode="before"
+    )
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -455,6 +473,8 @@ class Settings(BaseSettings):
             retries=self.remote_retries,
             server_rows=self.remote_server_rows,
             joint_calls=self.remote_joint_calls,
+            ca_bundle=self.remote_ca_bundle,
+            headers=tuple(_header(h) for h in self.remote_headers),
         )
 
     @property
@@ -482,3 +502,11 @@ class Settings(BaseSettings):
         """The share of the model's context that ``effort`` thinks for (server.effort)."""
         value: float = getattr(self, f"effort_{effort}")
         return value
+
+
+def _header(item: str) -> tuple[str, str]:
+    """``Name: value`` as a header pair; a ValueError naming the form otherwise."""
+    name, sep, value = item.partition(":")
+    if not sep or not name.strip() or not value.strip() or any(c in name for c in " \t\r\n"):
+        raise ValueError("a remote header is 'Name: value' (e.g. 'Authorization: Bearer t')")
+    return name.strip(), value.strip()

@@ -42,7 +42,7 @@ from core.errors import (
     InvalidRequest,
     UpstreamError,
 )
-from engines.calls import AiohttpCalls, CallFailed, Calls, HttpxCalls, Timeouts
+from engines.calls import AiohttpCalls, CallFailed, Calls, HttpxCalls, Timeouts, Transport
 from engines.http_errors import transport_error
 from engines.remote import joint
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
@@ -116,14 +116,19 @@ class RemoteEngine:
         ``remote_start_timeout_s``. Servers not up yet are admitted when they verify."""
         tokens = TokenizerTokens.for_settings(settings)
         remote = settings.remote
-        client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=remote.connect_timeout_s))
+        transport = Transport(ca_bundle=remote.ca_bundle, headers=remote.headers)
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=remote.connect_timeout_s),
+            verify=transport.ssl_context() or True,
+            headers=dict(remote.headers),
+        )
         engine = cls(
             remote,
             model_name=settings.model_name,
             tokens=tokens,
             probe=probe_text(tokens, settings.think_start, settings.think_end),
             client=client,
-            calls=AiohttpCalls(Timeouts(connect=remote.connect_timeout_s, read=None)),
+            calls=AiohttpCalls(Timeouts(connect=remote.connect_timeout_s, read=None), transport),
         )
         try:
             await engine._first_admission()
