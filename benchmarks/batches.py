@@ -57,7 +57,7 @@ MODEL = "testbed-base"
 def replica() -> Iterator[ServerUrl]:
     port = free_port()
     cmd = [sys.executable, "-m", "server.cli", "replica", "--port", str(port)]
-    cmd += ["--served-model-name", MODEL]
+    cmd += ["--served-model-name", MODEL, "--max-model-len", "512"]  # the testbed's context
     with serve(
         cmd, ready_path="/health", log=RESULTS / "logs" / "batches-replica.log", port=port
     ) as url:
@@ -70,6 +70,7 @@ def gateway(tag: str, upstream: str, *flags: str) -> Iterator[tuple[ServerUrl, P
     state = tempfile.mkdtemp(prefix=f"thinkgate-bench-batches-{tag}-")
     cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
     cmd += ["--engine", "remote", "--vllm-urls", upstream, "--served-model-name", MODEL]
+    cmd += ["--max-model-len", "512"]
     cmd += ["--reward-model", "none", "--prm-model", "none", "--state-dir", state, *flags]
     log = RESULTS / "logs" / f"batches-gateway-{tag}.log"
     with serve(cmd, ready_path="/ready", log=log, port=port) as url:
