@@ -140,22 +140,32 @@ class BatchRunner:
                 log.error("batch.run_failed", batch_id=batch_id, error=str(lines.exception()))
                 await self.store.release(batch_id, self.owner)
                 return
-            await self._finalize(batch_id)
+            expired = lines.done() and not lines.cancelled() and lines.result() is False
+            await self._finalize(batch_id, expired=expired)
         except asyncio.CancelledError:
             lines.cancel()
             await asyncio.gather(lines, return_exceptions=True)
             raise
 
-    async def _lines(self, batch_id: str) -> None:
+    async def _lines(self, batch_id: str) -> bool:
+        """Run the batch's unanswered lines; False: its window ran out first (the lines
+        left are answered ``batch_expired``)."""
         found = await self.store.batch(batch_id)
         if found is None:
-            return
+            return True
         record, _ = found
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(line: Line) -> None:
             async with gate:
-                answer = await self._answer(record.endpoint, line, record.owner)
+                try:
+                    answer = await self._answer(record.endpoint, line, record.owner)
+                except Exception as exc:  # never a route's answer: the line's, not the batch's
+                    log.exception("batch.line_failed", batch_id=batch_id, index=line.index)
+                    message = f"internal error: {type(exc).__name__}"
+                    answer = Answer(
+                        500, {"error": {"message": message, "type": "server_error"}}, ""
+                    )
                 result: dict[str, JSON] = {
                     "id": new_id("batch_req_"),
                     "custom_id": line.custom_id,
@@ -170,7 +180,14 @@ class BatchRunner:
                 await self.store.record(batch_id, line.index, result, ok=ok, owner=self.owner)
 
         while pending := await self.store.pending(batch_id, limit=self._concurrency * 16):
+            if time.time() > record.expires_at:
+                for line in pending:
+                    await self.store.record(
+                        batch_id, line.index, _expired(line), ok=False, owner=self.owner
+                    )
+                continue
             await asyncio.gather(*(one(line) for line in pending))
+        return time.time() <= record.expires_at
 
     async def _answer(self, endpoint: str, line: Line, tenant: str) -> Answer:
         while True:
@@ -180,7 +197,7 @@ class BatchRunner:
             # Full, draining or the engine down: not an answer; wait as told, ask again.
             await asyncio.sleep(max(0.1, answer.retry_after_s or 1.0))
 
-    async def _finalize(self, batch_id: str) -> None:
+    async def _finalize(self, batch_id: str, *, expired: bool = False) -> None:
         answers = await self.store.answers(batch_id)
         now = int(time.time())
         files: list[tuple[FileRecord, bytes]] = []
@@ -203,8 +220,26 @@ class BatchRunner:
             files.append((record, content))
             ids[ok] = record.id
         ended = await self.store.finalize(
-            batch_id, self.owner, files, output_file_id=ids[True], error_file_id=ids[False]
+            batch_id,
+            self.owner,
+            files,
+            output_file_id=ids[True],
+            error_file_id=ids[False],
+            expired=expired,
         )
         log.info(
             "batch.ended" if ended else "batch.not_ours", batch_id=batch_id, lines=len(answers)
         )
+
+
+def _expired(line: Line) -> dict[str, JSON]:
+    """The answer of a line the batch's 24 h window closed on, as OpenAI words it."""
+    return {
+        "id": new_id("batch_req_"),
+        "custom_id": line.custom_id,
+        "response": None,
+        "error": {
+            "code": "batch_expired",
+            "message": "This request could not be executed before the completion window expired.",
+        },
+    }

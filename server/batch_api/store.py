@@ -420,11 +420,20 @@ class BatchStore:
         *,
         output_file_id: str | None,
         error_file_id: str | None,
+        expired: bool = False,
     ) -> bool:
-        """Write the output and error files and end the batch (completed, or cancelled
-        if it was being cancelled), if ``owner`` still holds it."""
+        """Write the output and error files and end the batch (completed; cancelled if
+        it was being cancelled; expired if its window closed), if ``owner`` holds it."""
         return await self._call(
-            partial(self._finalize, batch_id, owner, tuple(files), output_file_id, error_file_id)
+            partial(
+                self._finalize,
+                batch_id,
+                owner,
+                tuple(files),
+                output_file_id,
+                error_file_id,
+                expired,
+            )
         )
 
     def _finalize(
@@ -434,6 +443,7 @@ class BatchStore:
         files: tuple[tuple[FileRecord, bytes], ...],
         output_file_id: str | None,
         error_file_id: str | None,
+        expired: bool,
     ) -> bool:
         with self._write() as db:
             row = db.one(
@@ -445,6 +455,8 @@ class BatchStore:
             for record, content in files:
                 _insert_file(db, record, content)
             status: BatchStatus = "cancelled" if row[0] == "cancelling" else "completed"
+            if expired and status == "completed":
+                status = "expired"
             return self._transition(
                 db,
                 batch_id,

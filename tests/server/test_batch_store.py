@@ -44,7 +44,7 @@ async def _batch(store: BatchStore, n: int) -> str:
         input_file_id="file-x",
         status="in_progress",
         created_at=1,
-        expires_at=2,
+        expires_at=2**40,  # far off: these batches run
         times={"in_progress": 1},
     )
     lines = [Line(index=i, custom_id=f"q{i}", body={"i": i}) for i in range(n)]
@@ -220,3 +220,54 @@ async def test_a_killed_process_batch_is_taken_over_by_another(store: BatchStore
     assert [i for i, _, _ in await store.answers(batch_id)] == list(range(60))
     assert counts.completed + counts.failed == 60
     assert took_over_s < 5  # the dead one's 1 s lease, and a claim tick of a third of it
+
+
+async def test_a_batch_past_its_window_expires_with_its_lines_answered_so(
+    store: BatchStore,
+) -> None:
+    record = BatchRecord(
+        id=new_id("batch_"),
+        owner="t",
+        endpoint="/v1/chat/completions",
+        input_file_id="file-x",
+        status="in_progress",
+        created_at=1,
+        expires_at=2,  # long past
+        times={"in_progress": 1},
+    )
+    await store.create_batch(
+        record, [Line(index=i, custom_id=f"q{i}", body={"i": i}) for i in range(3)]
+    )
+    calls = Calls()
+    runner = BatchRunner(store, calls, lease_s=1.0)
+    await runner.start()
+    done, counts = await _until(store, record.id, "expired")
+    await runner.aclose()
+    assert calls.seen == [] and (counts.completed, counts.failed) == (0, 3)
+    assert done.output_file_id is None and "expired" in done.times
+    errors = [
+        orjson.loads(x) for x in (await store.content(done.error_file_id) or b"").splitlines()
+    ]
+    assert [e["error"]["code"] for e in errors] == ["batch_expired"] * 3
+    assert all(e["response"] is None for e in errors)
+
+
+async def test_a_line_whose_call_fails_is_answered_with_a_500_not_retried_forever(
+    store: BatchStore,
+) -> None:
+    batch_id = await _batch(store, 3)
+
+    async def call(endpoint: str, body: dict[str, JSON], tenant: str) -> Answer:
+        if body["i"] == 1:
+            raise RuntimeError("boom")
+        return Answer(200, {"ok": True}, "r")
+
+    runner = BatchRunner(store, call, lease_s=1.0)
+    await runner.start()
+    done, counts = await _until(store, batch_id, "completed")
+    await runner.aclose()
+    assert (counts.completed, counts.failed) == (2, 1)
+    (error,) = [
+        orjson.loads(x) for x in (await store.content(done.error_file_id) or b"").splitlines()
+    ]
+    assert error["custom_id"] == "q1" and error["response"]["status_code"] == 500
