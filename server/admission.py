@@ -33,7 +33,7 @@ from core.base import Result
 from core.errors import Overloaded
 from server.metrics import Metrics
 from server.tenant_window import TenantWindow
-from server.tenants import ANONYMOUS, Tenant
+from server.tenants import Tenant
 
 Clock = Callable[[], float]
 
@@ -96,12 +96,12 @@ class Admission:
             acct.tenant = tenant  # a reloaded keys file may have changed its limits
         return acct
 
-    def check_room(self, tenant: Tenant | None = None) -> None:
+    def check_room(self, tenant: Tenant) -> None:
         """Refuse at once (429) what cannot be admitted whatever its body says, before
         the body is parsed or tokenised: under overload the refused requests' parsing
         competed for the CPU with the admitted ones (a 2-core box at 10x the cap
         answered about 80 refusals a second). ``acquire`` still decides."""
-        acct = self.account(tenant or Tenant(name=ANONYMOUS))
+        acct = self.account(tenant)
         now = self._clock()
         if (limit := acct.tenant.limits.requests_per_minute) is not None:
             wait = acct.window.requests_wait(limit, now)

@@ -199,6 +199,8 @@ class BatchRunner:
 
     async def _finalize(self, batch_id: str, *, expired: bool = False) -> None:
         answers = await self.store.answers(batch_id)
+        found = await self.store.batch(batch_id)
+        owner = found[0].owner if found else ""  # the files are the batch's tenant's
         now = int(time.time())
         files: list[tuple[FileRecord, bytes]] = []
         ids: dict[bool, str | None] = {True: None, False: None}
@@ -207,8 +209,6 @@ class BatchRunner:
             if not lines:
                 continue
             content = b"\n".join(lines) + b"\n"
-            found = await self.store.batch(batch_id)
-            owner = found[0].owner if found else ""
             record = FileRecord(
                 id=new_id("file-"),
                 owner=owner,

@@ -36,7 +36,8 @@ async def store(
     await s.aclose()
 
 
-async def _batch(store: BatchStore, n: int) -> str:
+async def _batch(store: BatchStore, n: int, *, expires_at: int = 2**40) -> str:
+    """A batch of ``n`` lines in progress (by default its window far off: it runs)."""
     record = BatchRecord(
         id=new_id("batch_"),
         owner="t",
@@ -44,7 +45,7 @@ async def _batch(store: BatchStore, n: int) -> str:
         input_file_id="file-x",
         status="in_progress",
         created_at=1,
-        expires_at=2**40,  # far off: these batches run
+        expires_at=expires_at,
         times={"in_progress": 1},
     )
     lines = [Line(index=i, custom_id=f"q{i}", body={"i": i}) for i in range(n)]
@@ -225,23 +226,11 @@ async def test_a_killed_process_batch_is_taken_over_by_another(store: BatchStore
 async def test_a_batch_past_its_window_expires_with_its_lines_answered_so(
     store: BatchStore,
 ) -> None:
-    record = BatchRecord(
-        id=new_id("batch_"),
-        owner="t",
-        endpoint="/v1/chat/completions",
-        input_file_id="file-x",
-        status="in_progress",
-        created_at=1,
-        expires_at=2,  # long past
-        times={"in_progress": 1},
-    )
-    await store.create_batch(
-        record, [Line(index=i, custom_id=f"q{i}", body={"i": i}) for i in range(3)]
-    )
+    batch_id = await _batch(store, 3, expires_at=2)  # its window long past
     calls = Calls()
     runner = BatchRunner(store, calls, lease_s=1.0)
     await runner.start()
-    done, counts = await _until(store, record.id, "expired")
+    done, counts = await _until(store, batch_id, "expired")
     await runner.aclose()
     assert calls.seen == [] and (counts.completed, counts.failed) == (0, 3)
     assert done.output_file_id is None and "expired" in done.times
