@@ -17,9 +17,7 @@ ROOT=$(pwd)
 OUT=${OUT:-$ROOT/benchmarks/results/image-cpu.md}
 TAG=${TAG:-localhost/thinkgate-cpu:local}
 PORT=${PORT:-18000}
-# vfs: works on any filesystem without fuse-overlayfs; every layer is a full copy, hence
-# one committed layer per build (bud's default --layers=false).
-B=(buildah --storage-driver vfs)
+source scripts/image-lib.sh
 work=$(mktemp -d /tmp/image-cpu.XXXXXX)
 ctr="" serve_pid=""
 cleanup() {
@@ -31,27 +29,10 @@ cleanup() {
 }
 trap cleanup EXIT
 started=$(date +%s)
-base_made=pulled
 
-base=${BASE:-python:3.11-slim}
-if ! "${B[@]}" pull -q "docker.io/library/$base" >/dev/null 2>&1; then
-  echo "image-cpu: cannot pull $base; building a stand-in from Debian bookworm" >&2
-  base=localhost/thinkgate-base:bookworm
-  base_made="reused (made by an earlier run)"
-  if ! "${B[@]}" inspect --type image "$base" >/dev/null 2>&1; then
-    rootfs=$work/rootfs
-    debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
-      bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-    ctr=$("${B[@]}" from scratch)
-    "${B[@]}" copy "$ctr" "$rootfs" / >/dev/null
-    "${B[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      --cmd /bin/bash "$ctr"
-    "${B[@]}" commit -q "$ctr" "$base" >/dev/null
-    "${B[@]}" rm "$ctr" >/dev/null
-    ctr=""
-    rm -rf "$rootfs"
-    base_made=made
-  fi
+if [[ -n "${BASE:-}" ]]; then base=$BASE base_made=given; else
+  pull_or_standin library/python:3.11-slim localhost/thinkgate-base:bookworm \
+    python3,python3-venv,python3-pip,ca-certificates
 fi
 based=$(date +%s)
 

@@ -39,9 +39,26 @@ def test_the_gpu_image_takes_its_dependencies_from_pyproject() -> None:
     text = (SCRIPT.parent.parent / "Dockerfile").read_text()
     installs = [line for line in text.splitlines() if "pip install" in line]
     assert installs, "the Dockerfile installs nothing"
-    for line in installs:
+    ours = [line for line in installs if '"$VLLM_SPEC"' not in line]
+    assert len(ours) == 1 and len(installs) == 2, installs
+    for line in ours:
         assert line.rstrip().endswith("-e ."), line
         assert "--no-deps" not in line, line
+
+
+def test_the_gpu_image_base_and_its_vllm_are_the_gpu_extras_pin() -> None:
+    """vLLM's image of the pinned release by default; scripts/image-gpu.sh installs the
+    same pin (read from pyproject.toml) where that image cannot be pulled."""
+    import tomllib
+
+    root = SCRIPT.parent.parent
+    (pin,) = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["gpu"]
+    version = pin.removeprefix("vllm==")
+    assert f"ARG BASE=vllm/vllm-openai:v{version}" in (root / "Dockerfile").read_text()
+    script = (root / "scripts" / "image-gpu.sh").read_text()
+    assert '["gpu"][0]' in script and 'vllm/vllm-openai:v$version' in script
 
 
 def test_the_cpu_image_base_is_a_build_argument() -> None:

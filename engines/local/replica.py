@@ -271,7 +271,12 @@ def main(argv: Sequence[str]) -> int:
             parser.error("--prm DIR names the model; leave --model out")
         cmd = build_prm_command(args.prm or None, rest, server=args.prm_server)
     else:
-        cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
+        try:
+            cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
+        except RuntimeError as exc:  # vLLM found no device to build its config for
+            parser.error(
+                f"cannot tell which model runner vLLM will use here ({exc}); pass --runner v1 or v2"
+            )
     env = dict(os.environ)
     on_cpu = executor.on_cpu()
     # A replica and a PRM replica on one CPU host are two engines: vLLM's defaults give
