@@ -25,6 +25,7 @@ from engines.factory import open_engine
 from engines.local import stopping
 from server import effort, errors, presets, response_store
 from server.admission import Admission
+from server.batch_api.allocation import PetsAllocations
 from server.batch_api.calls import in_process
 from server.batch_api.runner import BatchRunner
 from server.batch_api.service import Batches
@@ -43,6 +44,8 @@ from server.scoring import preflight
 from server.settings import Settings
 from server.tenants import Keyring
 from strategies.auto import CROWD_KEY, Crowd
+from strategies.pets.batches.service import RESOURCE_KEY as PETS_JOBS
+from strategies.pets.batches.service import BatchJobs
 
 log = structlog.get_logger("thinkgate.app")
 
@@ -138,7 +141,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                     responses=_responses(settings, stack),
                     effort_context=effort.effort_context(settings, active.max_model_len),
                 )
-                batches = await _batches(settings, app, stack)
+                pets_jobs = resources.get(PETS_JOBS)
+                batches = await _batches(settings, app, stack, pets_jobs)
                 app.state.gateway = replace(app.state.gateway, batches=batches)
                 freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
                 log.info(
@@ -165,22 +169,34 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     return app
 
 
-async def _batches(settings: Settings, app: FastAPI, stack: AsyncExitStack) -> Batches:
-    """The Batch API's store and runner; the runner's lines are requests to ``app``."""
+async def _batches(
+    settings: Settings, app: FastAPI, stack: AsyncExitStack, pets_jobs: BatchJobs | None
+) -> Batches:
+    """The Batch API's store and runner; the runner's lines are requests to ``app``, an
+    allocation batch's a PETS job on ``pets_jobs`` (None: such a batch is refused)."""
     target = settings.batch_store or str(settings.state_path / SQLITE_FILE)
     store = BatchStore(target)
     stack.push_async_callback(store.aclose)
     call, client = in_process(app)
     stack.push_async_callback(client.aclose)
+    allocations = (
+        None if pets_jobs is None else PetsAllocations(pets_jobs, max_cap=settings.max_samples)
+    )
     runner = BatchRunner(
         store,
         call,
         lease_s=settings.batch_lease_s,
         concurrency=settings.batch_concurrency,
+        allocations=allocations,
     )
     await runner.start()  # stopped by the lifespan, before the resources go
     log.info("batches.store", target=store.target, owner=runner.owner)
-    return Batches(store=store, runner=runner, max_file_bytes=settings.batch_max_file_bytes)
+    return Batches(
+        store=store,
+        runner=runner,
+        max_file_bytes=settings.batch_max_file_bytes,
+        allocations=allocations,
+    )
 
 
 def _seal(settings: Settings) -> Seal:

@@ -10,7 +10,8 @@ samples adaptively); one named with ``--pets-table`` is used as told (a warning 
 names another model).
 
 Batch jobs live in ``pets-batches.sqlite3`` under ``--state-dir`` (default
-``$XDG_STATE_HOME/thinkgate`` or ``~/.local/state/thinkgate``) and survive restarts:
+``$XDG_STATE_HOME/thinkgate`` or ``~/.local/state/thinkgate``), or in the PostgreSQL
+database of ``--batch-store`` beside the Batch API's batches, and survive restarts:
 start-up claims and resumes the unfinished jobs of the served model; shutdown stops
 the runners and hands their jobs on (``strategies.pets.batches.service``). A ``--state-dir``
 that cannot be opened fails start-up; when the *default* one cannot (a read-only home),
@@ -28,10 +29,11 @@ import structlog
 from core import defaults
 from core.base import Attached
 from core.engine import Engine
+from core.sql import is_postgres
 from server.settings import Settings
 from strategies.pets.batches.service import RESOURCE_KEY as JOBS_KEY
 from strategies.pets.batches.service import BatchJobs
-from strategies.pets.batches.sqlite_store import FILE_NAME, SqliteBatchStore
+from strategies.pets.batches.sql_store import FILE_NAME, SqlBatchStore
 from strategies.pets.online import TABLE_KEY
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 
@@ -111,16 +113,21 @@ def made_for_served(made_for: object, settings: Settings, engine: Engine) -> boo
     return served == Path(made_for).resolve()
 
 
-def open_store(settings: Settings) -> SqliteBatchStore:
-    """The batch store under the state dir (see the module docs for the fallback)."""
+def open_store(settings: Settings) -> SqlBatchStore:
+    """The batch store: the fleet's PostgreSQL database, or a file under the state dir
+    (see the module docs for the fallback)."""
+    if settings.batch_store is not None and is_postgres(settings.batch_store):
+        store = SqlBatchStore(settings.batch_store)
+        log.info("pets.batches.store", target=store.target)
+        return store
     path = settings.state_path / FILE_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        store = SqliteBatchStore(path)
+        store = SqlBatchStore(path)
     except (OSError, sqlite3.Error) as exc:
         if settings.state_dir is not None:
             raise RuntimeError(f"cannot open the PETS batch store {path}: {exc}") from exc
         log.warning("pets.batches.in_memory", path=str(path), error=str(exc))
-        return SqliteBatchStore(":memory:")
+        return SqlBatchStore(":memory:")
     log.info("pets.batches.store", path=str(path))
     return store

@@ -317,9 +317,10 @@ class Settings(BaseSettings):
     sets the same; None: a random key kept in ``reasoning.key`` in the state directory."""
     batch_store: str | None = Field(default=None, repr=False)
     """Where the Batch API (``/v1/files``, ``/v1/batches``) keeps files, batches and
-    answers: a ``postgresql://`` URL shared by every gateway of a fleet (any replica
-    serves any batch; a dead one's batches are taken over when its lease lapses), or
-    None: ``batches.sqlite3`` in the state directory."""
+    answers, and PETS allocation jobs their samples: a ``postgresql://`` URL shared by
+    every gateway of a fleet (any replica serves any batch; a dead one's batches are
+    taken over when its lease lapses), or None: ``batches.sqlite3`` and
+    ``pets-batches.sqlite3`` in the state directory."""
     batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1024)
     """The largest file ``/v1/files`` takes (OpenAI's: 200 MB for a batch)."""
     batch_concurrency: int = Field(default=8, ge=1)

@@ -69,6 +69,8 @@ class BatchRecord:
     error_file_id: str | None = None
     # When it entered each status (unix seconds), by status.
     times: dict[str, int] = field(default_factory=dict)
+    # thinkgate's offline allocation over the batch (server.batch_api.allocation), or None.
+    allocation: dict[str, JSON] | None = None
 
     def render(self, counts: Counts) -> dict[str, JSON]:
         t = self.times
@@ -97,6 +99,7 @@ class BatchRecord:
                 "failed": counts.failed,
             },
             "metadata": dict(self.metadata) if self.metadata is not None else None,
+            **({"allocation": dict(self.allocation)} if self.allocation is not None else {}),
         }
 
 

@@ -8,6 +8,9 @@ so it meets every check, strategy, budget and admission rule an online request m
 (its engine calls say ``objective: batch``). A 429 or 503 is not an answer: the line
 waits as told and is sent again. Any other status is the line's answer, recorded once.
 
+An allocation batch (``server.batch_api.allocation``) is one PETS job instead: the runner
+waits for it and answers every line from it at once.
+
 When every line has an answer, the runner writes the output file (the 2xx answers) and
 the error file (the others), in input order, and ends the batch. A cancel seen at a
 renewal stops the lines in flight (their engine requests abort) and ends the batch as
@@ -30,12 +33,14 @@ import orjson
 import structlog
 
 from core.base import JSON
-from server.batch_api.records import FileRecord, Line, new_id
+from server.batch_api.allocation import PetsAllocations
+from server.batch_api.records import BatchRecord, FileRecord, Line, new_id
 from server.batch_api.store import BatchStore
 
 log = structlog.get_logger("thinkgate.batches")
 
 RETRY_STATUSES: Final = frozenset({429, 503})
+ALL_LINES: Final = 2**31  # an allocation batch answers every line at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +69,10 @@ class BatchRunner:
         concurrency: int = 8,
         max_batches: int = 4,
         owner: str | None = None,
+        allocations: PetsAllocations | None = None,
     ) -> None:
         self.store = store
+        self._allocations = allocations
         self._call = call
         self._lease_s = lease_s
         self._concurrency = concurrency
@@ -154,6 +161,8 @@ class BatchRunner:
         if found is None:
             return True
         record, _ = found
+        if record.allocation is not None:
+            return await self._allocated(batch_id, record)
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(line: Line) -> None:
@@ -188,6 +197,32 @@ class BatchRunner:
                 continue
             await asyncio.gather(*(one(line) for line in pending))
         return time.time() <= record.expires_at
+
+    async def _allocated(self, batch_id: str, record: BatchRecord) -> bool:
+        """An allocation batch: its lines are answered at once when its job ends (False:
+        the window ran out first; the job is stopped, the lines answered expired)."""
+        if self._allocations is None:
+            raise RuntimeError("an allocation batch on a gateway without PETS batches")
+        job_id = str((record.allocation or {})["job_id"])
+        lines = await self.store.pending(batch_id, limit=ALL_LINES)
+        if not lines:
+            return True
+        left_s = max(0.0, record.expires_at - time.time())
+        try:
+            answered = await asyncio.wait_for(self._allocations.answers(job_id, lines), left_s)
+        except TimeoutError:
+            await self._allocations.cancel(job_id)
+            for line in lines:
+                await self.store.record(
+                    batch_id, line.index, _expired(line), ok=False, owner=self.owner
+                )
+            return False
+        if answered is None:  # its job was cancelled on its own route: so is the batch
+            await self.store.cancel(batch_id)
+            return True
+        for index, ok, result in answered:
+            await self.store.record(batch_id, index, result, ok=ok, owner=self.owner)
+        return True
 
     async def _answer(self, endpoint: str, line: Line, tenant: str) -> Answer:
         while True:

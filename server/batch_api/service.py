@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from core.base import JSON
-from core.errors import InvalidRequest, NotFound, PayloadTooLarge
+from core.errors import BackendUnavailable, InvalidRequest, NotFound, PayloadTooLarge
+from server.batch_api.allocation import PetsAllocations
+from server.batch_api.allocation import check as allocation_check
 from server.batch_api.lines import read_lines
 from server.batch_api.records import (
     ENDPOINTS,
@@ -31,6 +33,7 @@ class Batches:
     store: BatchStore
     runner: BatchRunner
     max_file_bytes: int
+    allocations: PetsAllocations | None = None  # None: allocation batches are refused
 
     async def upload(self, owner: str, purpose: str, filename: str, content: bytes) -> FileRecord:
         if purpose not in PURPOSES:
@@ -80,6 +83,11 @@ class Batches:
         if _string(body, "completion_window") != "24h":
             raise InvalidRequest("completion_window must be '24h'", param="completion_window")
         metadata = _metadata(body.get("metadata"))
+        allocation = None
+        if body.get("allocation") is not None:
+            allocation = allocation_check(body["allocation"], endpoint)
+            if self.allocations is None:
+                raise BackendUnavailable("offline allocation (PETS batches) is off on this server")
         file_id = _string(body, "input_file_id")
         source = await self.store.file(file_id)
         if source is None or source.owner != owner:
@@ -92,6 +100,9 @@ class Batches:
             )
         content = await self.store.content(file_id) or b""
         lines, errors = read_lines(content, endpoint)
+        if allocation is not None and self.allocations is not None and not errors:
+            job_id = await self.allocations.submit(allocation, lines)
+            allocation = {**allocation, "job_id": job_id}
         now = int(time.time())
         status: BatchStatus = "failed" if errors else "in_progress"
         record = BatchRecord(
@@ -105,6 +116,7 @@ class Batches:
             metadata=metadata,
             errors=tuple(errors),
             times={status: now},
+            allocation=allocation,
         )
         await self.store.create_batch(record, [] if errors else lines)
         self.runner.wake()
@@ -114,7 +126,12 @@ class Batches:
         found = await self.store.batch(batch_id)
         if found is None or found[0].owner != owner:
             raise NotFound(f"no batch with id {batch_id!r}", param="batch_id")
-        return found
+        record, counts = found
+        job_id = (record.allocation or {}).get("job_id")
+        if isinstance(job_id, str) and self.allocations is not None:
+            progress = await self.allocations.progress(job_id)
+            record = replace(record, allocation={**(record.allocation or {}), **progress})
+        return record, counts
 
     async def cancel(self, owner: str, batch_id: str) -> tuple[BatchRecord, Counts]:
         record, _ = await self.batch(owner, batch_id)
@@ -123,6 +140,9 @@ class Batches:
                 f"batch {batch_id!r} is {record.status}; only a batch in progress can be cancelled",
                 param="batch_id",
             )
+        job_id = (record.allocation or {}).get("job_id")
+        if isinstance(job_id, str) and self.allocations is not None:
+            await self.allocations.cancel(job_id)
         self.runner.wake()
         return await self.batch(owner, batch_id)
 

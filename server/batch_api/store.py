@@ -4,7 +4,7 @@ SQLite (``batches.sqlite3`` under ``--state-dir``) is the embedded default; with
 ``--batch-store postgresql://...`` every gateway of a fleet shares one PostgreSQL
 database (psycopg 3), so any replica answers any batch call and a dead replica's batches
 are taken over. The SQL is the same for both; the differences (placeholders, the binary
-type, how a write transaction starts) are in ``_Dialect``.
+type, how a write transaction starts) are in ``core.sql``.
 
 Running a batch takes its **lease**: an owner (one gateway process) and an expiry,
 renewed by heartbeat (``renew``). A batch whose lease lapsed (its gateway died or
@@ -19,19 +19,15 @@ loop never waits on the database.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
-from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
 from core.base import JSON
+from core.sql import Connection, Cursor
 from server.batch_api.records import (
     RUNNABLE,
     BatchRecord,
@@ -43,7 +39,6 @@ from server.batch_api.records import (
 
 T = TypeVar("T")
 SQLITE_FILE: Final = "batches.sqlite3"
-BUSY_TIMEOUT_S: Final = 30.0
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS tg_files (
@@ -57,7 +52,7 @@ CREATE TABLE IF NOT EXISTS tg_batches (
     input_file_id TEXT NOT NULL, status TEXT NOT NULL, created_at BIGINT NOT NULL,
     expires_at BIGINT NOT NULL, metadata TEXT, errors TEXT, output_file_id TEXT,
     error_file_id TEXT, times TEXT NOT NULL, total BIGINT NOT NULL,
-    lease_owner TEXT, lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
+    lease_owner TEXT, lease_until DOUBLE PRECISION NOT NULL DEFAULT 0, allocation TEXT
 );
 CREATE INDEX IF NOT EXISTS tg_batches_owner ON tg_batches (owner, created_at);
 CREATE TABLE IF NOT EXISTS tg_batch_lines (
@@ -69,22 +64,9 @@ CREATE TABLE IF NOT EXISTS tg_batch_lines (
 _FILE_COLUMNS: Final = "id, owner, purpose, filename, bytes, created_at"
 _BATCH_COLUMNS: Final = (
     "id, owner, endpoint, input_file_id, status, created_at, expires_at, metadata, errors, "
-    "output_file_id, error_file_id, times"
+    "output_file_id, error_file_id, times, allocation"
 )
 _FREE: Final = "(lease_owner IS NULL OR lease_until < ?)"
-
-
-@dataclass(frozen=True, slots=True)
-class _Dialect:
-    name: str
-    blob: str
-
-    def sql(self, statement: str) -> str:
-        return statement.replace("?", "%s") if self.name == "postgresql" else statement
-
-
-SQLITE: Final = _Dialect("sqlite", "BLOB")
-POSTGRESQL: Final = _Dialect("postgresql", "BYTEA")
 
 
 class BatchStore:
@@ -93,63 +75,29 @@ class BatchStore:
     def __init__(self, target: str, *, clock: Callable[[], float] = time.time) -> None:
         """``target``: a ``postgresql://`` URL, or a SQLite file path (``:memory:``)."""
         self._clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-store")
-        self.postgres = target.startswith(("postgresql://", "postgres://"))
-        self._dialect = POSTGRESQL if self.postgres else SQLITE
-        self.target = _redacted(target) if self.postgres else target
+        self._conn = Connection(target, thread_name="batch-store")
+        self.postgres = self._conn.postgres
+        self.target = self._conn.target
         self._url = target  # with its password: what a helper process connects to
-        self._db: Any = self._connect(target)
         try:
-            with self._write() as db:
-                for statement in _SCHEMA.format(blob=self._dialect.blob).split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+            self._conn.schema(_SCHEMA)
+            # Added after the first release of the table.
+            self._conn.add_column("tg_batches", "allocation", "TEXT")
         except BaseException:
-            self._db.close()
-            self._executor.shutdown(wait=False)
+            self._conn.close_now()
             raise
 
-    def _connect(self, target: str) -> Any:
-        if self.postgres:
-            import psycopg  # only a fleet's gateways need it
+    def _write(self) -> AbstractContextManager[Cursor]:
+        return self._conn.write()
 
-            return psycopg.connect(target, autocommit=True)
-        if target != ":memory:":
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(
-            target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
-        return db
-
-    @contextmanager
-    def _write(self) -> Iterator[_Cursor]:
-        """One write transaction. SQLite: IMMEDIATE takes the write lock up front, so
-        another gateway's writer waits (busy timeout) instead of failing half-way.
-        PostgreSQL: row locks and conditional updates keep gateways apart."""
-        cursor = _Cursor(self._db, self._dialect)
-        if self.postgres:
-            with self._db.transaction():
-                yield cursor
-            return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield cursor
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    def _read(self) -> _Cursor:
-        return _Cursor(self._db, self._dialect)
+    def _read(self) -> Cursor:
+        return self._conn.read()
 
     async def _call(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._conn.call(fn)
 
     async def aclose(self) -> None:
-        await self._call(self._db.close)
-        self._executor.shutdown(wait=False)
+        await self._conn.aclose()
 
     # --- files
 
@@ -210,7 +158,7 @@ class BatchStore:
         with self._write() as db:
             db.run(
                 f"INSERT INTO tg_batches ({_BATCH_COLUMNS}, total) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id,
                     record.owner,
@@ -224,6 +172,7 @@ class BatchStore:
                     record.output_file_id,
                     record.error_file_id,
                     json.dumps(record.times),
+                    None if record.allocation is None else json.dumps(record.allocation),
                     len(lines),
                 ),
             )
@@ -242,7 +191,7 @@ class BatchStore:
             return None
         return _batch_record(row), self._counts(db, batch_id)
 
-    def _counts(self, db: _Cursor, batch_id: str) -> Counts:
+    def _counts(self, db: Cursor, batch_id: str) -> Counts:
         total = db.one("SELECT total FROM tg_batches WHERE id = ?", (batch_id,))
         done = db.all(
             "SELECT ok, COUNT(*) FROM tg_batch_lines WHERE batch_id = ? AND result IS NOT NULL "
@@ -281,7 +230,7 @@ class BatchStore:
 
     def _transition(
         self,
-        db: _Cursor,
+        db: Cursor,
         batch_id: str,
         status: BatchStatus,
         allowed: Sequence[str],
@@ -469,36 +418,7 @@ class BatchStore:
             )
 
 
-class _Cursor:
-    """Statements in ``?`` style on either database."""
-
-    def __init__(self, db: Any, dialect: _Dialect) -> None:
-        self._db = db
-        self._dialect = dialect
-
-    def execute(self, statement: str) -> None:
-        self._db.execute(statement)
-
-    def run(self, statement: str, params: Sequence[object] = ()) -> int:
-        cur = self._db.execute(self._dialect.sql(statement), tuple(params))
-        return int(cur.rowcount)
-
-    def many(self, statement: str, rows: Sequence[Sequence[object]]) -> None:
-        if self._dialect.name == "postgresql":
-            with self._db.cursor() as cur:
-                cur.executemany(self._dialect.sql(statement), [tuple(r) for r in rows])
-        else:
-            self._db.executemany(statement, [tuple(r) for r in rows])
-
-    def one(self, statement: str, params: Sequence[object] = ()) -> Sequence[Any] | None:
-        row = self._db.execute(self._dialect.sql(statement), tuple(params)).fetchone()
-        return cast("Sequence[Any] | None", row)
-
-    def all(self, statement: str, params: Sequence[object] = ()) -> list[Sequence[Any]]:
-        return list(self._db.execute(self._dialect.sql(statement), tuple(params)).fetchall())
-
-
-def _insert_file(db: _Cursor, record: FileRecord, content: bytes) -> None:
+def _insert_file(db: Cursor, record: FileRecord, content: bytes) -> None:
     db.run(
         f"INSERT INTO tg_files ({_FILE_COLUMNS}, content) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (
@@ -546,16 +466,5 @@ def _batch_record(row: Sequence[Any]) -> BatchRecord:
         output_file_id=None if row[9] is None else str(row[9]),
         error_file_id=None if row[10] is None else str(row[10]),
         times=json.loads(row[11]),
+        allocation=None if row[12] is None else json.loads(row[12]),
     )
-
-
-def _redacted(url: str) -> str:
-    """A database URL without its password, for logs and errors."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

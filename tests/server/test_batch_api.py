@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -261,3 +262,97 @@ def test_tenants_see_only_their_own_files_and_batches(url: str) -> None:
             call()
     assert batch.id not in [b.id for b in beta.batches.list()]
     wait(alpha, batch.id, "completed")
+
+
+def test_an_allocation_batch_spreads_one_budget_over_its_lines(url: str) -> None:
+    c = client(url)
+    lines = jsonl(*[chat(f"q{i}") for i in range(4)])
+    upload = c.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
+    batch = c.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"allocation": {"method": "pets", "total_budget": 10, "cap": 4}},
+    )
+    allocation = batch.model_extra["allocation"]
+    assert allocation["method"] == "pets" and allocation["job_id"].startswith("pbatch_")
+    done = wait(c, batch.id, "completed")
+    assert (done.request_counts.total, done.request_counts.completed) == (4, 4)
+    shown = done.model_extra["allocation"]
+    assert shown["job_id"] == allocation["job_id"] and shown["total_budget"] == 10
+    output = [orjson.loads(x) for x in c.files.content(done.output_file_id).content.splitlines()]
+    assert [o["custom_id"] for o in output] == ["q0", "q1", "q2", "q3"]
+    bodies = [o["response"]["body"] for o in output]
+    assert all(o["response"]["status_code"] == 200 for o in output)
+    assert {b["thinkgate"]["strategy"] for b in bodies} == {"pets-offline"}
+    samples = [b["thinkgate"]["samples"] for b in bodies]
+    assert all(1 <= n <= 4 for n in samples) and sum(samples) == shown["samples_drawn"] <= 10
+    assert {b["choices"][0]["message"]["content"] for b in bodies} == {"\\boxed{3}"}
+    # The job is also on the PETS route, completed.
+    job = httpx.get(
+        f"{url}/pets/batches/{allocation['job_id']}",
+        headers={"Authorization": f"Bearer {KEYS['alpha']}"},
+    )
+    assert job.status_code == 200 and job.json()["status"] == "completed"
+
+
+def test_bad_allocations_are_400s_naming_the_field(url: str) -> None:
+    c = client(url)
+    upload = c.files.create(file=("in.jsonl", io.BytesIO(jsonl(chat("a")))), purpose="batch")
+    voted = jsonl(chat("a", strategy="self-consistency"))
+    planned = c.files.create(file=("in.jsonl", io.BytesIO(voted)), purpose="batch")
+    cases = [
+        ({"method": "beam"}, upload, "/v1/chat/completions", "allocation.method"),
+        (
+            {"method": "pets", "total_budget": 4, "x": 1},
+            upload,
+            "/v1/chat/completions",
+            "allocation.x",
+        ),
+        (
+            {"method": "pets", "total_budget": "4"},
+            upload,
+            "/v1/chat/completions",
+            "allocation.total_budget",
+        ),
+        ({"method": "pets"}, upload, "/v1/chat/completions", "allocation.budget"),
+        (
+            {"method": "pets", "total_budget": 4, "cap": 0},
+            upload,
+            "/v1/chat/completions",
+            "allocation.cap",
+        ),
+        ({"method": "pets", "total_budget": 4}, upload, "/v1/completions", "endpoint"),
+        ({"method": "pets", "total_budget": 4}, planned, "/v1/chat/completions", "allocation"),
+        ("pets", upload, "/v1/chat/completions", "allocation"),
+    ]
+    for allocation, source, endpoint, param in cases:
+        with pytest.raises(openai.BadRequestError) as info:
+            c.batches.create(
+                input_file_id=source.id,
+                endpoint=endpoint,
+                completion_window="24h",
+                extra_body={"allocation": allocation},
+            )
+        assert info.value.body["param"] == param, (allocation, info.value.body)
+
+
+def test_cancelling_an_allocation_batch_stops_its_job(url: str) -> None:
+    c = client(url)
+    lines = jsonl(*[chat(f"slow{i}", max_tokens=7) for i in range(8)])
+    upload = c.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
+    batch = c.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"allocation": {"method": "pets", "average_budget": 16, "round_size": 1}},
+    )
+    time.sleep(0.5)
+    assert c.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    done = wait(c, batch.id, "cancelled")
+    assert done.output_file_id is None and done.request_counts.completed == 0
+    job = httpx.get(
+        f"{url}/pets/batches/{batch.model_extra['allocation']['job_id']}",
+        headers={"Authorization": f"Bearer {KEYS['alpha']}"},
+    )
+    assert job.json()["status"] == "cancelled"

@@ -56,3 +56,39 @@ def test_a_batch_on_the_real_engine(openai_client: Any, served_model: str) -> No
     assert out[0]["response"]["body"]["choices"][0]["message"]["content"]
     (err,) = [orjson.loads(x) for x in c.files.content(batch.error_file_id).content.splitlines()]
     assert err["custom_id"] == "too-long" and err["response"]["status_code"] == 400
+
+
+def test_an_allocation_batch_on_the_real_engine(openai_client: Any, served_model: str) -> None:
+    questions = ["Compute 3+4 mod 10.", "Compute 2*3+1 mod 10."]
+    content = b"\n".join(
+        orjson.dumps(
+            {
+                "custom_id": f"q{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": served_model,
+                    "messages": [{"role": "user", "content": q}],
+                    "max_tokens": 64,
+                },
+            }
+        )
+        for i, q in enumerate(questions)
+    )
+    c = openai_client
+    upload = c.files.create(file=("q.jsonl", io.BytesIO(content)), purpose="batch")
+    batch = c.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"allocation": {"method": "pets", "total_budget": 5, "seed": 3}},
+    )
+    deadline = time.monotonic() + 120
+    while (batch := c.batches.retrieve(batch.id)).status != "completed":
+        assert batch.status == "in_progress" and time.monotonic() < deadline, batch
+        time.sleep(0.2)
+    out = [orjson.loads(x) for x in c.files.content(batch.output_file_id).content.splitlines()]
+    assert [o["custom_id"] for o in out] == ["q0", "q1"]
+    tg = [o["response"]["body"]["thinkgate"] for o in out]
+    assert sum(t["samples"] for t in tg) == batch.model_extra["allocation"]["samples_drawn"] <= 5
+    assert all(t["samples"] >= 1 and t["strategy"] == "pets-offline" for t in tg)

@@ -6,8 +6,8 @@ optimistic knowledge gradient (:mod:`strategies.pets.okg`), JSONL answers out.
   ``BatchQuestion``).
 * :mod:`.job`: one job run against an engine, round by round, resumable by replay.
 * :mod:`.result`: what a finished question reports (its vote, its samples).
-* :mod:`.store` (the ``BatchStore`` contract) and :mod:`.sqlite_store` (the default, one
-  SQLite file under ``--state-dir``): jobs outlive the gateway process.
+* :mod:`.store` (the ``BatchStore`` contract) and :mod:`.sql_store` (one SQLite file
+  under ``--state-dir``, or a fleet's PostgreSQL): jobs outlive the gateway process.
 * :mod:`.service`: a gateway's jobs: submit, list, cancel, leases, resume after a restart.
 * :mod:`.cli`: ``python -m strategies.pets.batches.cli`` submits a JSONL and waits.
 

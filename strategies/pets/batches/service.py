@@ -66,6 +66,10 @@ class BatchJobs:
         self._claimer: asyncio.Task[None] | None = None
         self._foreign: set[str] = set()  # jobs of other models, logged once each
 
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
     async def start(self) -> None:
         """Claim (and resume) what this gateway can run now, then keep claiming."""
         await self.claim()

@@ -1,27 +1,26 @@
-"""PETS batch jobs in one SQLite file: the default
+"""PETS batch jobs in SQLite (one file, the default) or PostgreSQL (shared by a fleet's
+gateways, the database of ``--batch-store``): the
 :class:`~strategies.pets.batches.store.BatchStore`.
 
-Stdlib ``sqlite3`` in WAL mode with ``synchronous=NORMAL``: a commit appends to the
-write-ahead log without waiting for the disk, so what a killed gateway had committed
-survives (only a power cut may lose the last commits). Every call runs on one worker
-thread owned by the store, in the order it was made, so the event loop never waits on
-the disk and samples are stored in the order their requests returned. Several gateways
-on one machine may share the file (SQLite locks it; a write waits up to 10 s for
-another's); not over a network file system.
+SQLite runs in WAL mode with ``synchronous=NORMAL``: a commit appends to the write-ahead
+log without waiting for the disk, so what a killed gateway had committed survives (only
+a power cut may lose the last commits). Several gateways on one machine may share the
+file (SQLite locks it; a write waits for another's); not over a network file system:
+that is what PostgreSQL is for. Every call runs on one worker thread owned by the store
+(``core.sql``), in the order it was made, so the event loop never waits on the database
+and samples are stored in the order their requests returned.
 
-Schema version 1 (``PRAGMA user_version``); a file of another version is refused at
+The tables are ``tg_pets_*`` (beside the Batch API's ``tg_*`` in a shared database).
+SQLite files carry a schema version (``PRAGMA user_version``): version 1 (the same
+tables without the prefix) is renamed in place; a file of another version is refused at
 open rather than guessed at. Token ids are little-endian int32 blobs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Final, TypeVar, cast
@@ -30,6 +29,7 @@ import numpy as np
 
 from core.base import JSON
 from core.engine import FinishReason, Sample
+from core.sql import Connection
 from strategies.pets.batches.input import BatchQuestion
 from strategies.pets.batches.store import (
     JobRecord,
@@ -43,57 +43,56 @@ from strategies.pets.batches.store import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 FILE_NAME: Final = "pets-batches.sqlite3"  # inside the gateway's --state-dir
-BUSY_TIMEOUT_S: Final = 10.0
+_V1_TABLES: Final = ("jobs", "questions", "samples", "outputs")
 
 _SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS jobs (
+CREATE TABLE IF NOT EXISTS tg_pets_jobs (
     id TEXT PRIMARY KEY,
     model TEXT NOT NULL,
     status TEXT NOT NULL,
     options TEXT NOT NULL,
-    n_questions INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    completed_at INTEGER,
+    n_questions BIGINT NOT NULL,
+    created_at BIGINT NOT NULL,
+    completed_at BIGINT,
     error TEXT,
     owner TEXT,
-    lease_until REAL NOT NULL DEFAULT 0,
-    resumed INTEGER NOT NULL DEFAULT 0,
-    samples_drawn INTEGER NOT NULL DEFAULT 0,
-    questions_sampled INTEGER NOT NULL DEFAULT 0,
-    rounds INTEGER NOT NULL DEFAULT 0
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    resumed BIGINT NOT NULL DEFAULT 0,
+    samples_drawn BIGINT NOT NULL DEFAULT 0,
+    questions_sampled BIGINT NOT NULL DEFAULT 0,
+    rounds BIGINT NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (created_at, id);
-CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, model, lease_until);
-CREATE TABLE IF NOT EXISTS questions (
+CREATE INDEX IF NOT EXISTS tg_pets_jobs_by_time ON tg_pets_jobs (created_at, id);
+CREATE INDEX IF NOT EXISTS tg_pets_jobs_by_status ON tg_pets_jobs (status, model, lease_until);
+CREATE TABLE IF NOT EXISTS tg_pets_questions (
     job_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
+    idx BIGINT NOT NULL,
     custom_id TEXT NOT NULL,
-    prompt BLOB NOT NULL,
+    prompt {blob} NOT NULL,
     thinking_open INTEGER NOT NULL,
     sampling TEXT NOT NULL,
     PRIMARY KEY (job_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS samples (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+);
+CREATE TABLE IF NOT EXISTS tg_pets_samples (
+    seq {serial},
     job_id TEXT NOT NULL,
-    question INTEGER NOT NULL,
-    round INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    token_ids BLOB NOT NULL,
+    question BIGINT NOT NULL,
+    round BIGINT NOT NULL,
+    idx BIGINT NOT NULL,
+    token_ids {blob} NOT NULL,
     finish_reason TEXT NOT NULL,
-    cumulative_logprob REAL,
+    cumulative_logprob DOUBLE PRECISION,
     stop_reason TEXT
 );
-CREATE INDEX IF NOT EXISTS samples_by_job ON samples (job_id);
-CREATE INDEX IF NOT EXISTS samples_by_question ON samples (job_id, question);
-CREATE TABLE IF NOT EXISTS outputs (
+CREATE INDEX IF NOT EXISTS tg_pets_samples_by_question ON tg_pets_samples (job_id, question);
+CREATE TABLE IF NOT EXISTS tg_pets_outputs (
     job_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
+    idx BIGINT NOT NULL,
     line TEXT NOT NULL,
     PRIMARY KEY (job_id, idx)
-) WITHOUT ROWID;
+)
 """
 _JOB_COLUMNS: Final = (
     "id, model, status, options, n_questions, created_at, completed_at, error, owner,"
@@ -136,56 +135,43 @@ def _record(row: Sequence[object]) -> JobRecord:
     )
 
 
-class SqliteBatchStore:
-    """Batch jobs in the SQLite file at ``path`` (``":memory:"``: kept in this process
-    only). ``clock`` gives wall-clock seconds for leases (tests pass their own)."""
+class SqlBatchStore:
+    """Batch jobs at ``target``: a SQLite file path (``":memory:"``: this process only)
+    or a ``postgresql://`` URL. ``clock`` gives wall-clock seconds for leases (tests
+    pass their own)."""
 
-    def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time) -> None:
-        self.path = str(path)
+    def __init__(self, target: Path | str, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pets-store")
-        # Opened here, used only on the worker thread from now on.
-        self._db = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
+        self._conn = Connection(str(target), thread_name="pets-store")
+        self.target = self._conn.target
         try:
             self._migrate()
         except BaseException:
-            self._db.close()
-            self._executor.shutdown(wait=False)
+            self._conn.close_now()
             raise
 
     def _migrate(self) -> None:
-        db = self._db
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
-        with self._write():
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-            if version == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+        if self._conn.postgres:
+            self._conn.schema(_SCHEMA)
+            return
+        with self._conn.write() as db:
+            row = db.one("PRAGMA user_version")
+            version = int(row[0]) if row else 0
+            if version == 1:  # the same tables, named before the Batch API shared a database
+                for table in _V1_TABLES:
+                    db.execute(f"ALTER TABLE {table} RENAME TO tg_pets_{table}")
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif version != SCHEMA_VERSION:
+            elif version not in (0, SCHEMA_VERSION):
                 raise RuntimeError(
-                    f"{self.path}: PETS batch store schema {version}; this thinkgate reads"
+                    f"{self.target}: PETS batch store schema {version}; this thinkgate reads"
                     f" schema {SCHEMA_VERSION} (use another --state-dir, or that version)"
                 )
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; IMMEDIATE takes the write lock up front, so another
-        gateway's writer waits (busy timeout) instead of failing half-way."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        self._conn.schema(_SCHEMA)
+        with self._conn.write() as db:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     async def _call(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._conn.call(fn)
 
     # --- BatchStore
 
@@ -202,9 +188,9 @@ class SqliteBatchStore:
     def _create(
         self, job: JobRecord, questions: Sequence[BatchQuestion], owner: str, lease_s: float
     ) -> None:
-        with self._write() as db:
-            db.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        with self._conn.write() as db:
+            db.run(
+                f"INSERT INTO tg_pets_jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id,
                     job.model,
@@ -222,9 +208,9 @@ class SqliteBatchStore:
                     0,
                 ),
             )
-            db.executemany(
-                "INSERT INTO questions VALUES (?,?,?,?,?,?)",
-                (
+            db.many(
+                "INSERT INTO tg_pets_questions VALUES (?,?,?,?,?,?)",
+                [
                     (
                         job.id,
                         i,
@@ -234,15 +220,16 @@ class SqliteBatchStore:
                         sampling_json(q.sampling),
                     )
                     for i, q in enumerate(questions)
-                ),
+                ],
             )
 
     async def job(self, job_id: str) -> JobRecord | None:
         return await self._call(partial(self._job, job_id))
 
     def _job(self, job_id: str) -> JobRecord | None:
-        row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        found = row.fetchone()
+        found = self._conn.read().one(
+            f"SELECT {_JOB_COLUMNS} FROM tg_pets_jobs WHERE id = ?", (job_id,)
+        )
         return None if found is None else _record(found)
 
     async def jobs(
@@ -257,20 +244,22 @@ class SqliteBatchStore:
             where.append("status = ?")
             args.append(status)
         if after is not None:
-            where.append("(created_at, id) < (SELECT created_at, id FROM jobs WHERE id = ?)")
+            where.append(
+                "(created_at, id) < (SELECT created_at, id FROM tg_pets_jobs WHERE id = ?)"
+            )
             args.append(after)
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        sql = f"SELECT {_JOB_COLUMNS} FROM tg_pets_jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-        return [_record(r) for r in self._db.execute(sql, (*args, limit))]
+        return [_record(r) for r in self._conn.read().all(sql, (*args, limit))]
 
     async def questions(self, job_id: str) -> list[BatchQuestion]:
         return await self._call(partial(self._questions, job_id))
 
     def _questions(self, job_id: str) -> list[BatchQuestion]:
-        rows = self._db.execute(
-            "SELECT custom_id, prompt, thinking_open, sampling FROM questions"
+        rows = self._conn.read().all(
+            "SELECT custom_id, prompt, thinking_open, sampling FROM tg_pets_questions"
             " WHERE job_id = ? ORDER BY idx",
             (job_id,),
         )
@@ -288,17 +277,17 @@ class SqliteBatchStore:
         return await self._call(partial(self._samples, job_id))
 
     def _samples(self, job_id: str) -> list[StoredSample]:
-        rows = self._db.execute(
+        rows = self._conn.read().all(
             "SELECT question, round, idx, token_ids, finish_reason, cumulative_logprob,"
-            " stop_reason FROM samples WHERE job_id = ? ORDER BY seq",
+            " stop_reason FROM tg_pets_samples WHERE job_id = ? ORDER BY seq",
             (job_id,),
         )
         return [
             StoredSample(
-                question=question,
-                round=round_,
+                question=int(question),
+                round=int(round_),
                 sample=Sample(
-                    index=idx,
+                    index=int(idx),
                     token_ids=_ids(token_ids),
                     finish_reason=cast(FinishReason, finish_reason),
                     cumulative_logprob=logprob,
@@ -314,28 +303,33 @@ class SqliteBatchStore:
     def _add_samples(self, job_id: str, owner: str, samples: Sequence[StoredSample]) -> bool:
         if not samples:
             return True
+        greatest = self._conn.dialect.greatest
         try:
-            with self._write() as db:
+            with self._conn.write() as db:
+                changed = db.run(
+                    f"UPDATE tg_pets_jobs SET rounds = {greatest}(rounds, ?)"
+                    " WHERE id = ? AND owner = ? AND status = 'in_progress'",
+                    (max(s.round for s in samples) + 1, job_id, owner),
+                )
+                if changed != 1:  # the job row is locked from here on (PostgreSQL)
+                    raise _Refused
                 fresh = sum(
-                    db.execute(
-                        "SELECT 1 FROM samples WHERE job_id = ? AND question = ? LIMIT 1",
+                    db.one(
+                        "SELECT 1 FROM tg_pets_samples WHERE job_id = ? AND question = ? LIMIT 1",
                         (job_id, q),
-                    ).fetchone()
+                    )
                     is None
                     for q in {s.question for s in samples}
                 )
-                cur = db.execute(
-                    "UPDATE jobs SET samples_drawn = samples_drawn + ?,"
-                    " questions_sampled = questions_sampled + ?, rounds = MAX(rounds, ?)"
-                    " WHERE id = ? AND owner = ? AND status = 'in_progress'",
-                    (len(samples), fresh, max(s.round for s in samples) + 1, job_id, owner),
+                db.run(
+                    "UPDATE tg_pets_jobs SET samples_drawn = samples_drawn + ?,"
+                    " questions_sampled = questions_sampled + ? WHERE id = ?",
+                    (len(samples), fresh, job_id),
                 )
-                if cur.rowcount != 1:
-                    raise _Refused
-                db.executemany(
-                    "INSERT INTO samples (job_id, question, round, idx, token_ids,"
+                db.many(
+                    "INSERT INTO tg_pets_samples (job_id, question, round, idx, token_ids,"
                     " finish_reason, cumulative_logprob, stop_reason) VALUES (?,?,?,?,?,?,?,?)",
-                    (
+                    [
                         (
                             job_id,
                             s.question,
@@ -349,7 +343,7 @@ class SqliteBatchStore:
                             else json.dumps(s.sample.stop_reason),
                         )
                         for s in samples
-                    ),
+                    ],
                 )
         except _Refused:
             return False
@@ -379,19 +373,19 @@ class SqliteBatchStore:
         error: str | None,
         lines: Sequence[str],
     ) -> bool:
+        held, args = ("", ()) if owner is None else (" AND owner = ?", (owner,))
         try:
-            with self._write() as db:
-                cur = db.execute(
-                    "UPDATE jobs SET status = ?, completed_at = ?, error = ?, owner = NULL,"
-                    " lease_until = 0 WHERE id = ? AND status = 'in_progress'"
-                    " AND (? IS NULL OR owner = ?)",
-                    (status, completed_at, error, job_id, owner, owner),
+            with self._conn.write() as db:
+                changed = db.run(
+                    "UPDATE tg_pets_jobs SET status = ?, completed_at = ?, error = ?,"
+                    " owner = NULL, lease_until = 0 WHERE id = ? AND status = 'in_progress'" + held,
+                    (status, completed_at, error, job_id, *args),
                 )
-                if cur.rowcount != 1:
+                if changed != 1:
                     raise _Refused
-                db.executemany(
-                    "INSERT INTO outputs VALUES (?,?,?)",
-                    ((job_id, i, line) for i, line in enumerate(lines)),
+                db.many(
+                    "INSERT INTO tg_pets_outputs VALUES (?,?,?)",
+                    [(job_id, i, line) for i, line in enumerate(lines)],
                 )
         except _Refused:
             return False
@@ -401,7 +395,9 @@ class SqliteBatchStore:
         return await self._call(partial(self._output, job_id))
 
     def _output(self, job_id: str) -> list[dict[str, JSON]]:
-        rows = self._db.execute("SELECT line FROM outputs WHERE job_id = ? ORDER BY idx", (job_id,))
+        rows = self._conn.read().all(
+            "SELECT line FROM tg_pets_outputs WHERE job_id = ? ORDER BY idx", (job_id,)
+        )
         return [json.loads(line) for (line,) in rows]
 
     async def claim(self, owner: str, *, model: str, lease_s: float, limit: int) -> list[str]:
@@ -412,20 +408,21 @@ class SqliteBatchStore:
             return []
         now = self._clock()
         got: list[str] = []
-        with self._write() as db:
-            free = db.execute(
-                f"SELECT id FROM jobs WHERE model = ? AND {_HELD} ORDER BY created_at, id LIMIT ?",
+        with self._conn.write() as db:
+            free = db.all(
+                f"SELECT id FROM tg_pets_jobs WHERE model = ? AND {_HELD}"
+                " ORDER BY created_at, id LIMIT ?",
                 (model, now, limit),
-            ).fetchall()
+            )
             for (job_id,) in free:
                 # Conditional on the lease still being free: the same statement is what
                 # keeps two gateways apart on a database without a global write lock.
-                cur = db.execute(
-                    "UPDATE jobs SET owner = ?, lease_until = ?, resumed = resumed + 1"
+                changed = db.run(
+                    "UPDATE tg_pets_jobs SET owner = ?, lease_until = ?, resumed = resumed + 1"
                     f" WHERE id = ? AND {_HELD}",
                     (owner, now + lease_s, job_id, now),
                 )
-                if cur.rowcount == 1:
+                if changed == 1:
                     got.append(str(job_id))
         return got
 
@@ -433,21 +430,23 @@ class SqliteBatchStore:
         return await self._call(partial(self._renew, job_id, owner, lease_s))
 
     def _renew(self, job_id: str, owner: str, lease_s: float) -> bool:
-        cur = self._db.execute(
-            "UPDATE jobs SET lease_until = ? WHERE id = ? AND owner = ? AND status = 'in_progress'",
-            (self._clock() + lease_s, job_id, owner),
-        )
-        return cur.rowcount == 1
+        with self._conn.write() as db:
+            changed = db.run(
+                "UPDATE tg_pets_jobs SET lease_until = ?"
+                " WHERE id = ? AND owner = ? AND status = 'in_progress'",
+                (self._clock() + lease_s, job_id, owner),
+            )
+        return changed == 1
 
     async def release(self, job_id: str, owner: str) -> None:
         await self._call(partial(self._release, job_id, owner))
 
     def _release(self, job_id: str, owner: str) -> None:
-        self._db.execute(
-            "UPDATE jobs SET owner = NULL, lease_until = 0 WHERE id = ? AND owner = ?",
-            (job_id, owner),
-        )
+        with self._conn.write() as db:
+            db.run(
+                "UPDATE tg_pets_jobs SET owner = NULL, lease_until = 0 WHERE id = ? AND owner = ?",
+                (job_id, owner),
+            )
 
     async def aclose(self) -> None:
-        await self._call(self._db.close)
-        self._executor.shutdown(wait=False)
+        await self._conn.aclose()

@@ -5,8 +5,8 @@ A store keeps, per job, what was submitted (questions, options), every sample dr
 (``owner`` + ``lease_until``, wall-clock seconds) that its runner renews. A job runs
 where its lease is; a runner whose lease is gone must stop without writing, and every
 write below is conditional on the writer still holding the job, so two gateways never
-both add to one job. ``strategies.pets.batches.sqlite_store`` is the implementation (one
-SQLite file); a database shared by several gateways implements the same protocol.
+both add to one job. ``strategies.pets.batches.sql_store`` is the implementation: one
+SQLite file, or a PostgreSQL database shared by several gateways.
 
 The JSON forms of questions and options are here so every implementation stores the
 same thing.

@@ -29,7 +29,7 @@ from strategies.pets.batches.input import BatchOptions, BatchQuestion
 from strategies.pets.batches.job import BatchJob, BatchView
 from strategies.pets.batches.result import QuestionOutcome
 from strategies.pets.batches.service import BatchJobs
-from strategies.pets.batches.sqlite_store import SqliteBatchStore
+from strategies.pets.batches.sql_store import SqlBatchStore
 from testbed.tokenizer import CharCodec, chat_prompt
 
 LEASE_S = 30.0  # real-time renewals never fire within a test; the clock decides
@@ -167,7 +167,7 @@ async def gateways(db: Path, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
 async def gateway(
     started: list[BatchJobs], db: Path, clock: Clock, engine: ScriptedEngine, owner: str
 ) -> BatchJobs:
-    jobs = BatchJobs(engine, SqliteBatchStore(db, clock=clock), lease_s=LEASE_S, owner=owner)
+    jobs = BatchJobs(engine, SqlBatchStore(db, clock=clock), lease_s=LEASE_S, owner=owner)
     await jobs.start()
     started.append(jobs)
     return jobs

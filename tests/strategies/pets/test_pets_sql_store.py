@@ -1,19 +1,23 @@
-"""The SQLite batch store: what goes in comes back (also after reopening the file), and
-leases keep two gateways from writing to one job."""
+"""The PETS batch store, on SQLite and on PostgreSQL: what goes in comes back (also after
+reopening), and leases keep two gateways from writing to one job."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from postgres import fresh_database, postgres_server
 
 from core.base import JSON
 from core.engine import Sample, SamplingConfig
+from strategies.pets.batches import sql_store
 from strategies.pets.batches.input import BatchOptions, BatchQuestion
-from strategies.pets.batches.sqlite_store import SqliteBatchStore
+from strategies.pets.batches.sql_store import SqlBatchStore
 from strategies.pets.batches.store import JobRecord, StoredSample
 
 LEASE_S = 10.0
@@ -69,16 +73,30 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's jobs live: a new SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "jobs.sqlite3")
+    return fresh_database(request.getfixturevalue("pg_url"))
+
+
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop
-async def store(tmp_path: Path, clock: Clock) -> AsyncIterator[SqliteBatchStore]:
-    s = SqliteBatchStore(tmp_path / "jobs.sqlite3", clock=clock)
+async def store(target: str, clock: Clock) -> AsyncIterator[SqlBatchStore]:
+    s = SqlBatchStore(target, clock=clock)
     yield s
     await s.aclose()
 
 
-async def test_a_job_round_trips_and_survives_reopening(tmp_path: Path, clock: Clock) -> None:
-    path = tmp_path / "jobs.sqlite3"
-    store = SqliteBatchStore(path, clock=clock)
+async def test_a_job_round_trips_and_survives_reopening(target: str, clock: Clock) -> None:
+    path = target
+    store = SqlBatchStore(path, clock=clock)
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     text = Sample(index=1, token_ids=(9, 9), finish_reason="length", stop_reason="</s>")
     assert await store.add_samples("pbatch_1", "A", [stored(0, 0, 5, 6), stored(1, 0, 7)])
@@ -90,7 +108,7 @@ async def test_a_job_round_trips_and_survives_reopening(tmp_path: Path, clock: C
     assert done
     await store.aclose()
 
-    again = SqliteBatchStore(path, clock=clock)  # a restarted gateway
+    again = SqlBatchStore(path, clock=clock)  # a restarted gateway
     job = await again.job("pbatch_1")
     assert job is not None
     assert (job.status, job.completed_at, job.owner, job.options) == (
@@ -116,7 +134,7 @@ async def test_a_job_round_trips_and_survives_reopening(tmp_path: Path, clock: C
     await again.aclose()
 
 
-async def test_listing_is_newest_first_with_a_cursor(store: SqliteBatchStore) -> None:
+async def test_listing_is_newest_first_with_a_cursor(store: SqlBatchStore) -> None:
     for i in range(5):
         await store.create(record(f"j{i}", created_at=100 + i), QUESTIONS, owner="A", lease_s=1)
     await store.finish("j1", None, status="cancelled", completed_at=1)
@@ -126,7 +144,7 @@ async def test_listing_is_newest_first_with_a_cursor(store: SqliteBatchStore) ->
 
 
 async def test_a_held_lease_keeps_others_out_until_it_expires(
-    store: SqliteBatchStore, clock: Clock
+    store: SqlBatchStore, clock: Clock
 ) -> None:
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     assert await store.claim("B", model="m", lease_s=LEASE_S, limit=5) == []
@@ -149,7 +167,7 @@ async def test_a_held_lease_keeps_others_out_until_it_expires(
     assert job is not None and (job.status, job.samples_drawn) == ("in_progress", 1)
 
 
-async def test_two_gateways_cannot_both_claim_a_job(store: SqliteBatchStore, clock: Clock) -> None:
+async def test_two_gateways_cannot_both_claim_a_job(store: SqlBatchStore, clock: Clock) -> None:
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     clock.now += LEASE_S + 1
     first = await store.claim("B", model="m", lease_s=LEASE_S, limit=5)
@@ -158,7 +176,7 @@ async def test_two_gateways_cannot_both_claim_a_job(store: SqliteBatchStore, clo
 
 
 async def test_claims_take_only_the_served_model_and_respect_the_limit(
-    store: SqliteBatchStore, clock: Clock
+    store: SqlBatchStore, clock: Clock
 ) -> None:
     await store.create(record("other", model="m2"), QUESTIONS, owner="A", lease_s=1)
     for i in range(3):
@@ -170,7 +188,7 @@ async def test_claims_take_only_the_served_model_and_respect_the_limit(
     assert other is not None and other.owner == "A"
 
 
-async def test_a_released_job_is_claimable_at_once(store: SqliteBatchStore) -> None:
+async def test_a_released_job_is_claimable_at_once(store: SqlBatchStore) -> None:
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     await store.release("pbatch_1", "B")  # not B's: nothing happens
     assert await store.claim("B", model="m", lease_s=LEASE_S, limit=1) == []
@@ -178,7 +196,7 @@ async def test_a_released_job_is_claimable_at_once(store: SqliteBatchStore) -> N
     assert await store.claim("B", model="m", lease_s=LEASE_S, limit=1) == ["pbatch_1"]
 
 
-async def test_cancel_by_anyone_ends_the_holders_writes(store: SqliteBatchStore) -> None:
+async def test_cancel_by_anyone_ends_the_holders_writes(store: SqlBatchStore) -> None:
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     assert await store.finish("pbatch_1", None, status="cancelled", completed_at=5)
     assert not await store.finish("pbatch_1", None, status="cancelled", completed_at=6)
@@ -198,4 +216,23 @@ async def test_a_file_of_another_schema_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(RuntimeError, match="schema 99"):
-        SqliteBatchStore(path)
+        SqlBatchStore(path)
+
+
+async def test_a_version_1_file_is_renamed_in_place_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    v1 = sql_store._SCHEMA.replace("tg_pets_", "").format(blob="BLOB", serial="INTEGER")
+    with sqlite3.connect(path) as db:  # the tables as version 1 named them
+        db.executescript(v1)
+        db.execute(
+            "INSERT INTO jobs (id, model, status, options, n_questions, created_at)"
+            " VALUES ('pbatch_old', 'm', 'completed', ?, 2, 5)",
+            (json.dumps(asdict(OPTIONS)),),
+        )
+        db.execute("PRAGMA user_version = 1")
+    store = SqlBatchStore(path)
+    job = await store.job("pbatch_old")
+    await store.aclose()
+    assert job is not None and (job.status, job.options) == ("completed", OPTIONS)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
