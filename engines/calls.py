@@ -96,9 +96,11 @@ class Calls(Protocol):
     async def aclose(self) -> None: ...
 
 
-def calls_over(client: httpx.AsyncClient | None, timeouts: Timeouts) -> Calls:
-    """The given client's calls (tests), else the server's own."""
-    return AiohttpCalls(timeouts) if client is None else HttpxCalls(client)
+def calls_over(
+    client: httpx.AsyncClient | None, timeouts: Timeouts, transport: Transport | None = None
+) -> Calls:
+    """The given client's calls (tests), else the server's own (over ``transport``)."""
+    return AiohttpCalls(timeouts, transport) if client is None else HttpxCalls(client)
 
 
 # --- aiohttp (the server's)

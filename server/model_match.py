@@ -16,6 +16,8 @@ from typing import Final
 
 import httpx
 
+from engines.calls import Transport
+
 PROBE: Final = (
     "Compute 12+7*3 mod 10. The answer is \\boxed{3}.\n"
     'Über naïve café, 東京 and 🙂; <think>a</think> {"k": [1, 2.5]}'
@@ -38,13 +40,17 @@ def local_probe(path: Path, *, trust_remote_code: bool = False) -> tuple[int, ..
     return probe_ids(lambda text: list(tok.encode(text, add_special_tokens=False)))
 
 
-def remote_probe(url: str, *, timeout_s: float) -> tuple[tuple[int, ...], str] | None:
+def remote_probe(
+    url: str, *, timeout_s: float, transport: Transport | None = None
+) -> tuple[tuple[int, ...], str] | None:
     """The probe's ids under a vLLM server's tokenizer (``POST /tokenize``) and the name
     it serves; None when the server does not say (no ``/tokenize``, unreachable): the
     caller then cannot check and says so."""
     base = url.rstrip("/")
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        t = transport or Transport()
+        verify = t.ssl_context() or True
+        with httpx.Client(timeout=timeout_s, verify=verify, headers=dict(t.headers)) as client:
             models = client.get(f"{base}/v1/models")
             name = str(models.json()["data"][0]["id"]) if models.status_code == 200 else base
             got = client.post(

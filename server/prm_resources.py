@@ -92,7 +92,9 @@ def preflight(settings: Settings) -> None:
 async def _remote(
     settings: Settings, url: str, engine: Engine, policy: tuple[int, ...], stack: AsyncExitStack
 ) -> ProcessRewardModel:
-    seen = model_match.remote_probe(url, timeout_s=settings.scorer_timeout_s)
+    seen = model_match.remote_probe(
+        url, timeout_s=settings.scorer_timeout_s, transport=settings.transport
+    )
     if seen is None:
         log.warning("prm.unchecked", url=url, why="no /tokenize")
     elif not model_match.same_tokenizer(policy, seen[0]):
@@ -104,7 +106,12 @@ async def _remote(
             leave_out=LEAVE_OUT,
         )
     tag = remote_step_tag(settings, policy)
-    remote = RemotePrm(url, step_tag_id=tag, timeout_s=settings.scorer_timeout_s)
+    remote = RemotePrm(
+        url,
+        step_tag_id=tag,
+        timeout_s=settings.scorer_timeout_s,
+        transport=settings.transport,
+    )
     stack.push_async_callback(remote.aclose)
     log.info("prm.remote", url=url, step_tag_id=tag)
     return ProcessRewardModel(model=remote, step_tag_id=tag, name=seen[1] if seen else url)

@@ -83,7 +83,9 @@ async def _reward_model(
 ) -> SequenceScorer | None:
     policy = model_match.probe_ids(engine.tokens.encode)
     if settings.reward_url:
-        seen = model_match.remote_probe(settings.reward_url, timeout_s=settings.scorer_timeout_s)
+        seen = model_match.remote_probe(
+            settings.reward_url, timeout_s=settings.scorer_timeout_s, transport=settings.transport
+        )
         if seen is None:
             log.warning("scoring.reward.unchecked", url=settings.reward_url, why="no /tokenize")
         elif not model_match.same_tokenizer(policy, seen[0]):
@@ -92,7 +94,11 @@ async def _reward_model(
                 f"{seen[1]!r} at {settings.reward_url}",
                 engine.model_name,
             )
-        remote = RemoteClassify(settings.reward_url, timeout_s=settings.scorer_timeout_s)
+        remote = RemoteClassify(
+            settings.reward_url,
+            timeout_s=settings.scorer_timeout_s,
+            transport=settings.transport,
+        )
         stack.push_async_callback(remote.aclose)
         log.info("scoring.reward.remote", url=settings.reward_url)
         return remote

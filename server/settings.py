@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
+from engines.calls import Transport
 from engines.settings import ExecutorChoice, LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
 
@@ -80,12 +81,13 @@ class Settings(BaseSettings):
     ``<url>/v1/completions``...). One URL: a router (or one replica) that places requests
     itself; several: thinkgate spreads them."""
     remote_ca_bundle: str | None = None
-    """Remote engine: a PEM file of the CA that signs the servers' TLS certificates (a
-    fleet gateway with its own CA); None: the system's trust store."""
+    """Remote servers (the remote engine's, ``--prm-url``, ``--reward-url``): a PEM file of
+    the CA that signs their TLS certificates (a fleet gateway with its own CA); None: the
+    system's trust store."""
     remote_headers: StrList = Field(default=(), repr=False)
-    """Remote engine: headers every call to the servers carries, as ``Name: value``
-    (comma-separated, or a JSON list), e.g. ``Authorization: Bearer <token>`` for a fleet
-    gateway."""
+    """Remote servers (the remote engine's, ``--prm-url``, ``--reward-url``): headers every
+    call to them carries, as ``Name: value`` (comma-separated, or a JSON list), e.g.
+    ``Authorization: Bearer <token>`` for a fleet gateway."""
     remote_protocol: Literal["auto", "generate", "completions"] = "auto"
     """Remote engine: ``generate`` (vLLM's token-in/token-out ``/inference/v1/generate``,
     needs ``--enable-scale-out``), ``completions`` (``/v1/completions`` with token ids),
@@ -477,6 +479,12 @@ class Settings(BaseSettings):
             ca_bundle=self.remote_ca_bundle,
             headers=tuple(_header(h) for h in self.remote_headers),
         )
+
+    @property
+    def transport(self) -> Transport:
+        """How every call to a remote server (engine, PRM, reward model) is made."""
+        remote = self.remote
+        return Transport(ca_bundle=remote.ca_bundle, headers=remote.headers)
 
     @property
     def model_path(self) -> str:

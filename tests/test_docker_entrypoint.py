@@ -58,7 +58,7 @@ def test_the_gpu_image_base_and_its_vllm_are_the_gpu_extras_pin() -> None:
     version = pin.removeprefix("vllm==")
     assert f"ARG BASE=vllm/vllm-openai:v{version}" in (root / "Dockerfile").read_text()
     script = (root / "scripts" / "image-gpu.sh").read_text()
-    assert '["gpu"][0]' in script and 'vllm/vllm-openai:v$version' in script
+    assert '["gpu"][0]' in script and "vllm/vllm-openai:v$version" in script
 
 
 def test_the_cpu_image_base_is_a_build_argument() -> None:

@@ -54,7 +54,7 @@ import httpx
 import structlog
 
 from core.errors import BackendError, BackendUnavailable
-from engines.calls import Timeouts, calls_over
+from engines.calls import Timeouts, Transport, calls_over
 from engines.http_errors import post_json
 from engines.local import executor, stopping
 from engines.local.context import batched_tokens, served_context
@@ -291,12 +291,13 @@ class RemotePrm:
         model: str | None = None,
         timeout_s: float = 30.0,
         client: httpx.AsyncClient | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/pooling"
         self.step_tag_id = step_tag_id
         self.model = model
         # Many searches score at once: aiohttp's cheap calls (engines/calls.py).
-        self._calls = calls_over(client, Timeouts.of(timeout_s))
+        self._calls = calls_over(client, Timeouts.of(timeout_s), transport)
 
     async def step_rewards(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         if not sequences:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import httpx
 
 from core.errors import BackendError
-from engines.calls import Timeouts, calls_over
+from engines.calls import Timeouts, Transport, calls_over
 from engines.http_errors import post_json
 
 
@@ -32,10 +32,11 @@ class RemoteClassify:
         model: str | None = None,
         timeout_s: float = 30.0,
         client: httpx.AsyncClient | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/classify"
         self.model = model
-        self._calls = calls_over(client, Timeouts.of(timeout_s))
+        self._calls = calls_over(client, Timeouts.of(timeout_s), transport)
 
     async def score_sequences(self, sequences: Sequence[Sequence[int]]) -> list[float]:
         body: dict[str, object] = {"input": [list(s) for s in sequences], "use_activation": False}

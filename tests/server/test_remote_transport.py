@@ -22,7 +22,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from core.errors import BackendError
 from engines.calls import AiohttpCalls, CallFailed, Timeouts, Transport
+from engines.local.prm import RemotePrm
+from engines.remote.scorer_clients import RemoteClassify
+from server.model_match import remote_probe
 from server.settings import Settings
 
 
@@ -122,6 +126,40 @@ async def test_calls_verify_the_gateways_ca_and_carry_its_headers(
     for _, headers in SEEN:
         assert headers["authorization"] == "Bearer fleet-token" and headers["x-team"] == "a"
     assert SEEN[0][1]["x-session-id"] == "s"
+
+
+async def test_the_scorers_calls_take_the_same_ca_and_headers(
+    gateway: tuple[str, Path],
+) -> None:
+    """--prm-url and --reward-url servers behind the fleet gateway: their probe and their
+    calls verify its CA and carry its headers (the recorder's answer is no PRM's, so each
+    call then fails on the answer's shape, after it was seen)."""
+    base, ca = gateway
+    settings = Settings(
+        prm_url=base,
+        reward_url=base,
+        remote_ca_bundle=str(ca),
+        remote_headers=("Authorization: Bearer fleet-token",),
+    )
+    SEEN.clear()
+    assert remote_probe(base, timeout_s=5, transport=settings.transport) is None
+    prm = RemotePrm(base, step_tag_id=7, timeout_s=5, transport=settings.transport)
+    reward = RemoteClassify(base, timeout_s=5, transport=settings.transport)
+    with pytest.raises(BackendError):
+        await prm.step_rewards([[1, 2, 7]])
+    with pytest.raises(BackendError):
+        await reward.score_sequences([[1, 2]])
+    await prm.aclose()
+    await reward.aclose()
+    assert [p for p, _ in SEEN] == [
+        "/team-a/smol/tokenize",
+        "/team-a/smol/pooling",
+        "/team-a/smol/classify",
+    ]
+    assert {h["authorization"] for _, h in SEEN} == {"Bearer fleet-token"}
+    SEEN.clear()
+    assert remote_probe(base, timeout_s=5) is None  # without the CA: refused, nothing seen
+    assert SEEN == []
 
 
 async def test_without_the_ca_the_gateways_certificate_is_refused(
