@@ -45,8 +45,15 @@ CREATE INDEX IF NOT EXISTS responses_created ON responses (created);
 
 
 def owner_of(key: str | None) -> str:
-    """The owner a request's API key stands for ("" without keys)."""
+    """The owner a request's API key stood for before responses belonged to tenants ("",
+    without keys): rows stored then stay readable with that key until they expire."""
     return "" if not key else hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def tenant_owner(tenant: str) -> str:
+    """The owner of a tenant's responses: every key of the tenant, and its batch lines,
+    read what any of them stored (as OpenAI's responses belong to a project)."""
+    return f"tenant:{tenant}"
 
 
 def with_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,32 +107,43 @@ class ResponseStore:
             ),
         )
 
-    def _row(self, response_id: str, owner: str, param: str) -> tuple[str, str, str]:
+    def _row(self, response_id: str, owner: Owners, param: str) -> tuple[str, str, str]:
         row = self._db.execute(
-            "SELECT body, input, output FROM responses WHERE id = ? AND owner = ? AND created >= ?",
-            (response_id, owner, self._cutoff()),
+            "SELECT body, input, output FROM responses WHERE id = ? AND owner IN (?, ?)"
+            " AND created >= ?",
+            (response_id, *_two(owner), self._cutoff()),
         ).fetchone()
         if row is None:
-            message = f"no stored response {response_id!r} (another key's, expired or deleted)"
+            message = f"no stored response {response_id!r} (another tenant's, expired or deleted)"
             if param == "previous_response_id":  # a bad request field, as OpenAI answers it
                 raise InvalidRequest(message, param=param, code="previous_response_not_found")
             raise NotFound(message, param=param)
         return row[0], row[1], row[2]
 
-    def body(self, response_id: str, owner: str) -> dict[str, Any]:
+    def body(self, response_id: str, owner: Owners) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(self._row(response_id, owner, "response_id")[0])
         return body
 
-    def inputs(self, response_id: str, owner: str) -> list[dict[str, Any]]:
+    def inputs(self, response_id: str, owner: Owners) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = json.loads(self._row(response_id, owner, "response_id")[1])
         return items
 
-    def conversation(self, response_id: str, owner: str) -> list[dict[str, Any]]:
+    def conversation(self, response_id: str, owner: Owners) -> list[dict[str, Any]]:
         """What continuing from ``response_id`` starts with: its input, then its output."""
         _, inputs, outputs = self._row(response_id, owner, "previous_response_id")
         items: list[dict[str, Any]] = [*json.loads(inputs), *json.loads(outputs)]
         return items
 
-    def delete(self, response_id: str, owner: str) -> None:
+    def delete(self, response_id: str, owner: Owners) -> None:
         self._row(response_id, owner, "response_id")
-        self._db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner))
+        self._db.execute(
+            "DELETE FROM responses WHERE id = ? AND owner IN (?, ?)", (response_id, *_two(owner))
+        )
+
+
+# Who may read a row: one owner, or (new, legacy) while rows of the legacy one remain.
+Owners = str | tuple[str, str]
+
+
+def _two(owner: Owners) -> tuple[str, str]:
+    return (owner, owner) if isinstance(owner, str) else owner

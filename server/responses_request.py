@@ -482,7 +482,12 @@ class Stored:
     """The response store and the owner this request reads and writes as."""
 
     store: ResponseStore
-    owner: str
+    owner: str  # what this request stores as (its tenant)
+    legacy: str = ""  # what its key stored as before; still read (server.response_store)
+
+    @property
+    def readers(self) -> tuple[str, str]:
+        return (self.owner, self.legacy)
 
 
 def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None) -> ResponsesCall:
@@ -493,7 +498,7 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
     own = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     prior: list[dict[str, Any]] = []
     if body.previous_response_id is not None and stored is not None:
-        prior = stored.store.conversation(body.previous_response_id, stored.owner)
+        prior = stored.store.conversation(body.previous_response_id, stored.readers)
         body = body.model_copy(update={"input": [*prior, *own]})
     effort = body.reasoning.effort if body.reasoning else None
     fmt = body.text.format if body.text is not None else None

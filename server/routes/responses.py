@@ -12,10 +12,10 @@ from starlette.responses import Response
 
 from core.errors import NotFound
 from server import openapi
-from server.auth import api_key, authorize
+from server.auth import api_key, authorize, is_batch_line
 from server.errors import response_headers
 from server.gateway import gateway
-from server.response_store import owner_of
+from server.response_store import owner_of, tenant_owner
 from server.responses_request import ResponsesRequest, Stored, translate
 from server.serving import serve_translated
 
@@ -42,10 +42,13 @@ async def responses(request: Request) -> Response:
 
 def _stored(request: Request) -> Stored | None:
     gw = gateway(request)
-    authorize(request, gw.keys)
+    tenant = authorize(request, gw.keys)
     if gw.responses is None:
         return None
-    return Stored(gw.responses, owner_of(api_key(request, gw.keys)))
+    owner = tenant_owner(tenant.name)
+    # A batch line presents no key: it reads only what its tenant stored.
+    legacy = owner if is_batch_line(request) else owner_of(api_key(request, gw.keys))
+    return Stored(gw.responses, owner, legacy)
 
 
 def _stored_or_404(request: Request) -> Stored:
@@ -64,13 +67,13 @@ def _json(request: Request, body: object) -> Response:
 @router.get("/v1/responses/{response_id}")
 async def retrieve(request: Request, response_id: str) -> Response:
     stored = _stored_or_404(request)
-    return _json(request, stored.store.body(response_id, stored.owner))
+    return _json(request, stored.store.body(response_id, stored.readers))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete(request: Request, response_id: str) -> Response:
     stored = _stored_or_404(request)
-    stored.store.delete(response_id, stored.owner)
+    stored.store.delete(response_id, stored.readers)
     return _json(request, {"id": response_id, "object": "response", "deleted": True})
 
 
@@ -85,7 +88,7 @@ async def input_items(
     """The items the response was answered from, OpenAI's list (newest first unless
     ``order=asc``; ``limit`` 1-100; ``after`` an item id)."""
     stored = _stored_or_404(request)
-    items = stored.store.inputs(response_id, stored.owner)
+    items = stored.store.inputs(response_id, stored.readers)
     if order == "desc":
         items = items[::-1]
     if after is not None:

@@ -172,6 +172,11 @@ def test_completions_and_responses_batches(
     (out,) = [orjson.loads(x) for x in c.files.content(done.output_file_id).content.splitlines()]
     assert out["response"]["status_code"] == 200 and out["response"]["body"][field]
     assert done.error_file_id is None
+    if endpoint == "/v1/responses":  # stored for the batch's tenant: its key reads it
+        stored = out["response"]["body"]["id"]
+        assert c.responses.retrieve(stored).id == stored
+        with pytest.raises(openai.NotFoundError):
+            client(url, "beta").responses.retrieve(stored)
 
 
 def test_a_malformed_file_fails_the_batch_naming_each_bad_line(url: str) -> None:

@@ -1,10 +1,12 @@
 """Stored responses (``server.response_store``) through the real ``openai`` SDK on the app
 over a scripted engine (fast): kept by default, continued with ``previous_response_id``
-(the model sees the earlier turn), retrieved, listed, deleted, per API key, expired."""
+(the model sees the earlier turn), retrieved, listed, deleted, per tenant (and per key
+for rows from before tenants), expired."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -12,6 +14,8 @@ import pytest
 
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
+from server.response_store import owner_of
+from server.tenants import hashed
 
 THOUGHT = "3+4=7\n"
 Q = "Compute 3+4 mod 10."
@@ -89,6 +93,41 @@ async def test_another_key_cannot_read_a_response(
             await bob.responses.delete(mine.id)
         with pytest.raises(openai.BadRequestError):
             await bob.responses.create(model=app.model, input=Q, previous_response_id=mine.id)
+
+
+async def test_every_key_of_a_tenant_shares_its_responses(
+    scripted_app: Callable[..., Any], testbed_tokens: Any, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        f'[tenants.team]\nkeys = ["{hashed("tg-one")}", "{hashed("tg-two")}"]\n'
+        f'[tenants.other]\nkeys = ["{hashed("tg-three")}"]\n'
+    )
+    async with scripted_app(_handler(testbed_tokens), keys_file=str(keys)) as app:
+        one, two = app.openai(api_key="tg-one"), app.openai(api_key="tg-two")
+        mine = await one.responses.create(model=app.model, input=Q)
+        assert (await two.responses.retrieve(mine.id)).id == mine.id
+        follow = await two.responses.create(model=app.model, input=Q, previous_response_id=mine.id)
+        assert follow.id != mine.id
+        with pytest.raises(openai.NotFoundError):
+            await app.openai(api_key="tg-three").responses.retrieve(mine.id)
+        await two.responses.delete(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            await one.responses.retrieve(mine.id)
+
+
+async def test_a_response_stored_per_key_before_tenants_stays_readable_with_that_key(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens), api_keys=("alice", "bob")) as app:
+        gw = app.asgi.state.gateway
+        gw.responses.put(
+            "resp_old", owner_of("alice"), {"id": "resp_old", "object": "response"}, [], []
+        )
+        alice, bob = app.openai(api_key="alice"), app.openai(api_key="bob")
+        assert (await alice.responses.retrieve("resp_old")).id == "resp_old"
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.retrieve("resp_old")
 
 
 async def test_retention_expires_and_zero_stores_nothing(
