@@ -71,8 +71,10 @@ class PetsAllocations:
     jobs: BatchJobs
     max_cap: int  # the server's max_samples
 
-    async def submit(self, allocation: Mapping[str, JSON], lines: Sequence[Line]) -> str:
-        """Start the job for a checked ``allocation`` over ``lines``; the job's id."""
+    async def submit(
+        self, allocation: Mapping[str, JSON], lines: Sequence[Line], *, tenant: str
+    ) -> str:
+        """Start ``tenant``'s job for a checked ``allocation`` over ``lines``; its id."""
         for line in lines:
             for name in LINE_PLANS:
                 if name in line.body:
@@ -93,7 +95,7 @@ class PetsAllocations:
         except GatewayError as exc:  # name the field as the client wrote it
             exc.param = f"allocation.{exc.param}" if exc.param else "allocation"
             raise
-        view = await self.jobs.submit(questions, options)
+        view = await self.jobs.submit(questions, options, tenant=tenant)
         return view.id
 
     async def progress(self, job_id: str) -> dict[str, JSON]:

@@ -101,7 +101,7 @@ class Batches:
         content = await self.store.content(file_id) or b""
         lines, errors = read_lines(content, endpoint)
         if allocation is not None and self.allocations is not None and not errors:
-            job_id = await self.allocations.submit(allocation, lines)
+            job_id = await self.allocations.submit(allocation, lines, tenant=owner)
             allocation = {**allocation, "job_id": job_id}
         now = int(time.time())
         status: BatchStatus = "failed" if errors else "in_progress"

@@ -299,6 +299,13 @@ def test_an_allocation_batch_spreads_one_budget_over_its_lines(url: str) -> None
         headers={"Authorization": f"Bearer {KEYS['alpha']}"},
     )
     assert job.status_code == 200 and job.json()["status"] == "completed"
+    # Another tenant does not see it there: a 404, and not in its list.
+    beta = {"Authorization": f"Bearer {KEYS['beta']}"}
+    for path in ("", "/output", "/events"):
+        other = httpx.get(f"{url}/pets/batches/{allocation['job_id']}{path}", headers=beta)
+        assert other.status_code == 404, path
+    listed = httpx.get(f"{url}/pets/batches", headers=beta).json()["data"]
+    assert allocation["job_id"] not in {j["id"] for j in listed}
 
 
 def test_bad_allocations_are_400s_naming_the_field(url: str) -> None:

@@ -79,7 +79,9 @@ class BatchJobs:
 
     # --- what the routes call
 
-    async def submit(self, questions: Sequence[BatchQuestion], options: BatchOptions) -> BatchView:
+    async def submit(
+        self, questions: Sequence[BatchQuestion], options: BatchOptions, *, tenant: str = ""
+    ) -> BatchView:
         if len(self._running) >= self._max_jobs:
             raise InvalidRequest(
                 f"{len(self._running)} batch jobs are running; the limit is {self._max_jobs}"
@@ -91,6 +93,7 @@ class BatchJobs:
             options=options,
             n_questions=len(questions),
             created_at=int(time.time()),
+            tenant=tenant,
         )
         await self._store.create(record, questions, owner=self.owner, lease_s=self._lease_s)
         job = self._runner(record, questions)
@@ -104,11 +107,11 @@ class BatchJobs:
         return BatchView.of(await self._record(job_id))
 
     async def list_jobs(
-        self, *, after: str | None = None, limit: int = 20
+        self, *, after: str | None = None, limit: int = 20, tenant: str | None = None
     ) -> tuple[list[BatchView], bool]:
         """A page of jobs, newest first (``after``: the last id of the page before), and
-        whether more follow."""
-        records = await self._store.jobs(after=after, limit=limit + 1)
+        whether more follow; ``tenant``: only that tenant's."""
+        records = await self._store.jobs(after=after, limit=limit + 1, tenant=tenant)
         views = [
             self._running[r.id].snapshot() if r.id in self._running else BatchView.of(r)
             for r in records[:limit]

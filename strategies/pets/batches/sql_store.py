@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS tg_pets_jobs (
     resumed BIGINT NOT NULL DEFAULT 0,
     samples_drawn BIGINT NOT NULL DEFAULT 0,
     questions_sampled BIGINT NOT NULL DEFAULT 0,
-    rounds BIGINT NOT NULL DEFAULT 0
+    rounds BIGINT NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS tg_pets_jobs_by_time ON tg_pets_jobs (created_at, id);
 CREATE INDEX IF NOT EXISTS tg_pets_jobs_by_status ON tg_pets_jobs (status, model, lease_until);
@@ -96,7 +97,7 @@ CREATE TABLE IF NOT EXISTS tg_pets_outputs (
 """
 _JOB_COLUMNS: Final = (
     "id, model, status, options, n_questions, created_at, completed_at, error, owner,"
-    " lease_until, resumed, samples_drawn, questions_sampled, rounds"
+    " lease_until, resumed, samples_drawn, questions_sampled, rounds, tenant"
 )
 # Another holder's lease, or the job no longer in progress: the write is refused.
 _HELD: Final = "status = 'in_progress' AND (owner IS NULL OR lease_until < ?)"
@@ -116,7 +117,7 @@ def _ids(blob: bytes) -> tuple[int, ...]:
 
 def _record(row: Sequence[object]) -> JobRecord:
     (job_id, model, status, options, n, created, completed, error, owner, lease) = row[:10]
-    resumed, drawn, sampled, rounds = row[10:]
+    resumed, drawn, sampled, rounds, tenant = row[10:]
     return JobRecord(
         id=str(job_id),
         model=str(model),
@@ -132,6 +133,7 @@ def _record(row: Sequence[object]) -> JobRecord:
         samples_drawn=int(cast(int, drawn)),
         questions_sampled=int(cast(int, sampled)),
         rounds=int(cast(int, rounds)),
+        tenant=str(tenant),
     )
 
 
@@ -153,7 +155,7 @@ class SqlBatchStore:
     def _migrate(self) -> None:
         if self._conn.postgres:
             self._conn.schema(_SCHEMA)
-            return
+            return  # the tenant column came with the tables on PostgreSQL
         with self._conn.write() as db:
             row = db.one("PRAGMA user_version")
             version = int(row[0]) if row else 0
@@ -167,6 +169,7 @@ class SqlBatchStore:
                     f" schema {SCHEMA_VERSION} (use another --state-dir, or that version)"
                 )
         self._conn.schema(_SCHEMA)
+        self._conn.add_column("tg_pets_jobs", "tenant", "TEXT NOT NULL DEFAULT ''")
         with self._conn.write() as db:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -190,7 +193,7 @@ class SqlBatchStore:
     ) -> None:
         with self._conn.write() as db:
             db.run(
-                f"INSERT INTO tg_pets_jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO tg_pets_jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id,
                     job.model,
@@ -206,6 +209,7 @@ class SqlBatchStore:
                     0,
                     0,
                     0,
+                    job.tenant,
                 ),
             )
             db.many(
@@ -233,13 +237,23 @@ class SqlBatchStore:
         return None if found is None else _record(found)
 
     async def jobs(
-        self, *, status: Status | None = None, after: str | None = None, limit: int = 100
+        self,
+        *,
+        status: Status | None = None,
+        after: str | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[JobRecord]:
-        return await self._call(partial(self._jobs, status, after, limit))
+        return await self._call(partial(self._jobs, status, after, limit, tenant))
 
-    def _jobs(self, status: Status | None, after: str | None, limit: int) -> list[JobRecord]:
+    def _jobs(
+        self, status: Status | None, after: str | None, limit: int, tenant: str | None
+    ) -> list[JobRecord]:
         where: list[str] = []
         args: list[object] = []
+        if tenant is not None:
+            where.append("tenant IN (?, '')")
+            args.append(tenant)
         if status is not None:
             where.append("status = ?")
             args.append(status)

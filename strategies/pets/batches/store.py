@@ -45,6 +45,7 @@ class JobRecord:
     samples_drawn: int = 0
     questions_sampled: int = 0
     rounds: int = 0  # rounds that stored a sample
+    tenant: str = ""  # who submitted it (server.tenants); "": a job from before tenants
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,9 +81,15 @@ class BatchStore(Protocol):
     async def job(self, job_id: str) -> JobRecord | None: ...
 
     async def jobs(
-        self, *, status: Status | None = None, after: str | None = None, limit: int = 100
+        self,
+        *,
+        status: Status | None = None,
+        after: str | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[JobRecord]:
-        """Jobs, newest first; ``after``: those listed after that id (a cursor)."""
+        """Jobs, newest first; ``after``: those listed after that id (a cursor);
+        ``tenant``: only that tenant's (and those from before tenants)."""
         ...
 
     async def questions(self, job_id: str) -> list[BatchQuestion]: ...

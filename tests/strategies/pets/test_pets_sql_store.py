@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -236,3 +236,15 @@ async def test_a_version_1_file_is_renamed_in_place_and_keeps_its_jobs(tmp_path:
     assert job is not None and (job.status, job.options) == ("completed", OPTIONS)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+async def test_jobs_list_by_tenant_with_the_jobs_from_before_tenants(
+    store: SqlBatchStore,
+) -> None:
+    for job_id, tenant in (("pbatch_a", "alpha"), ("pbatch_b", "beta"), ("pbatch_old", "")):
+        job = replace(record(job_id), tenant=tenant)
+        await store.create(job, QUESTIONS, owner="A", lease_s=LEASE_S)
+    got = await store.job("pbatch_a")
+    assert got is not None and got.tenant == "alpha"
+    assert {j.id for j in await store.jobs(tenant="alpha")} == {"pbatch_a", "pbatch_old"}
+    assert len(await store.jobs()) == 3
