@@ -191,7 +191,9 @@ async def test_prm_url_attaches_the_remote_client_with_the_default_prms_tag(
     testbed_tokens: Any, fake_start: list[FakePrm], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probe = model_match.probe_ids(testbed_tokens.encode)
-    monkeypatch.setattr(model_match, "remote_probe", lambda url, timeout_s: (probe, "prm"))
+    monkeypatch.setattr(
+        model_match, "remote_probe", lambda url, timeout_s, transport: (probe, "prm")
+    )
     async with AsyncExitStack() as stack:
         prm = await process_reward_model(
             Settings(prm_url="http://prm:1"), _engine(testbed_tokens), stack
@@ -207,7 +209,9 @@ async def test_prm_url_attaches_the_remote_client_with_the_default_prms_tag(
 async def test_a_prm_server_with_another_tokenizer_fails_start_up(
     testbed_tokens: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(model_match, "remote_probe", lambda url, timeout_s: ((1, 2), "other"))
+    monkeypatch.setattr(
+        model_match, "remote_probe", lambda url, timeout_s, transport: ((1, 2), "other")
+    )
     async with AsyncExitStack() as stack:
         with pytest.raises(model_match.TokenizerMismatch, match="PRM server"):
             await process_reward_model(
