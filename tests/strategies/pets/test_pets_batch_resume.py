@@ -1,6 +1,7 @@
 """Batch jobs outlive their gateway: resume by replay, leases, hand-over, cancel.
 
-Gateways here are ``BatchJobs`` objects over one SQLite file, with a scripted engine
+Gateways here are ``BatchJobs`` objects over one store (a SQLite file, or a PostgreSQL
+database), with a scripted engine
 (the testbed tokenizer; question q's k-th sample says ``r{k}`` and answers
 ``answer(q, k)``, so every stored sample names the draw it was). A "kill" cancels a
 gateway's tasks without its shutdown path: nothing is released or written, as after
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from postgres import fresh_database, postgres_server
 
 from core.engine import (
     GenerateRequest,
@@ -148,13 +150,22 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "pets-batches.sqlite3"
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The gateways' shared store: one SQLite file, or one PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "pets-batches.sqlite3")
+    return fresh_database(request.getfixturevalue("pg_url"))
 
 
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop
-async def gateways(db: Path, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
+async def gateways(db: str, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
     """Gateways a test starts with ``gateway(...)``; each gets its own store (its own
     connection, as a separate process would); all are shut down at the end."""
     started: list[BatchJobs] = []
@@ -165,7 +176,7 @@ async def gateways(db: Path, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
 
 
 async def gateway(
-    started: list[BatchJobs], db: Path, clock: Clock, engine: ScriptedEngine, owner: str
+    started: list[BatchJobs], db: str, clock: Clock, engine: ScriptedEngine, owner: str
 ) -> BatchJobs:
     jobs = BatchJobs(engine, SqlBatchStore(db, clock=clock), lease_s=LEASE_S, owner=owner)
     await jobs.start()
@@ -224,7 +235,7 @@ async def check_every_draw_stored_once(jobs: BatchJobs, job_id: str) -> None:
 
 @pytest.mark.parametrize("stall_after", [3, 12], ids=["mid-warm-up", "mid-rounds"])
 async def test_a_killed_gateways_job_resumes_by_replay(
-    gateways: list[BatchJobs], db: Path, clock: Clock, stall_after: int
+    gateways: list[BatchJobs], db: str, clock: Clock, stall_after: int
 ) -> None:
     first = ScriptedEngine(stall_after=stall_after)
     a = await gateway(gateways, db, clock, first, "A")
@@ -255,7 +266,7 @@ async def _at_least(jobs: BatchJobs, job_id: str, n: int) -> bool:
 
 
 async def test_replay_rebuilds_allocation_and_tallies_exactly(
-    gateways: list[BatchJobs], db: Path, clock: Clock
+    gateways: list[BatchJobs], db: str, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
@@ -273,7 +284,7 @@ async def test_replay_rebuilds_allocation_and_tallies_exactly(
 
 
 async def test_a_gateway_that_lost_its_lease_stops_without_writing(
-    gateways: list[BatchJobs], db: Path, clock: Clock
+    gateways: list[BatchJobs], db: str, clock: Clock
 ) -> None:
     slow = ScriptedEngine(delay_s=0.02)
     a = await gateway(gateways, db, clock, slow, "A")
@@ -295,7 +306,7 @@ async def _not_running(jobs: BatchJobs, job_id: str) -> bool:
 
 
 async def test_graceful_shutdown_hands_the_job_on_at_once(
-    gateways: list[BatchJobs], db: Path, clock: Clock
+    gateways: list[BatchJobs], db: str, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
@@ -311,7 +322,7 @@ async def test_graceful_shutdown_hands_the_job_on_at_once(
 
 
 async def test_cancel_from_another_gateway_stops_the_runner(
-    gateways: list[BatchJobs], db: Path, clock: Clock
+    gateways: list[BatchJobs], db: str, clock: Clock
 ) -> None:
     a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
@@ -326,7 +337,7 @@ async def test_cancel_from_another_gateway_stops_the_runner(
 
 
 async def test_an_unavailable_engine_pauses_the_job_until_it_serves(
-    gateways: list[BatchJobs], db: Path, clock: Clock
+    gateways: list[BatchJobs], db: str, clock: Clock
 ) -> None:
     engine = ScriptedEngine(delay_s=0.01)
     a = await gateway(gateways, db, clock, engine, "A")
