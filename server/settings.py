@@ -302,8 +302,9 @@ class Settings(BaseSettings):
 
     # --- state: PETS batch jobs
     state_dir: str | None = None
-    """Directory of the gateway's state: PETS batch jobs live in ``pets-batches.sqlite3``
-    there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
+    """Directory of the gateway's state: batches, PETS batch jobs (unless
+    ``--batch-store`` names a PostgreSQL database), stored responses and the reasoning
+    seal's key live there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
     ``~/.local/state/thinkgate``."""
     response_retention_s: float = Field(default=2_592_000.0, ge=0)
     """Stored responses (``store``, ``previous_response_id``, ``GET /v1/responses/{id}``)
