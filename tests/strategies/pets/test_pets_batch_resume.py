@@ -2,9 +2,9 @@
 
 Gateways here are ``BatchJobs`` objects over one store (a SQLite file, or a PostgreSQL
 database), with a scripted engine (the testbed tokenizer; question q's k-th sample says
-``r{k}`` and answers ``answer(q, k)``, so every stored sample names the draw it was). A "kill" cancels a
-gateway's tasks without its shutdown path: nothing is released or written, as after
-``kill -9``. Leases run on a clock the test moves.
+``r{k}`` and answers ``answer(q, k)``, so every stored sample names the draw it was).
+A "kill" cancels a gateway's tasks without its shutdown path: nothing is released or
+written, as after ``kill -9``. Leases run on a clock the test moves.
 """
 
 from __future__ import annotations
