@@ -91,6 +91,17 @@ def chat(custom_id: str, model: str = "testbed-base", **body: Any) -> dict[str, 
     }
 
 
+def allocated(c: Any, lines: bytes, allocation: dict[str, Any]) -> Any:
+    """A chat batch of ``lines`` created with ``allocation``."""
+    upload = c.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
+    return c.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        extra_body={"allocation": allocation},
+    )
+
+
 def wait(c: Any, batch_id: str, *statuses: str, timeout: float = 30) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -272,13 +283,7 @@ def test_tenants_see_only_their_own_files_and_batches(url: str) -> None:
 def test_an_allocation_batch_spreads_one_budget_over_its_lines(url: str) -> None:
     c = client(url)
     lines = jsonl(*[chat(f"q{i}") for i in range(4)])
-    upload = c.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
-    batch = c.batches.create(
-        input_file_id=upload.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-        extra_body={"allocation": {"method": "pets", "total_budget": 10, "cap": 4}},
-    )
+    batch = allocated(c, lines, {"method": "pets", "total_budget": 10, "cap": 4})
     allocation = batch.model_extra["allocation"]
     assert allocation["method"] == "pets" and allocation["job_id"].startswith("pbatch_")
     done = wait(c, batch.id, "completed")
@@ -352,13 +357,7 @@ def test_bad_allocations_are_400s_naming_the_field(url: str) -> None:
 def test_cancelling_an_allocation_batch_stops_its_job(url: str) -> None:
     c = client(url)
     lines = jsonl(*[chat(f"slow{i}", max_tokens=7) for i in range(8)])
-    upload = c.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
-    batch = c.batches.create(
-        input_file_id=upload.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-        extra_body={"allocation": {"method": "pets", "average_budget": 16, "round_size": 1}},
-    )
+    batch = allocated(c, lines, {"method": "pets", "average_budget": 16, "round_size": 1})
     time.sleep(0.5)
     assert c.batches.cancel(batch.id).status in ("cancelling", "cancelled")
     done = wait(c, batch.id, "cancelled")

@@ -14,6 +14,15 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
 
 
+def _completed(c: Any, batch_id: str) -> Any:
+    """The batch once completed (it runs, or the test fails within 120 s)."""
+    deadline = time.monotonic() + 120
+    while (batch := c.batches.retrieve(batch_id)).status != "completed":
+        assert batch.status == "in_progress" and time.monotonic() < deadline, batch
+        time.sleep(0.2)
+    return batch
+
+
 def test_a_batch_on_the_real_engine(openai_client: Any, served_model: str) -> None:
     def line(custom_id: str, **body: Any) -> bytes:
         return orjson.dumps(
@@ -43,10 +52,7 @@ def test_a_batch_on_the_real_engine(openai_client: Any, served_model: str) -> No
     batch = c.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    deadline = time.monotonic() + 120
-    while (batch := c.batches.retrieve(batch.id)).status != "completed":
-        assert batch.status == "in_progress" and time.monotonic() < deadline, batch
-        time.sleep(0.2)
+    batch = _completed(c, batch.id)
     assert (batch.request_counts.completed, batch.request_counts.failed) == (2, 1)
     out = [orjson.loads(x) for x in c.files.content(batch.output_file_id).content.splitlines()]
     assert [o["custom_id"] for o in out] == ["plain", "elastic"]
@@ -83,10 +89,7 @@ def test_an_allocation_batch_on_the_real_engine(openai_client: Any, served_model
         completion_window="24h",
         extra_body={"allocation": {"method": "pets", "total_budget": 5, "seed": 3}},
     )
-    deadline = time.monotonic() + 120
-    while (batch := c.batches.retrieve(batch.id)).status != "completed":
-        assert batch.status == "in_progress" and time.monotonic() < deadline, batch
-        time.sleep(0.2)
+    batch = _completed(c, batch.id)
     out = [orjson.loads(x) for x in c.files.content(batch.output_file_id).content.splitlines()]
     assert [o["custom_id"] for o in out] == ["q0", "q1"]
     tg = [o["response"]["body"]["thinkgate"] for o in out]

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 
 import pytest
 import pytest_asyncio
-from postgres import fresh_database, postgres_server
 
 from core.engine import (
     GenerateRequest,
@@ -149,22 +147,8 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The gateways' shared store: one SQLite file, or one PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "pets-batches.sqlite3")
-    return fresh_database(request.getfixturevalue("pg_url"))
-
-
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop
-async def gateways(db: str, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
+async def gateways(store_target: str, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
     """Gateways a test starts with ``gateway(...)``; each gets its own store (its own
     connection, as a separate process would); all are shut down at the end."""
     started: list[BatchJobs] = []
@@ -175,9 +159,9 @@ async def gateways(db: str, clock: Clock) -> AsyncIterator[list[BatchJobs]]:
 
 
 async def gateway(
-    started: list[BatchJobs], db: str, clock: Clock, engine: ScriptedEngine, owner: str
+    started: list[BatchJobs], store_target: str, clock: Clock, engine: ScriptedEngine, owner: str
 ) -> BatchJobs:
-    jobs = BatchJobs(engine, SqlBatchStore(db, clock=clock), lease_s=LEASE_S, owner=owner)
+    jobs = BatchJobs(engine, SqlBatchStore(store_target, clock=clock), lease_s=LEASE_S, owner=owner)
     await jobs.start()
     started.append(jobs)
     return jobs
@@ -234,16 +218,16 @@ async def check_every_draw_stored_once(jobs: BatchJobs, job_id: str) -> None:
 
 @pytest.mark.parametrize("stall_after", [3, 12], ids=["mid-warm-up", "mid-rounds"])
 async def test_a_killed_gateways_job_resumes_by_replay(
-    gateways: list[BatchJobs], db: str, clock: Clock, stall_after: int
+    gateways: list[BatchJobs], store_target: str, clock: Clock, stall_after: int
 ) -> None:
     first = ScriptedEngine(stall_after=stall_after)
-    a = await gateway(gateways, db, clock, first, "A")
+    a = await gateway(gateways, store_target, clock, first, "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, stall_after))
     await kill(a)
 
     second = ScriptedEngine()
-    b = await gateway(gateways, db, clock, second, "B")
+    b = await gateway(gateways, store_target, clock, second, "B")
     assert await b.claim() == []  # A's lease still runs
     assert (await b.snapshot(job_id)).status == "in_progress"
     listed, more = await b.list_jobs()
@@ -265,9 +249,9 @@ async def _at_least(jobs: BatchJobs, job_id: str, n: int) -> bool:
 
 
 async def test_replay_rebuilds_allocation_and_tallies_exactly(
-    gateways: list[BatchJobs], db: str, clock: Clock
+    gateways: list[BatchJobs], store_target: str, clock: Clock
 ) -> None:
-    a = await gateway(gateways, db, clock, ScriptedEngine(), "A")
+    a = await gateway(gateways, store_target, clock, ScriptedEngine(), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     assert (await finished(a, job_id)).status == "completed"
 
@@ -283,16 +267,16 @@ async def test_replay_rebuilds_allocation_and_tallies_exactly(
 
 
 async def test_a_gateway_that_lost_its_lease_stops_without_writing(
-    gateways: list[BatchJobs], db: str, clock: Clock
+    gateways: list[BatchJobs], store_target: str, clock: Clock
 ) -> None:
     slow = ScriptedEngine(delay_s=0.02)
-    a = await gateway(gateways, db, clock, slow, "A")
+    a = await gateway(gateways, store_target, clock, slow, "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 10))
     runner = a._running[job_id]
     # A stalls past its lease (the clock jumps) and B, sharing the database, takes over.
     clock.now += LEASE_S + 1
-    b = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "B")
+    b = await gateway(gateways, store_target, clock, ScriptedEngine(delay_s=0.02), "B")
     assert job_id in b._running  # claimed at start-up
     assert (await finished(b, job_id)).status == "completed"
     await until(lambda: _not_running(a, job_id))
@@ -305,28 +289,28 @@ async def _not_running(jobs: BatchJobs, job_id: str) -> bool:
 
 
 async def test_graceful_shutdown_hands_the_job_on_at_once(
-    gateways: list[BatchJobs], db: str, clock: Clock
+    gateways: list[BatchJobs], store_target: str, clock: Clock
 ) -> None:
-    a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
+    a = await gateway(gateways, store_target, clock, ScriptedEngine(delay_s=0.02), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 5))
     await a.aclose()
     record = await a._store.job(job_id)
     assert record is not None and (record.status, record.owner) == ("in_progress", None)
 
-    b = await gateway(gateways, db, clock, ScriptedEngine(), "B")  # no lease to wait for
+    b = await gateway(gateways, store_target, clock, ScriptedEngine(), "B")  # no lease to wait for
     last = await finished(b, job_id)
     assert last.status == "completed" and last.record.resumed == 1
     await check_every_draw_stored_once(b, job_id)
 
 
 async def test_cancel_from_another_gateway_stops_the_runner(
-    gateways: list[BatchJobs], db: str, clock: Clock
+    gateways: list[BatchJobs], store_target: str, clock: Clock
 ) -> None:
-    a = await gateway(gateways, db, clock, ScriptedEngine(delay_s=0.02), "A")
+    a = await gateway(gateways, store_target, clock, ScriptedEngine(delay_s=0.02), "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 3))
-    b = await gateway(gateways, db, clock, ScriptedEngine(), "B")
+    b = await gateway(gateways, store_target, clock, ScriptedEngine(), "B")
     assert (await b.cancel(job_id)).status == "cancelled"
     await until(lambda: _not_running(a, job_id))
     after = await drawn(b, job_id)
@@ -336,10 +320,10 @@ async def test_cancel_from_another_gateway_stops_the_runner(
 
 
 async def test_an_unavailable_engine_pauses_the_job_until_it_serves(
-    gateways: list[BatchJobs], db: str, clock: Clock
+    gateways: list[BatchJobs], store_target: str, clock: Clock
 ) -> None:
     engine = ScriptedEngine(delay_s=0.01)
-    a = await gateway(gateways, db, clock, engine, "A")
+    a = await gateway(gateways, store_target, clock, engine, "A")
     job_id = (await a.submit(QUESTIONS, OPTIONS)).id
     await until(lambda: _at_least(a, job_id, 3))
     engine.down = True

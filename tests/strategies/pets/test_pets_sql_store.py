@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from postgres import fresh_database, postgres_server
 
 from core.base import JSON
 from core.engine import Sample, SamplingConfig
@@ -73,29 +72,15 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a test's jobs live: a new SQLite file, or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "jobs.sqlite3")
-    return fresh_database(request.getfixturevalue("pg_url"))
-
-
 @pytest_asyncio.fixture(loop_scope="function")  # the tests' own loop
-async def store(target: str, clock: Clock) -> AsyncIterator[SqlBatchStore]:
-    s = SqlBatchStore(target, clock=clock)
+async def store(store_target: str, clock: Clock) -> AsyncIterator[SqlBatchStore]:
+    s = SqlBatchStore(store_target, clock=clock)
     yield s
     await s.aclose()
 
 
-async def test_a_job_round_trips_and_survives_reopening(target: str, clock: Clock) -> None:
-    path = target
+async def test_a_job_round_trips_and_survives_reopening(store_target: str, clock: Clock) -> None:
+    path = store_target
     store = SqlBatchStore(path, clock=clock)
     await store.create(record(), QUESTIONS, owner="A", lease_s=LEASE_S)
     text = Sample(index=1, token_ids=(9, 9), finish_reason="length", stop_reason="</s>")
