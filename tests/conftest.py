@@ -6,7 +6,8 @@ Whatever a strategy needs (reward model, predictor, processors) is attached by t
 server's own defaults (``server/resources.py``, ``Settings``), so this fixture does not
 change when strategies are added; ``SERVER_FLAGS`` is for the rare flag the test suite
 needs beyond the defaults. Fixtures: ``live_server``, ``base_url``, ``served_model``,
-``openai_client``, ``async_openai_client``, ``model_dir``, ``hf_tokenizer``.
+``openai_client``, ``async_openai_client``, ``model_dir``, ``hf_tokenizer``, and for the
+stores one PostgreSQL server for the session (``pg_url``) and ``store_target``.
 A failing test that used the server gets the server's log tail in its report.
 
 Scale-out: a module marked ``pytest.mark.engines("local", "remote")`` runs each of its
@@ -38,6 +39,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import pytest
+from postgres import fresh_database, postgres_server
 
 import testbed
 from engines.local.cpu_host import DEFAULTS as CPU_HOST_DEFAULTS
@@ -574,6 +576,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _STACK is not None:
         _STACK.stop()
         _STACK = None
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """One real PostgreSQL server for the session, started on first use. The stores'
+    tests live here, not in a nested conftest: a second module named ``conftest`` would
+    shadow this one for tests that import from it late (inside a fixture)."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store test's data lives: a new SQLite file, or a new PostgreSQL database
+    (the server is started only when a PostgreSQL case runs)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.sqlite3")
+    return fresh_database(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture(scope="session")

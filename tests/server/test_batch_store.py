@@ -1,17 +1,17 @@
 """The Batch API's store and runner on both databases (SQLite, and a real PostgreSQL
-server started for the module): leases, exactly-once answers, a dead runner's batch
-taken over, cancel, finalisation; the runner's lines over a scripted call."""
+server for the session, a new database per test): leases, exactly-once answers, a dead
+runner's batch taken over, cancel, finalisation; the runner's lines over a scripted
+call."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from postgres import postgres_server
 
 from core.base import JSON
 from server.batch_api.lines import read_lines
@@ -20,18 +20,9 @@ from server.batch_api.runner import Answer, BatchRunner
 from server.batch_api.store import BatchStore
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(
-    request: pytest.FixtureRequest, tmp_path: Path, pg_url: str
-) -> AsyncIterator[BatchStore]:
-    target = str(tmp_path / "batches.sqlite3") if request.param == "sqlite" else pg_url
-    s = BatchStore(target)
+@pytest.fixture
+async def store(store_target: str) -> AsyncIterator[BatchStore]:
+    s = BatchStore(store_target)
     yield s
     await s.aclose()
 
