@@ -14,8 +14,9 @@ holds out):
              question at a time, alone on the server: accuracy, mean completion tokens,
              the 90th percentile of the wall time (a short deadline's fallback, scaled
              by the engine's load at request time)
-  deadlines  each plan of ``DEADLINE_GRID`` (plain, elastic, self-consistency, DeepConf)
-             with ``budget.deadline_ms`` at each of ``DEADLINES``, at each of ``CROWDS``
+  deadlines  each plan of ``DEADLINE_GRID`` (plain, elastic, self-consistency, DeepConf,
+             step rejection and particle filtering with the PRM) with
+             ``budget.deadline_ms`` at each of ``DEADLINES``, at each of ``CROWDS``
              requests in flight: what the plan achieves when the deadline cuts it
 
 ``--parts`` measures only the named parts and keeps the other's rows from ``--out``;

@@ -47,9 +47,10 @@ CALIBRATION_GRID: tuple[FixedPlan, ...] = (
     *(FixedPlan("self-consistency", n, t) for n in (2, 4, 8, 16) for t in (32, 64, 128, 256)),
 )
 
-# What ``auto`` may choose among under a deadline: plans that need nothing but the engine
-# (no PRM), each measured with the deadline set (``DEADLINES``, at ``CROWDS`` requests in
-# flight), so the table knows what the deadline's cuts leave of each.
+# What ``auto`` may choose among under a deadline, each measured with the deadline set
+# (``DEADLINES``, at ``CROWDS`` requests in flight), so the table knows what the
+# deadline's cuts leave of each. The step searches need the PRM: ``auto`` leaves their
+# rows out on a server without one.
 DEADLINE_GRID: tuple[FixedPlan, ...] = (
     FixedPlan("plain"),
     FixedPlan("elastic", 1, 128),
@@ -59,6 +60,8 @@ DEADLINE_GRID: tuple[FixedPlan, ...] = (
     FixedPlan("self-consistency", 8, 128),
     FixedPlan("deepconf", 8),
     FixedPlan("deepconf", 16),
+    FixedPlan("step-rejection", 4),
+    FixedPlan("particle-filtering", 4),
 )
 DEADLINES: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 CROWDS: tuple[int, ...] = (1, 8)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
+from typing import Any
 
 from core.base import ResourceKey, Strategy
 from core.errors import InvalidRequest, UnknownStrategy
@@ -79,6 +80,10 @@ class Registry:
     def options_of(self, name: str) -> frozenset[str]:
         """The body options strategy ``name`` declares."""
         return self._classes[name].body_options
+
+    def needs_of(self, name: str) -> tuple[ResourceKey[Any], ...]:
+        """The resources strategy ``name`` cannot run without (its optional ``needs``)."""
+        return tuple(getattr(self._classes[name], "needs", ()))
 
     def check_options(self, name: str, fields: Iterable[str]) -> None:
         """A 400 naming the first body field that strategy ``name`` does not take (the

@@ -293,8 +293,12 @@ def choose(ctx: StrategyContext) -> tuple[Plan, Means]:
     table = ctx.resources.get(TABLE_KEY)  # attached only in front of its model
     registry = ctx.resources.get(REGISTRY_KEY)
     if table is not None and registry is not None:  # only plans this server can run
-        names = set(registry.names())
-        table = replace(table, rows=tuple(r for r in table.rows if r.strategy in names))
+        runnable = {
+            name
+            for name in registry.names()
+            if all(ctx.resources.get(key) is not None for key in registry.needs_of(name))
+        }
+        table = replace(table, rows=tuple(r for r in table.rows if r.strategy in runnable))
     if table is not None:
         plan = table_plan(table, means)
         if plan is not None:

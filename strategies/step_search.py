@@ -26,12 +26,13 @@ import random
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from core.allowance import BudgetSpent
 from core.base import (
     JSON,
     Progress,
+    ResourceKey,
     Result,
     StrategyContext,
     StrategyRequest,
@@ -146,6 +147,8 @@ class StepSearch:
     # ``speculate``: strategies.step_ahead); a rule whose candidates per parent vary by
     # step, or which needs every candidate's score before it draws, cannot.
     speculates: ClassVar[bool] = False
+    # Resources it cannot run without: ``auto`` leaves its plans out where one is missing.
+    needs: ClassVar[tuple[ResourceKey[Any], ...]] = (PRM_KEY,)
 
     # --- the rule, per strategy -------------------------------------------------------
     def check(self, n: int, options: SearchOptions) -> None:

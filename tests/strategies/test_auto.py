@@ -254,3 +254,56 @@ def test_calibrating_some_deadlines_keeps_the_other_rows_with_their_question_cou
     path.write_text(json.dumps(table.as_json()))
     assert AutoTable.load(path) == table
     assert {r.questions for r in AutoTable.load(path).rows} == {24}
+
+
+def test_auto_leaves_out_plans_whose_strategy_needs_a_resource_not_attached() -> None:
+    # The deadline bucket's best row is a step search: chosen only where a PRM is attached.
+    from test_reasoning_sequences import CharTokens
+
+    from core.allowance import Allowance, Limits
+    from core.base import Resources, StrategyContext, StrategyRequest
+    from core.budget import Budget
+    from core.engine import SamplingConfig
+    from core.registry import REGISTRY_KEY, Registry
+    from engines.scripted import ScriptedEngine
+    from strategies.auto import TABLE_KEY, choose
+    from strategies.prm import RESOURCE_KEY as PRM_KEY
+    from strategies.prm import ProcessRewardModel
+
+    tokens = CharTokens()
+    table = AutoTable(
+        model="m",
+        rows=(
+            _row("step-rejection", 4, 0.5, 1.0),
+            _row("self-consistency", 4, 0.3, 1.0),
+        ),
+    )
+    registry = Registry()
+    registry.load_entry_points(allow={"step-rejection", "self-consistency"})
+    registry.instantiate()
+    assert registry.needs_of("step-rejection") == (PRM_KEY,)
+    assert registry.needs_of("self-consistency") == ()
+
+    def strategy_under(items: dict[str, object]) -> str:
+        ctx = StrategyContext(
+            engine=ScriptedEngine(lambda request: iter(()), tokens=tokens),
+            request=StrategyRequest(
+                request_id="r",
+                prompt_token_ids=tuple(tokens.encode("q\n<think>")),
+                thinking_open=True,
+                n=1,
+                sampling=SamplingConfig(),
+                budget=Budget(),
+                stream=False,
+            ),
+            resources=Resources(
+                items={TABLE_KEY.name: table, REGISTRY_KEY.name: registry, **items}
+            ),
+            allowance=Allowance(limits=Limits(deadline=1.2), clock=lambda: 0.0),
+        )
+        return choose(ctx)[0].strategy
+
+    assert strategy_under({}) == "self-consistency"
+    scorer = ScriptedEngine(lambda request: iter(()), tokens=tokens)
+    prm = ProcessRewardModel(model=scorer, step_tag_id=0)  # type: ignore[arg-type]
+    assert strategy_under({PRM_KEY.name: prm}) == "step-rejection"
