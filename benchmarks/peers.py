@@ -605,15 +605,8 @@ def write_report(args: argparse.Namespace, rows: Sequence[Row], seconds: float, 
         f"Command: `.venv/bin/python -m benchmarks.peers --questions {args.questions} "
         f"--samples {args.samples} --concurrency {args.concurrency} --seed {args.seed} "
         f"--peers {args.peers} --peers-venv {args.peers_venv}`. The peers' venv: "
-        f"`python3.11 -m venv {args.peers_venv}`, `pip install 'its_hub[iaas]'`; optillm "
-        "with `pip install --no-deps optillm` plus its core requirements (`flask "
-        "cerebras_cloud_sdk 'z3-solver<=4.15.4.0' networkx 'transformers>=5,<5.13' tiktoken "
-        "scikit-learn PyYAML math-verify sentencepiece azure-identity requests`, torch from "
-        "the CPU wheel): pip's full resolve of `optillm` backtracked for over 5 minutes "
-        "(adaptive-classifier -> optimum[onnxruntime] wants transformers<4.45, optillm "
-        "wants >=5), and plugins whose extras are missing (web search, MCP, privacy, "
-        "code execution, JSON) fail to load at start; self_consistency and majority_voting "
-        "load.",
+        f"`bash scripts/peers-venv.sh {args.peers_venv}` (its_hub, and optillm without "
+        "pip's resolver, which backtracks for minutes; the script says why).",
         "",
     ]
     return "\n".join(lines)

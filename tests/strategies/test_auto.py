@@ -7,19 +7,30 @@ import json
 from pathlib import Path
 
 import pytest
+from test_reasoning_sequences import CharTokens
 
 from benchmarks.budget_plans import Outcome, summary
 from benchmarks.budgets import envelope
+from core.allowance import Allowance, Limits
+from core.base import Resources, StrategyContext, StrategyRequest
+from core.budget import Budget
+from core.engine import SamplingConfig
+from core.registry import REGISTRY_KEY, Registry
+from engines.scripted import ScriptedEngine
 from strategies.auto import (
     DEFAULT_TABLE,
     MAX_SAMPLES,
+    TABLE_KEY,
     AutoTable,
     Means,
     PlanRow,
     accuracy_interval,
+    choose,
     rule_plan,
     table_plan,
 )
+from strategies.prm import RESOURCE_KEY as PRM_KEY
+from strategies.prm import ProcessRewardModel
 
 
 def _means(**kw: object) -> Means:
@@ -258,18 +269,6 @@ def test_calibrating_some_deadlines_keeps_the_other_rows_with_their_question_cou
 
 def test_auto_leaves_out_plans_whose_strategy_needs_a_resource_not_attached() -> None:
     # The deadline bucket's best row is a step search: chosen only where a PRM is attached.
-    from test_reasoning_sequences import CharTokens
-
-    from core.allowance import Allowance, Limits
-    from core.base import Resources, StrategyContext, StrategyRequest
-    from core.budget import Budget
-    from core.engine import SamplingConfig
-    from core.registry import REGISTRY_KEY, Registry
-    from engines.scripted import ScriptedEngine
-    from strategies.auto import TABLE_KEY, choose
-    from strategies.prm import RESOURCE_KEY as PRM_KEY
-    from strategies.prm import ProcessRewardModel
-
     tokens = CharTokens()
     table = AutoTable(
         model="m",
