@@ -144,6 +144,31 @@ async def ask_all(
     return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(qs))))
 
 
+async def ask_rotated(
+    client: Any,
+    model: str,
+    qs: Sequence[Question],
+    plans: Sequence[FixedPlan | None],
+    limits: dict[str, int],
+    seed: int,
+    bar: Any,
+) -> list[list[Outcome]]:
+    """One client: question by question, every plan in turn, the order rotated by one
+    plan per question (question i seeded ``seed x 1000 + i`` for every plan).
+
+    The server's decode-speed estimate, which sets where a deadline ends thinking, follows
+    its recent calls; run plan after plan, the first of a cell would inherit the load of
+    the last cell. Rotated, every plan meets the same mix. Outcomes per plan, in the
+    questions' order."""
+    out: list[list[Outcome]] = [[] for _ in plans]
+    for i, q in enumerate(qs):
+        k = i % len(plans)
+        for j in [*range(k, len(plans)), *range(k)]:
+            out[j].append(await ask(client, model, q, plans[j], limits, seed=seed * 1000 + i))
+            bar.update(1)
+    return out
+
+
 def summary(outcomes: Sequence[Outcome], deadline_s: float | None = None) -> dict[str, float]:
     """Accuracy (a late answer is none), answered and on-time shares, mean tokens and
     seconds, the 90th percentile of seconds."""

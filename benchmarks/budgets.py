@@ -6,7 +6,9 @@ questions of 8-12 operations, temperature 1, seeded per question. Four parts:
 
   deadlines   every method with ``budget.deadline_ms`` D (0.5, 1, 2, 4 s), at 1 and 8
               clients: the share answered, the share whose last byte came by 1.1 D, and
-              accuracy (a late answer counts as none)
+              accuracy (a late answer counts as none). One client: the methods rotated
+              question by question; 8 clients of one method, after an unscored wave of
+              it (where a deadline ends thinking follows the server's recent speed)
   tokens      ``auto`` with ``budget.tokens`` T (100, 300, 1000, 3000) against the
               envelope of the fixed plans run without a ceiling (the most accurate plan
               whose largest usage fits T); every method with the ceiling too (the share
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask_all, summary
+from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask_all, ask_rotated, summary
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.auto import accuracy_interval
 from testbed import model_path
@@ -74,6 +76,7 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     n = len(qs)
     total = (
         len(deadlines) * len(DEADLINE_METHODS) * len(clients) * n
+        + len(deadlines) * len(DEADLINE_METHODS) * sum(c for c in clients if c > 1)
         + len(CALIBRATION_GRID) * n
         + len(ceilings) * len(DEADLINE_METHODS) * n
         + 3 * n
@@ -83,12 +86,23 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     # Warm the server's decode-speed estimate and the engine (not counted).
     await ask_all(client, model, qs[:4], FixedPlan("self-consistency", 4, 64), {}, 4, 999, bar)
     out: dict[str, Any] = {"deadlines": {}, "tokens": {}, "grid": {}, "minimum": {}, "cost": {}}
+    # Unscored questions that warm each crowded cell (not the measured ones).
+    warm = make_questions("validation", max(clients), seed=args.seed, min_ops=8, max_ops=12)
     for c in clients:
         for d in deadlines:
-            for plan in DEADLINE_METHODS:
-                got = await ask_all(
-                    client, model, qs, plan, {"deadline_ms": int(d * 1000)}, c, args.seed, bar
+            limits = {"deadline_ms": int(d * 1000)}
+            if c == 1:  # one client: the plans rotated question by question
+                rotated = await ask_rotated(
+                    client, model, qs, DEADLINE_METHODS, limits, args.seed, bar
                 )
+                for plan, got in zip(DEADLINE_METHODS, rotated, strict=True):
+                    out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
+                continue
+            for plan in DEADLINE_METHODS:
+                # c clients of one plan: one unscored wave first, so the server's decode
+                # speed is this plan's at this crowd, not the previous cell's.
+                await ask_all(client, model, warm[:c], plan, limits, c, args.seed + 1, bar)
+                got = await ask_all(client, model, qs, plan, limits, c, args.seed, bar)
                 out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
     for plan in CALIBRATION_GRID:
         got = await ask_all(client, model, qs, plan, {}, 8, args.seed, bar)
