@@ -74,18 +74,19 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     ceilings = [int(x) for x in args.tokens.split(",")]
     clients = [int(x) for x in args.clients.split(",")]
     n = len(qs)
-    total = (
-        len(deadlines) * len(DEADLINE_METHODS) * len(clients) * n
-        + len(deadlines) * len(DEADLINE_METHODS) * sum(c for c in clients if c > 1)
-        + len(CALIBRATION_GRID) * n
-        + len(ceilings) * len(DEADLINE_METHODS) * n
-        + 3 * n
-        + 2 * args.cost_rounds * n
+    parts = set(args.parts.split(","))
+    total = len(deadlines) * len(DEADLINE_METHODS) * len(clients) * n + len(deadlines) * len(
+        DEADLINE_METHODS
+    ) * sum(c for c in clients if c > 1)
+    if "tokens" in parts:
+        total += len(CALIBRATION_GRID) * n + len(ceilings) * len(DEADLINE_METHODS) * n
+    total += (3 * n if "minimum" in parts else 0) + (
+        2 * args.cost_rounds * n if "cost" in parts else 0
     )
     bar = tqdm(total=total, desc="requests", unit="req", file=sys.stderr)
     # Warm the server's decode-speed estimate and the engine (not counted).
     await ask_all(client, model, qs[:4], FixedPlan("self-consistency", 4, 64), {}, 4, 999, bar)
-    out: dict[str, Any] = {"deadlines": {}, "tokens": {}, "grid": {}, "minimum": {}, "cost": {}}
+    out: dict[str, Any] = {"deadlines": {}}
     # Unscored questions that warm each crowded cell (not the measured ones).
     warm = make_questions("validation", max(clients), seed=args.seed, min_ops=8, max_ops=12)
     for c in clients:
@@ -104,20 +105,45 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 await ask_all(client, model, warm[:c], plan, limits, c, args.seed + 1, bar)
                 got = await ask_all(client, model, qs, plan, limits, c, args.seed, bar)
                 out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
+    if "tokens" in parts:
+        out["grid"], out["tokens"] = await ceilings_part(client, model, qs, ceilings, args, bar)
+    if "minimum" in parts:
+        out["minimum"] = await minimum_part(client, model, qs, args, bar)
+    if "cost" in parts:
+        out["cost"] = await cost_part(client, model, qs, args, bar)
+    bar.close()
+    out["questions"] = n
+    return out
+
+
+async def ceilings_part(
+    client: Any, model: str, qs: Sequence[Any], ceilings: Sequence[int], args: Any, bar: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    grid: dict[str, Any] = {}
+    tokens: dict[str, Any] = {}
     for plan in CALIBRATION_GRID:
         got = await ask_all(client, model, qs, plan, {}, 8, args.seed, bar)
-        out["grid"][plan.label] = summary(got)
+        grid[plan.label] = summary(got)
     for t in ceilings:
-        for plan in DEADLINE_METHODS:
-            got = await ask_all(client, model, qs, plan, {"tokens": t}, 8, args.seed, bar)
+        for method in DEADLINE_METHODS:
+            got = await ask_all(client, model, qs, method, {"tokens": t}, 8, args.seed, bar)
             s = summary(got)
             s["held"] = sum(1 for o in got if o.tokens <= t) / max(1, len(got))
-            out["tokens"][f"{t}|{_label(plan)}"] = s
+            tokens[f"{t}|{_label(method)}"] = s
+    return grid, tokens
+
+
+async def minimum_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
+    out: dict[str, Any] = {}
     for m in (0, 64, 128):
         plan = FixedPlan("elastic", 1, 256)
         limits = {"thinking_min": m} if m else {}
         got = await ask_all(client, model, qs, plan, limits, 8, args.seed, bar)
-        out["minimum"][str(m)] = summary(got)
+        out[str(m)] = summary(got)
+    return out
+
+
+async def cost_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
     ratios = []
     arms: tuple[tuple[str, dict[str, int]], ...] = (
         ("none", {}),
@@ -132,10 +158,7 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
             )
             timed[name] = len(qs) / (time.perf_counter() - t0)
         ratios.append(timed["unbinding"] / timed["none"])
-    out["cost"] = {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2]}
-    bar.close()
-    out["questions"] = n
-    return out
+    return {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2]}
 
 
 def deadline_peers_rows(peers: dict[str, Any]) -> list[tuple[str, str, str, dict[str, float]]]:
@@ -237,7 +260,9 @@ def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> st
             )
         for name, why in peers.get("failed", {}).items():
             lines.append(f"\n{name} did not run: {why}")
-        lines += ["", *auto_against(data, n)]
+    lines += ["", *auto_against(data, n)]
+    if "tokens" not in data:  # --parts deadlines
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "## Total-token ceilings",
@@ -343,6 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--url", default=None, help="a running thinkgate server (else start one)")
     p.add_argument("--out", default="budgets")
+    p.add_argument(
+        "--parts",
+        default="deadlines,tokens,minimum,cost",
+        help="of deadlines,tokens,minimum,cost (deadlines always; the plot needs all)",
+    )
     args = p.parse_args(list(argv) if argv is not None else None)
     RESULTS.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -374,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1) + "\n")
     text = report(data, args, seconds)
     (RESULTS / f"{args.out}.md").write_text(text)
-    plot(data, args, RESULTS / f"{args.out}.png")
+    if {"tokens", "minimum", "cost"} <= data.keys():
+        plot(data, args, RESULTS / f"{args.out}.png")
     print(text)
     return 0
 

@@ -11,8 +11,9 @@ nearest to the requests now in flight. A plan measured under its deadline alread
 what the deadline cuts (a vote over the samples that finished, thinking ended early), so
 it is not asked to finish in time on its own. A deadline shorter than every calibrated
 one (or whose calibrated plans all pass the ceiling) falls back to the rows measured
-without one, whose 90th-percentile seconds, scaled by
-the engine's load, must fit. Without a table, the documented rule of :func:`rule_plan`.
+without one, whose 90th-percentile seconds, scaled by the engine's load, must fit; when
+none does, to the rows of the tightest calibrated deadline. Without a table, the
+documented rule of :func:`rule_plan`.
 Either way the ceiling and the deadline are then held by the request's allowance
 (``core.allowance``) like any strategy's, so a plan that was optimistic still ends in time
 and within its tokens.
@@ -223,6 +224,19 @@ def table_plan(table: AutoTable, m: Means) -> Plan | None:
             )
         )
         reason = "the most accurate calibrated plan that fits"
+    if best is None and m.deadline is not None:
+        # Shorter than every calibrated deadline (a request that lost time in the queue
+        # included), and no plan finishes in it uncut: the plans measured under the
+        # tightest deadline, which were cut the way this one will be. The rule would
+        # spread the little time over many samples, none of which reaches an answer.
+        tightest = _deadline_rows(table, m, tightest=True)
+        best = _best(r for r in tightest if _fits(r, m))
+        if tightest:
+            reason = (
+                f"shorter than every calibrated deadline: the most accurate plan at the "
+                f"tightest, {tightest[0].deadline_s:g} s, at {tightest[0].clients} "
+                "request(s) in flight"
+            )
     if best is None:
         return None
     return Plan(
@@ -238,10 +252,11 @@ def table_plan(table: AutoTable, m: Means) -> Plan | None:
 DEADLINE_SLACK: Final = 1.05  # a request that lost a few ms in the queue keeps its bucket
 
 
-def _deadline_rows(table: AutoTable, m: Means) -> list[PlanRow]:
+def _deadline_rows(table: AutoTable, m: Means, *, tightest: bool = False) -> list[PlanRow]:
     """The rows measured at the largest calibrated deadline the request's time covers, at
     the calibrated crowd nearest (by ratio) to the requests in flight; [] without a
-    deadline or when the request's is shorter than every calibrated one."""
+    deadline or when the request's is shorter than every calibrated one (``tightest``:
+    then the rows of the shortest calibrated deadline)."""
     if m.deadline is None:
         return []
     rows = [r for r in table.rows if r.deadline_s is not None]
@@ -255,7 +270,11 @@ def _deadline_rows(table: AutoTable, m: Means) -> list[PlanRow]:
         if r.clients == crowd and (r.deadline_s or 0.0) <= m.deadline * DEADLINE_SLACK
     ]
     if not covered:
-        return []
+        if not tightest:
+            return []
+        covered = [r for r in rows if r.clients == crowd]
+        bucket = min(r.deadline_s or 0.0 for r in covered)
+        return [r for r in covered if r.deadline_s == bucket]
     bucket = max(r.deadline_s or 0.0 for r in covered)
     return [r for r in covered if r.deadline_s == bucket]
 

@@ -43,13 +43,13 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Final
 
 from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest, Usage
-from core.engine import Engine, GenerateRequest, Sample
+from core.engine import Engine, GenerateRequest, Sample, TokenLogprob
 from core.errors import BackendError, InvalidRequest
 from strategies.pool import answer_keys
 from strategies.pool import defaults_of as sampling_defaults_of
@@ -90,6 +90,8 @@ class Node:
     worst: float  # the lowest mean logprob of any segment on its path
     logprob_sum: float  # over every token on its path
     logprob_tokens: int
+    # Its own segment's sampled-token logprobs (fork_at token splits it at the lowest).
+    own_logprobs: tuple[float, ...] = ()
 
     @property
     def confidence(self) -> float:
@@ -109,6 +111,7 @@ class Tree:
     leaves: list[int] = field(default_factory=list)
     stopped: list[int] = field(default_factory=list)
     surprisals: list[float] = field(default_factory=list)  # every segment's
+    pivots: list[float] = field(default_factory=list)  # every segment's least sure token's
     segments: int = 0  # engine rounds
     forks: int = 0  # nodes that drew more than one child
     fallbacks: int = 0  # segments drawn again from before them (no branch was live)
@@ -140,11 +143,29 @@ def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
 def _cap(ctx: StrategyContext, options: TreeOptions, path: Path) -> int:
     """The next segment's ``max_tokens``: the segment, the context and ``max_tokens``,
     the thinking budget."""
-    cap = min(options.segment, room_after(ctx, path.ids))
+    cap = min(
+        aligned(options, len(ctx.request.prompt_token_ids) + len(path.ids)),
+        room_after(ctx, path.ids),
+    )
     budget = ctx.request.budget.thinking
     if budget is not None and ctx.engine.tokens.think_end_ids:
         cap = min(cap, budget - thinking_used(ctx, path))
     return cap
+
+
+def aligned(options: TreeOptions, ids: int) -> int:
+    """The next segment's length from ``ids`` tokens: ``segment``, or with ``align`` B the
+    length nearest ``segment`` that leaves ``ids + length`` at 1 past a multiple of B.
+    vLLM caches whole blocks of what it computed, every token of a request but the last
+    one sampled, and a new request recomputes at least its last token: a child sent
+    ``kB + 1`` ids reads ``kB`` of them from the cache."""
+    if options.align <= 0 or options.unit != "tokens":
+        return options.segment
+    b = options.align
+    first = (1 - ids) % b or b  # the shortest aligned length (1..b)
+    below = first + b * max(0, (options.segment - first) // b)
+    above = below + b
+    return below if options.segment - below < above - options.segment else above
 
 
 def _child(ctx: StrategyContext, plan: StepPlan, tree: Tree, parent: int, sample: Sample) -> Node:
@@ -162,7 +183,42 @@ def _child(ctx: StrategyContext, plan: StepPlan, tree: Tree, parent: int, sample
         worst=mean if above is None else min(above.worst, mean),
         logprob_sum=(above.logprob_sum if above else 0.0) + sum(lps),
         logprob_tokens=(above.logprob_tokens if above else 0) + len(lps),
+        own_logprobs=tuple(lps),
     )
+
+
+def pivot(node: Node) -> tuple[int, float]:
+    """Where the node's segment was least sure: the index of its least likely sampled
+    token and that token's surprisal (-logprob); (0, 0.0) without logprobs."""
+    lps = node.own_logprobs
+    if not lps:
+        return 0, 0.0
+    k = min(range(len(lps)), key=lambda j: (lps[j], j))
+    return k, -lps[k]
+
+
+def split(ctx: StrategyContext, plan: StepPlan, tree: Tree, i: int) -> int:
+    """Node ``i`` cut before its least sure token: a new *stem* node holds the tokens
+    before it, ``i`` becomes the stem's child with the rest; returns the stem's index (the
+    node's parent when the least sure token is its first). The tokens were generated once
+    and stay counted once, on the two halves."""
+    node = tree.nodes[i]
+    k, _ = pivot(node)
+    if k == 0:
+        return node.parent
+    own = node.path.ids[len(node.path.ids) - node.new_tokens :]
+    lps = node.own_logprobs
+    head = Sample(
+        index=0,
+        token_ids=own[:k],
+        finish_reason="length",
+        logprobs=tuple(TokenLogprob(t, lp) for t, lp in zip(own[:k], lps[:k], strict=True)),
+    )
+    stem = _child(ctx, plan, tree, node.parent, head)
+    tree.nodes.append(stem)
+    at = len(tree.nodes) - 1
+    tree.nodes[i] = replace(node, parent=at, new_tokens=node.new_tokens - k, own_logprobs=lps[k:])
+    return at
 
 
 def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
@@ -175,25 +231,41 @@ def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
     return weak[: len(tree.live) // 2]
 
 
-def allocate(tree: Tree, options: TreeOptions, n: int) -> list[tuple[int, int]]:
+def allocate(
+    tree: Tree,
+    options: TreeOptions,
+    n: int,
+    cut: Callable[[int], int] | None = None,
+) -> list[tuple[int, int]]:
     """The next segment's draws: (parent node, children), every live node one child at
     least, free leaves given as forks to the most uncertain ones; with no live node, the
-    fallback's redraws of the least sure segments so far."""
+    fallback's redraws of the least sure segments so far. ``cut`` (fork_at token) splits
+    a forking node before its least sure token and names the part before it."""
     free = n - len(tree.live) - len(tree.leaves)
     draws = dict.fromkeys(tree.live, 1)
     if free > 0 and tree.live:
         upcoming = tree.segments + 1
         forced = upcoming >= options.fork_depth
         quota = free if forced else math.ceil(free / (options.fork_depth - upcoming + 1))
-        mean = statistics.fmean(tree.surprisals) if tree.surprisals else 0.0
+        by_token = options.fork_at == "token"
+        signals = tree.pivots if by_token else tree.surprisals
+        mean = statistics.fmean(signals) if signals else 0.0
+
+        def unsure(i: int) -> float:
+            return pivot(tree.nodes[i])[1] if by_token else tree.nodes[i].surprisal
+
         # Stable: equal surprisal goes to the node drawn first.
-        for i in sorted(tree.live, key=lambda i: -tree.nodes[i].surprisal):
+        for i in sorted(tree.live, key=lambda i: -unsure(i)):
             if quota <= 0 or options.branch <= 1:
                 break
-            if not forced and tree.nodes[i].surprisal < options.fork_above * mean:
+            if not forced and unsure(i) < options.fork_above * mean:
                 break  # the rest are surer still: they continue as one
             extra = min(options.branch - 1, quota)
-            if options.fork_at == "parent":
+            if by_token:
+                # The least sure token drawn again: siblings share every token before it.
+                at = tree.nodes[i].parent if cut is None else cut(i)
+                draws[at] = draws.get(at, 0) + extra
+            elif options.fork_at == "parent":
                 # The unsure segment drawn again beside it: siblings differ where the model
                 # hesitated, instead of children inheriting what it chose there.
                 parent = tree.nodes[i].parent
@@ -287,7 +359,7 @@ class TreeSampling:
                 ctx.allowance.stop(spent.reason)
                 break
             round_s = time.perf_counter() - began
-            draws = allocate(tree, options, n)
+            draws = allocate(tree, options, n, lambda i: split(ctx, plan, tree, i))
             yield Progress(data=self._event(ctx, tree, grown, draws))
         yield await self._result(ctx, options, n, tree, ledger)
 
@@ -337,6 +409,7 @@ class TreeSampling:
                 tokens += node.new_tokens
                 tree.nodes.append(node)
                 tree.surprisals.append(node.surprisal)
+                tree.pivots.append(pivot(node)[1])
                 index = len(tree.nodes) - 1
                 mine.append(index)
                 (live if node.path.live else tree.leaves).append(index)

@@ -12,8 +12,8 @@ from core.errors import InvalidRequest
 
 Unit = Literal["tokens", "steps"]
 Vote = Literal["majority", "confidence"]
-ForkAt = Literal["node", "parent"]
-FORK_ATS: Final = ("node", "parent")
+ForkAt = Literal["node", "parent", "token"]
+FORK_ATS: Final = ("node", "parent", "token")
 UNITS: Final = ("tokens", "steps")
 VOTES: Final = ("majority", "confidence")
 
@@ -43,7 +43,9 @@ class TreeOptions:
     # tokens) is at least this times the mean of every segment so far in the tree.
     fork_above: float
     # "node": the unsure node's children continue after its segment (TreePO's fork);
-    # "parent": the unsure segment itself is drawn again beside it (siblings).
+    # "parent": the unsure segment itself is drawn again beside it (siblings);
+    # "token": drawn again from its least likely sampled token on (the signal is that
+    # token's surprisal), the tokens before it shared.
     fork_at: ForkAt
     # Every leaf is placed by this segment: from then on free leaves go to the live
     # nodes whatever their uncertainty (the fallback), most uncertain first.
@@ -52,6 +54,10 @@ class TreeOptions:
     # nats per token below the live nodes' median weakest segment (0: never).
     stop_margin: float
     max_segments: int  # a leaf's thinking is at most this many segments
+    # The engine's prefix-cache block (0: no alignment): segments end where the next
+    # request's ids are one past a block boundary, so vLLM reads all of them but the last
+    # from its cache instead of computing the unfilled block again every segment.
+    align: int
     vote: Vote  # plain majority, or each leaf weighted by its confidence
 
 
@@ -78,6 +84,7 @@ def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOpt
         fork_depth=options.integer(opts, "fork_depth", FORK_DEPTH, hi=4096),
         stop_margin=options.number(opts, "stop_margin", STOP_MARGIN, lo=0.0, hi=100.0),
         max_segments=options.integer(opts, "max_segments", MAX_SEGMENTS, hi=1 << 16),
+        align=options.integer(opts, "align", 0, lo=0, hi=1 << 12),
         vote=options.choice(opts, "vote", "majority", VOTES),  # type: ignore[arg-type]
     )
 
@@ -95,5 +102,6 @@ BODY_OPTIONS: Final = frozenset(
         "stop_margin",
         "max_segments",
         "vote",
+        "align",
     }
 )

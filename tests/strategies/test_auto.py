@@ -193,7 +193,15 @@ def test_under_a_deadline_the_rows_measured_with_one_decide() -> None:
     # Shorter than every calibrated deadline: the unlimited rows that fit in time.
     short = table_plan(TIMED, _means(seconds=0.92, deadline=0.93))
     assert short is not None and short.thinking == 64 and "calibrated plan" in short.reason
-    assert table_plan(TIMED, _means(seconds=0.5, deadline=0.6)) is None  # the rule decides
+    # None fits 0.6 s uncut: the plans measured under the tightest deadline (1 s), not
+    # the rule, which would spread 0.6 s over many samples.
+    tight = table_plan(TIMED, _means(seconds=0.5, deadline=0.6))
+    assert tight is not None and (tight.strategy, tight.expected_accuracy) == ("deepconf", 0.55)
+    assert "tightest, 1 s" in tight.reason
+    crowded = table_plan(TIMED, _means(seconds=0.5, deadline=0.6, crowd=8))
+    assert crowded is not None and crowded.strategy == "elastic"  # the 2 s rows at 8
+    # No deadline row fits the ceiling either: the rule decides.
+    assert table_plan(TIMED, _means(seconds=0.5, deadline=0.6, tokens=10)) is None
 
 
 def test_the_crowd_picks_the_rows_measured_at_its_load() -> None:

@@ -208,6 +208,76 @@ async def test_fork_at_parent_draws_the_unsure_segment_again(testbed_tokens: Any
     assert result.info["tree"]["leaves"] == 4
 
 
+class DigitWorld(TreeWorld):
+    """The right thinking, every token sure but the first line's result digit (the fifth
+    token of the thinking, ``1`` in ``3+8=1``)."""
+
+    async def __call__(self, request: GenerateRequest) -> Sequence[Sample]:
+        samples = await super().__call__(request)
+        t = self.tokens
+        if t.think_end_id in request.prompt_token_ids or request.sampling.token_logprobs is None:
+            return samples
+        at = len(t.decode(request.prompt_token_ids).split("assistant\n\n", 1)[1])
+        return [
+            replace(
+                s,
+                logprobs=tuple(
+                    TokenLogprob(tok, UNSURE if at + k == 4 else SURE)
+                    for k, tok in enumerate(s.token_ids)
+                ),
+            )
+            for s in samples
+        ]
+
+
+async def test_fork_at_token_draws_again_from_the_least_sure_token(testbed_tokens: Any) -> None:
+    """``fork_at: token``: the forking node is cut before its least likely token, and the
+    new children are drawn from there: they share the four tokens before it, billed once."""
+    world = DigitWorld(testbed_tokens)
+    options = {"segment": 6, "roots": 1, "branch": 3, "fork_depth": 2, "stop_margin": 0}
+    ctx = _ctx(testbed_tokens, world, samples=3, options={**options, "fork_at": "token"})
+    _, result = await _run(ctx)
+    segs = _segments(ctx)
+    prompt = len(ctx.request.prompt_token_ids)
+    after = sorted((len(c.prompt_token_ids) - prompt, c.sampling.n) for c in segs[1])
+    # The root goes on after its segment; two children from "3+8=", before the digit.
+    assert after == [(4, 2), (6, 1)]
+    assert testbed_tokens.decode(segs[1][0].prompt_token_ids).endswith("3+8=") or (
+        testbed_tokens.decode(segs[1][1].prompt_token_ids).endswith("3+8=")
+    )
+    tree = result.info["tree"]
+    assert tree["leaves"] == 3 and result.samples == 3
+    assert result.usage.completion_tokens == world.generated
+    assert tree["shared_tokens"] == 2 * 4 and tree["stopped_tokens"] == 0
+    assert sum(tree["tokens_per_segment"]) == tree["leaf_tokens"] - tree["shared_tokens"]
+    assert sum(tree["tokens_by_depth"]) == sum(tree["tokens_per_segment"])
+    assert result.choices[0].content == "\n\\boxed{3}"
+
+
+async def test_align_ends_segments_one_past_a_cache_block(testbed_tokens: Any) -> None:
+    """``align: 8``: every segment after the first is sent with 8k + 1 ids (vLLM reads
+    8k of them from its cache); segment lengths are the aligned ones nearest ``segment``."""
+    world = TreeWorld(testbed_tokens)
+    options = {"segment": 5, "align": 8, "roots": 1, "branch": 2, "fork_depth": 3}
+    ctx = _ctx(testbed_tokens, world, samples=4, options={**options, "stop_margin": 0})
+    _, result = await _run(ctx)
+    segs = _segments(ctx)
+    # Ids sent per segment: 44 (the prompt), 49, 57, then 62 (the thinking's last five
+    # tokens came short of their segment, so the call that closes it is not aligned).
+    assert [len(seg[0].prompt_token_ids) for seg in segs] == [44, 49, 57, 62]
+    for seg in segs[1:-1]:
+        for call in seg:
+            assert len(call.prompt_token_ids) % 8 == 1, len(call.prompt_token_ids)
+    for seg in segs:
+        for call in seg:
+            assert call.sampling.max_tokens in (
+                (1 - len(call.prompt_token_ids)) % 8 or 8,
+                ((1 - len(call.prompt_token_ids)) % 8 or 8) + 8,
+            )
+    assert result.info["tree"]["leaves"] == 4
+    assert result.choices[0].content == "\n\\boxed{3}"
+
+
 async def test_a_shared_prefix_is_generated_and_billed_once(testbed_tokens: Any) -> None:
     world = TreeWorld(testbed_tokens)
     options = {"segment": 3, "roots": 1, "branch": 2, "fork_depth": 3, "stop_margin": 0}
@@ -397,6 +467,9 @@ async def test_a_client_that_leaves_aborts_every_branch(testbed_tokens: Any) -> 
         ({"vote": "loudest"}, {}, "vote"),
         ({"fork_above": -1}, {}, "fork_above"),
         ({"stop_margin": "big"}, {}, "stop_margin"),
+        ({"fork_at": "leaf"}, {}, "fork_at"),
+        ({"align": -32}, {}, "align"),
+        ({"align": 1.5}, {}, "align"),
         ({}, {"samples": 0}, "samples"),
         ({}, {"solution": 0}, "solution"),
     ],
