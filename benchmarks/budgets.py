@@ -197,10 +197,15 @@ def auto_against(data: dict[str, Any], n: int) -> list[str]:
         hi = accuracy_interval(round(a["accuracy"] * n), n)[1]
         f_acc, f_name = max(fixed, default=(0.0, "-"))
         p_acc, p_name = max(peer, default=(0.0, "-"))
+        versus_peer = (
+            "no peers run | -"
+            if not peer
+            else f"{p_name} {p_acc:.1%} | "
+            + ("yes" if a["accuracy"] > p_acc else "tie" if a["accuracy"] == p_acc else "no")
+        )
         lines.append(
             f"| {c} | {d} s | {a['accuracy']:.1%} | {f_name} {f_acc:.1%} | "
-            f"{'yes' if hi >= f_acc else 'no'} | {p_name} {p_acc:.1%} | "
-            f"{'yes' if a['accuracy'] > p_acc else ('tie' if a['accuracy'] == p_acc else 'no')} |"
+            f"{'yes' if hi >= f_acc else 'no'} | {versus_peer} |"
         )
     return lines
 
@@ -225,9 +230,10 @@ def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> st
         "# Budgets: deadlines, total-token ceilings, the minimum, and auto",
         "",
         f"Command: `.venv/bin/python -m benchmarks.budgets --questions {args.questions} "
-        f"--deadlines {args.deadlines} --tokens {args.tokens} --clients {args.clients} "
-        f"--seed {args.seed}"
+        f"--deadlines {args.deadlines} --clients {args.clients} --seed {args.seed}"
+        + (f" --tokens {args.tokens}" if "tokens" in data else f" --parts {args.parts}")
         + (f" --peers-venv {args.peers_venv}" if getattr(args, "peers_venv", None) else "")
+        + (f" --out {args.out}" if args.out != "budgets" else "")
         + "`",
         f"Machine: {machine()}; {n} test-split questions (8-12 operations), temperature 1; "
         f"took {seconds / 60:.1f} min. Accuracy with Wilson 95% intervals.",
