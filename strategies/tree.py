@@ -131,7 +131,7 @@ def _samples(ctx: StrategyContext) -> int:
 def _roots(options: TreeOptions, n: int) -> int:
     if options.fork_depth <= 1:
         return n  # every leaf placed at the first segment: independent samples
-    return min(n, options.roots if options.roots is not None else max(1, n // 4))
+    return min(n, options.roots if options.roots is not None else max(1, n // 2))
 
 
 def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
@@ -154,13 +154,14 @@ def _cap(ctx: StrategyContext, options: TreeOptions, path: Path) -> int:
 
 
 def aligned(options: TreeOptions, ids: int) -> int:
-    """The next segment's length from ``ids`` tokens: ``segment``, or with ``align`` B the
-    length nearest ``segment`` that leaves ``ids + length`` at 1 past a multiple of B.
+    """The next segment's length from ``ids`` tokens: ``segment``, or with ``align`` B (and
+    a segment of B or more) the length nearest ``segment`` that leaves ``ids + length`` at
+    1 past a multiple of B.
     vLLM caches whole blocks of what it computed, every token of a request but the last
     one sampled, and a new request recomputes at least its last token: a child sent
     ``kB + 1`` ids reads ``kB`` of them from the cache."""
-    if options.align <= 0 or options.unit != "tokens":
-        return options.segment
+    if options.align <= 0 or options.unit != "tokens" or options.segment < options.align:
+        return options.segment  # shorter segments than a block: as asked, not aligned
     b = options.align
     first = (1 - ids) % b or b  # the shortest aligned length (1..b)
     below = first + b * max(0, (options.segment - first) // b)

@@ -18,10 +18,12 @@ UNITS: Final = ("tokens", "steps")
 VOTES: Final = ("majority", "confidence")
 
 # The defaults, chosen on 32 of the testbed's validation questions at N = 16 (docs/tree.md):
-# a segment of 16 tokens is two or three of its lines, a quarter of the leaves start at
+# a segment of 32 tokens is five of its lines, aligned to 32-token cache blocks (a
+# multiple of vLLM's 16 on GPUs and thinkgate's 32 on CPUs), half of the leaves start at
 # the prompt, the rest are placed by the sixth segment, and a branch whose weakest segment
 # is 0.08 nats a token below its neighbours' stops.
-SEGMENT: Final = 16
+SEGMENT: Final = 32
+ALIGN: Final = 32
 BRANCH: Final = 4
 FORK_DEPTH: Final = 6
 FORK_ABOVE: Final = 1.0
@@ -37,7 +39,7 @@ class TreeOptions:
     segment: int  # tokens per segment (unit tokens), or one step's cap (unit steps)
     unit: Unit
     step_delimiter: str  # where a step ends (unit steps)
-    roots: int | None  # branches drawn from the prompt (None: N // 4, at least 1)
+    roots: int | None  # branches drawn from the prompt (None: N // 2, at least 1)
     branch: int  # most children one node forks into per segment
     # A node forks when its last segment's surprisal (mean -logprob of its sampled
     # tokens) is at least this times the mean of every segment so far in the tree.
@@ -84,7 +86,7 @@ def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOpt
         fork_depth=options.integer(opts, "fork_depth", FORK_DEPTH, hi=4096),
         stop_margin=options.number(opts, "stop_margin", STOP_MARGIN, lo=0.0, hi=100.0),
         max_segments=options.integer(opts, "max_segments", MAX_SEGMENTS, hi=1 << 16),
-        align=options.integer(opts, "align", 0, lo=0, hi=1 << 12),
+        align=options.integer(opts, "align", ALIGN, lo=0, hi=1 << 12),
         vote=options.choice(opts, "vote", "majority", VOTES),  # type: ignore[arg-type]
     )
 

@@ -128,7 +128,9 @@ def _ctx(
         sampling=SamplingConfig(seed=seed, max_tokens=max_tokens),
         budget=Budget(samples=samples, thinking=thinking, solution=solution),
         stream=False,
-        options=options or {},
+        # The scripted model's tokens are characters: 32-token alignment (the default)
+        # would reshape every segment; test_align_* turns it on.
+        options={"align": 0, **(options or {})},
     )
     items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
     engine = ScriptedEngine(world, tokens=tokens)
@@ -256,9 +258,10 @@ async def test_fork_at_token_draws_again_from_the_least_sure_token(testbed_token
 
 async def test_align_ends_segments_one_past_a_cache_block(testbed_tokens: Any) -> None:
     """``align: 8``: every segment after the first is sent with 8k + 1 ids (vLLM reads
-    8k of them from its cache); segment lengths are the aligned ones nearest ``segment``."""
+    8k of them from its cache); segment lengths are the aligned ones nearest ``segment``.
+    A segment shorter than the block is left as asked."""
     world = TreeWorld(testbed_tokens)
-    options = {"segment": 5, "align": 8, "roots": 1, "branch": 2, "fork_depth": 3}
+    options = {"segment": 8, "align": 8, "roots": 1, "branch": 2, "fork_depth": 3}
     ctx = _ctx(testbed_tokens, world, samples=4, options={**options, "stop_margin": 0})
     _, result = await _run(ctx)
     segs = _segments(ctx)
@@ -276,6 +279,14 @@ async def test_align_ends_segments_one_past_a_cache_block(testbed_tokens: Any) -
             )
     assert result.info["tree"]["leaves"] == 4
     assert result.choices[0].content == "\n\\boxed{3}"
+    short = _ctx(
+        testbed_tokens,
+        TreeWorld(testbed_tokens),
+        samples=4,
+        options=options | {"segment": 5, "stop_margin": 0},
+    )
+    await _run(short)
+    assert _segments(short)[0][0].sampling.max_tokens == 5
 
 
 async def test_a_shared_prefix_is_generated_and_billed_once(testbed_tokens: Any) -> None:
@@ -508,7 +519,7 @@ async def test_through_the_app_with_the_openai_sdk(
             model=app.model,
             messages=[{"role": "user", "content": QUESTION}],
             extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "4"},
-            extra_body={"segment": 6, "roots": 2},
+            extra_body={"segment": 6, "roots": 2, "align": 0},
         )
         r = raw.parse()
         assert raw.headers["x-budget-applied"] == "samples=4"
@@ -525,6 +536,7 @@ async def test_through_the_app_with_the_openai_sdk(
                 "messages": [{"role": "user", "content": QUESTION}],
                 "stream": True,
                 "segment": 6,
+                "align": 0,
             },
             headers={"X-Strategy": "tree", "X-Budget-Samples": "2"},
         ) as resp:
