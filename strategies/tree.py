@@ -8,7 +8,9 @@ request of N leaves (the samples budget):
   ``segment_unit: steps`` one step ending at ``step_delimiter``). Every segment of every
   live branch is one engine round; a node with c children this segment is one engine
   request with ``n = c`` on its ids, so the prefix the children share is in vLLM's prefix
-  cache and is generated (and billed) once.
+  cache and is generated (and billed) once. With ``align`` B (32 by default) a segment
+  ends where the next request's ids are one past a multiple of B: vLLM caches whole
+  blocks, so each segment's request then reads all its ids but the last from the cache.
 - **Forks follow the model's uncertainty.** A segment's uncertainty is its *surprisal*,
   the mean of -logprob over its sampled tokens (asked of the engine with the segment, no
   extra call): an unbiased estimate of the mean entropy of the model's next-token
@@ -17,7 +19,9 @@ request of N leaves (the samples budget):
   the live branches and finished leaves), the live nodes whose last segment's surprisal
   is at least ``fork_above`` times the mean of every segment so far fork, the most
   uncertain first, into up to ``branch`` children, within a share of the free leaves
-  spread over the first ``fork_depth`` segments; a sure node continues as one.
+  spread over the first ``fork_depth`` segments; a sure node continues as one. Where the
+  children start is ``fork_at``: after the node's segment (TreePO's fork), the segment
+  drawn again from its parent, or (``token``) from the segment's least likely token on.
 - **Early stop.** A live node whose weakest segment (lowest mean logprob, as DeepConf's
   lowest group confidence) is more than ``stop_margin`` nats per token below the median
   weakest segment of the live nodes beside it stops; at most half of them stop in a
@@ -567,6 +571,8 @@ class TreeSampling:
             "roots": _roots(options, n),
             "branch": options.branch,
             "fork_depth": options.fork_depth,
+            "fork_at": options.fork_at,
+            "align": options.align if options.segment >= options.align else 0,
             "segments": tree.segments,
             "nodes": len(tree.nodes),
             "forks": tree.forks,

@@ -62,6 +62,21 @@ def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
         answer = r.choices[0].model_extra["thinkgate"]["answer"]
         right += answer is not None and equivalent(answer, str(q.answer))
     assert right >= 1  # easy questions: the testbed model is right on them mostly
+    # The defaults (32-token segments on 32-token cache blocks) with the token fork, on a
+    # longer question: the audit holds on the real engine's ids.
+    q = make_questions("test", 1, seed=43, min_ops=9, max_ops=10)[0]
+    r = openai_client.chat.completions.create(
+        model="testbed-base",
+        messages=[{"role": "user", "content": q.prompt}],
+        temperature=1.0,
+        seed=11,
+        extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "8"},
+        extra_body={"fork_at": "token"},
+    )
+    tree = r.model_extra["thinkgate"]["tree"]
+    audit(r, tree)
+    assert (tree["segment"], tree["align"], tree["fork_at"], tree["roots"]) == (32, 32, "token", 4)
+    assert tree["leaves"] == 8 and "\\boxed{" in r.choices[0].message.content
     # Budgets hold on every leaf: nine operations do not fit in 20 thinking tokens.
     q = make_questions("test", 1, seed=42, min_ops=9, max_ops=9)[0]
     raw = openai_client.chat.completions.with_raw_response.create(
