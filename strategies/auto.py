@@ -269,13 +269,13 @@ def _deadline_rows(table: AutoTable, m: Means, *, tightest: bool = False) -> lis
         for r in rows
         if r.clients == crowd and (r.deadline_s or 0.0) <= m.deadline * DEADLINE_SLACK
     ]
-    if not covered:
-        if not tightest:
-            return []
+    if covered:
+        bucket = max(r.deadline_s or 0.0 for r in covered)
+    elif tightest:
         covered = [r for r in rows if r.clients == crowd]
         bucket = min(r.deadline_s or 0.0 for r in covered)
-        return [r for r in covered if r.deadline_s == bucket]
-    bucket = max(r.deadline_s or 0.0 for r in covered)
+    else:
+        return []
     return [r for r in covered if r.deadline_s == bucket]
 
 

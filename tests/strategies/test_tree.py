@@ -162,6 +162,12 @@ def _segments(ctx: StrategyContext) -> list[list[GenerateRequest]]:
     return [out[k] for k in sorted(out)]
 
 
+def _starts(ctx: StrategyContext, seg: Sequence[GenerateRequest]) -> list[tuple[int, int]]:
+    """A segment's calls as (tokens after the prompt they start from, children)."""
+    prompt = len(ctx.request.prompt_token_ids)
+    return sorted((len(c.prompt_token_ids) - prompt, c.sampling.n) for c in seg)
+
+
 def _variant(text: str, j: int, wrong: Callable[[int], bool]) -> str:
     """Roots choose their path by index (``wrong(j)``: WRONG); children follow theirs."""
     if not text:
@@ -204,8 +210,7 @@ async def test_fork_at_parent_draws_the_unsure_segment_again(testbed_tokens: Any
     ctx = _ctx(testbed_tokens, world, samples=4, options={**options, "fork_at": "parent"})
     _, result = await _run(ctx)
     segs = _segments(ctx)
-    prompt = len(ctx.request.prompt_token_ids)
-    after = sorted((len(c.prompt_token_ids) - prompt, c.sampling.n) for c in segs[1])
+    after = _starts(ctx, segs[1])
     assert after == [(0, 1), (3, 1), (3, 1)]  # a redraw from the prompt, both roots go on
     assert result.info["tree"]["leaves"] == 4
 
@@ -240,8 +245,7 @@ async def test_fork_at_token_draws_again_from_the_least_sure_token(testbed_token
     ctx = _ctx(testbed_tokens, world, samples=3, options={**options, "fork_at": "token"})
     _, result = await _run(ctx)
     segs = _segments(ctx)
-    prompt = len(ctx.request.prompt_token_ids)
-    after = sorted((len(c.prompt_token_ids) - prompt, c.sampling.n) for c in segs[1])
+    after = _starts(ctx, segs[1])
     # The root goes on after its segment; two children from "3+8=", before the digit.
     assert after == [(4, 2), (6, 1)]
     assert testbed_tokens.decode(segs[1][0].prompt_token_ids).endswith("3+8=") or (
