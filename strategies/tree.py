@@ -77,6 +77,7 @@ from strategies.search_paths import (
 )
 from strategies.selection import build_classes, top_by_count, top_by_weight
 from strategies.tree_options import BODY_OPTIONS, TreeOptions, tree_options
+from strategies.tree_vote import settled
 
 ROOT: Final = -1  # the parent of the roots: the prompt
 TEXT_CHARS: Final = 120  # the live view shows what a segment said; this keeps events small
@@ -119,6 +120,12 @@ class Tree:
     segments: int = 0  # engine rounds
     forks: int = 0  # nodes that drew more than one child
     fallbacks: int = 0  # segments drawn again from before them (no branch was live)
+    # vote_stop: leaves answered as they finished, and the segment the vote settled in.
+    answered: dict[int, Answered] = field(default_factory=dict)
+    settled_at: int | None = None
+    abandoned: int = 0  # live branches the settled vote left
+    waves: int = 1
+    wave_start: int = 0  # the segments drawn before this wave's roots
 
     def path_of(self, parent: int) -> Path:
         return Path() if parent == ROOT else self.nodes[parent].path
@@ -136,6 +143,13 @@ def _roots(options: TreeOptions, n: int) -> int:
     if options.fork_depth <= 1:
         return n  # every leaf placed at the first segment: independent samples
     return min(n, options.roots if options.roots is not None else max(1, n // 2))
+
+
+def wave_of(options: TreeOptions, n: int) -> int:
+    """The leaves grown at a time: all N without a vote stop."""
+    if options.vote_stop == "never":
+        return n
+    return min(n, options.wave if options.wave is not None else max(4, n // 2))
 
 
 def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
@@ -249,7 +263,7 @@ def allocate(
     free = n - len(tree.live) - len(tree.leaves)
     draws = dict.fromkeys(tree.live, 1)
     if free > 0 and tree.live:
-        upcoming = tree.segments + 1
+        upcoming = tree.segments - tree.wave_start + 1  # within this wave
         forced = upcoming >= options.fork_depth
         quota = free if forced else math.ceil(free / (options.fork_depth - upcoming + 1))
         by_token = options.fork_at == "token"
@@ -348,7 +362,9 @@ class TreeSampling:
         n = _samples(ctx)
         plan = _plan_of(ctx, options)
         tree, ledger = Tree(), Ledger()
-        draws: list[tuple[int, int]] = [(ROOT, _roots(options, n))]
+        wave = wave_of(options, n)
+        cap = wave  # the leaves the tree may hold so far
+        draws: list[tuple[int, int]] = [(ROOT, _roots(options, wave))]
         round_s = 0.0
         while draws:
             if tree.segments >= options.max_segments:
@@ -364,7 +380,19 @@ class TreeSampling:
                 ctx.allowance.stop(spent.reason)
                 break
             round_s = time.perf_counter() - began
-            draws = allocate(tree, options, n, lambda i: split(ctx, plan, tree, i))
+            if await self._settled(ctx, options, n, tree, ledger):
+                yield Progress(data=self._event(ctx, tree, grown, []))
+                break
+            if not tree.live and len(tree.leaves) >= cap and cap < n:
+                # The wave has finished and its vote is open: the next one, a tree of its
+                # own from the prompt (branches of the first would repeat its errors).
+                more = min(n, cap + wave) - cap
+                cap += more
+                tree.waves += 1
+                tree.wave_start = tree.segments
+                draws = [(ROOT, min(more, _roots(options, wave)))]
+            else:
+                draws = allocate(tree, options, cap, lambda i: split(ctx, plan, tree, i))
             yield Progress(data=self._event(ctx, tree, grown, draws))
         yield await self._result(ctx, options, n, tree, ledger)
 
@@ -428,6 +456,43 @@ class TreeSampling:
             tree.live = [i for i in tree.live if i not in stops]
         return Grown(parents=parents, children=children, stops=stops)
 
+    async def _settled(
+        self, ctx: StrategyContext, options: TreeOptions, n: int, tree: Tree, ledger: Ledger
+    ) -> bool:
+        """vote_stop: answer the leaves that finished this segment; when the vote is
+        settled, the live branches stop (abandoned) and the tree is done."""
+        if options.vote_stop == "never":
+            return False
+        new = [i for i in tree.leaves if i not in tree.answered]
+        if new:
+            if ctx.allowance.short(len(new)) is not None:
+                return False  # no room to answer them now: the end answers what it can
+            got = await answer(ctx, [tree.nodes[i].path for i in new], ledger)
+            tree.answered.update(zip(new, got, strict=True))
+        leaves = list(tree.answered)
+        texts, exact = self._votes(ctx, [tree.answered[i] for i in leaves])
+        classes = build_classes(texts, [tree.nodes[i].confidence for i in leaves], exact=exact)
+        to_come = n - len(tree.leaves)
+        weighted = options.vote == "confidence"
+        if not settled(
+            classes, to_come, rule=options.vote_stop, weighted=weighted, p=options.vote_stop_p
+        ):
+            return False
+        tree.settled_at = tree.segments
+        tree.abandoned = len(tree.live)
+        tree.live = []
+        return True
+
+    @staticmethod
+    def _votes(
+        ctx: StrategyContext, answered: Sequence[Answered]
+    ) -> tuple[tuple[str | None, ...], bool]:
+        """What each answered leaf votes as (as every vote reads answers)."""
+        tokens = ctx.engine.tokens
+        return answer_keys(
+            ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in answered]
+        )
+
     def _event(
         self,
         ctx: StrategyContext,
@@ -466,6 +531,7 @@ class TreeSampling:
             "forks": sum(1 for _, c in draws if c > 1),
             "stops": len(grown.stops),
             "best_score": None if best is None else round(best, 6),
+            "settled": tree.settled_at is not None,
             "tree": nodes,
         }
 
@@ -497,19 +563,24 @@ class TreeSampling:
             )
             tree.nodes.append(empty)
             leaves = [len(tree.nodes) - 1]
+        rest = [i for i in leaves if i not in tree.answered]
+        short = ctx.allowance.short(len(rest)) if rest else None
+        if short is not None and tree.answered:
+            # No room for the rest's answers: the vote of the leaves answered already.
+            ctx.allowance.stop(short)
+            leaves, rest = [i for i in leaves if i in tree.answered], []
         confidences = [tree.nodes[i].confidence for i in leaves]
         info_votes: dict[str, JSON] = {}
-        if (why := ctx.allowance.short(len(leaves))) is not None:
+        if short is not None and rest:
             # Room for one answer, not one per leaf: the most confident leaf's.
-            ctx.allowance.stop(why)
+            ctx.allowance.stop(short)
             best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
             answered: Answered = (await answer(ctx, [tree.nodes[leaves[best]].path], ledger))[0]
         else:
-            every = await answer(ctx, [tree.nodes[i].path for i in leaves], ledger)
-            tokens = ctx.engine.tokens
-            texts, exact = answer_keys(
-                ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in every]
-            )
+            got = await answer(ctx, [tree.nodes[i].path for i in rest], ledger) if rest else []
+            tree.answered.update(zip(rest, got, strict=True))
+            every = [tree.answered[i] for i in leaves]
+            texts, exact = self._votes(ctx, every)
             classes = build_classes(texts, confidences, exact=exact)
             best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
             if any(t is not None for t in texts):
@@ -568,7 +639,7 @@ class TreeSampling:
         return {
             "segment": options.segment,
             "segment_unit": options.unit,
-            "roots": _roots(options, n),
+            "roots": _roots(options, wave_of(options, n)),
             "branch": options.branch,
             "fork_depth": options.fork_depth,
             "fork_at": options.fork_at,
@@ -578,6 +649,13 @@ class TreeSampling:
             "forks": tree.forks,
             "stops": len(tree.stopped),
             "fallbacks": tree.fallbacks,
+            "vote_stop": options.vote_stop,
+            # The segment after which the answered leaves' vote was settled (None: not),
+            # and the live branches it left unfinished (their tokens are in stopped_tokens).
+            "settled_at": tree.settled_at,
+            "abandoned": tree.abandoned,
+            "wave": wave_of(options, n),
+            "waves": tree.waves,
             "leaves": len(leaves),
             "depth": depth,
             "tokens_by_depth": by_depth,

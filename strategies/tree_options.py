@@ -9,6 +9,7 @@ from typing import Final, Literal
 from core import options
 from core.base import StrategyRequest
 from core.errors import InvalidRequest
+from strategies.tree_vote import VOTE_STOPS, VoteStop
 
 Unit = Literal["tokens", "steps"]
 Vote = Literal["majority", "confidence"]
@@ -30,6 +31,8 @@ FORK_ABOVE: Final = 1.0
 FORK_AT: Final = "node"
 STOP_MARGIN: Final = 0.08
 MAX_SEGMENTS: Final = 256
+VOTE_STOP: Final = "never"
+VOTE_STOP_P: Final = 0.95  # Adaptive-Consistency's threshold
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,14 @@ class TreeOptions:
     # from its cache instead of computing the unfilled block again every segment.
     align: int
     vote: Vote  # plain majority, or each leaf weighted by its confidence
+    # Answer leaves as they finish and stop the tree once their vote is settled
+    # (strategies.tree_vote); vote_stop_p: the "likely" rule's probability.
+    vote_stop: VoteStop
+    vote_stop_p: float
+    # With a vote stop, the leaves the tree grows at a time (None: max(4, N // 2)); the
+    # next wave is drawn, from the segments the model was least sure of, only when the
+    # vote of those before it has not settled.
+    wave: int | None
 
 
 def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOptions:
@@ -75,6 +86,11 @@ def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOpt
             "ends in one leaf at least",
             param="roots",
         )
+    vote_stop = options.choice(opts, "vote_stop", VOTE_STOP, VOTE_STOPS)
+    if vote_stop != "likely" and opts.get("vote_stop_p") is not None:
+        raise InvalidRequest("vote_stop_p applies with vote_stop likely only", param="vote_stop_p")
+    if vote_stop == "never" and opts.get("wave") is not None:
+        raise InvalidRequest("wave applies with a vote_stop only", param="wave")
     return TreeOptions(
         segment=options.integer(opts, "segment", SEGMENT, hi=1 << 16),
         unit=unit,  # type: ignore[arg-type]  # checked against UNITS
@@ -88,6 +104,9 @@ def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOpt
         max_segments=options.integer(opts, "max_segments", MAX_SEGMENTS, hi=1 << 16),
         align=options.integer(opts, "align", ALIGN, lo=0, hi=1 << 12),
         vote=options.choice(opts, "vote", "majority", VOTES),  # type: ignore[arg-type]
+        vote_stop=vote_stop,  # type: ignore[arg-type]  # checked against VOTE_STOPS
+        vote_stop_p=options.number(opts, "vote_stop_p", VOTE_STOP_P, lo=0.5, hi=1.0, lo_open=True),
+        wave=options.integer(opts, "wave", None, hi=4096),
     )
 
 
@@ -105,5 +124,8 @@ BODY_OPTIONS: Final = frozenset(
         "max_segments",
         "vote",
         "align",
+        "vote_stop",
+        "vote_stop_p",
+        "wave",
     }
 )

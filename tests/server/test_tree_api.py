@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from strategies.answers import equivalent
+from strategies.tree_vote import lead_probability
 from testbed.task import make_questions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]
@@ -98,6 +99,36 @@ def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
     assert len(r.choices[0].message.model_extra["reasoning_content"]) <= 20  # a token a char
     assert tree["depth"] <= 3  # 8 + 8 + 4 thinking tokens, and no more
     assert tree["answer_tokens"] <= tree["leaves"] * 12
+
+
+def test_the_vote_stop_settles_early_on_an_easy_question(openai_client: Any) -> None:
+    """vote_stop likely, N = 8 in waves of 4: on two-operation questions the first wave
+    agrees, so the tree stops with four leaves; whatever it did, the reported vote obeys
+    the rule and the usage audit holds with the leaves answered as they finished."""
+    early = 0
+    for i, q in enumerate(make_questions("test", 2, seed=44, min_ops=2, max_ops=3)):
+        r = openai_client.chat.completions.create(
+            model="testbed-base",
+            messages=[{"role": "user", "content": q.prompt}],
+            temperature=1.0,
+            seed=21 + i,
+            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "8"},
+            extra_body={"vote_stop": "likely"},
+        )
+        tg = r.model_extra["thinkgate"]
+        tree = tg["tree"]
+        audit(r, tree)
+        assert (tree["vote_stop"], tree["wave"]) == ("likely", 4)
+        assert tree["leaves"] == len(tg["leaf_answers"]) <= 4 * tree["waves"]
+        counts = sorted((c["count"] for c in tg["classes"]), reverse=True) + [0]
+        if tree["settled_at"] is None:
+            assert tree["leaves"] == 8
+        else:
+            to_come = 8 - tree["leaves"]
+            assert counts[0] - counts[1] > to_come or lead_probability(counts[0], counts[1]) >= 0.95
+            early += tree["leaves"] < 8
+        assert "\\boxed{" in r.choices[0].message.content
+    assert early >= 1
 
 
 def test_streaming_sends_a_progress_event_per_segment_then_the_answer(

@@ -26,6 +26,7 @@ from engines.scripted import ScriptedEngine
 from strategies.reasoning import thinking_open_after
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 from strategies.tree import TreeSampling
+from strategies.tree_vote import lead_probability
 
 QUESTION = "Compute 3+8-5+7 mod 10."
 THINKING = "3+8=1\n1-5=6\n6+7=3\n"
@@ -129,8 +130,9 @@ def _ctx(
         budget=Budget(samples=samples, thinking=thinking, solution=solution),
         stream=False,
         # The scripted model's tokens are characters: 32-token alignment (the default)
-        # would reshape every segment; test_align_* turns it on.
-        options={"align": 0, **(options or {})},
+        # would reshape every segment; test_align_* turns it on. The vote-aware stop would
+        # end most of these trees early (their leaves agree); test_vote_stop_* turn it on.
+        options={"align": 0, "vote_stop": "never", **(options or {})},
     )
     items: dict[str, object] = {DEFAULTS_KEY.name: SearchDefaults(step_delimiter="\n")}
     engine = ScriptedEngine(world, tokens=tokens)
@@ -470,6 +472,118 @@ async def test_a_client_that_leaves_aborts_every_branch(testbed_tokens: Any) -> 
     assert world.cancelled == len(_calls(ctx))
 
 
+SHORT = "4+9=3\n"  # a path that finishes after one 6-token segment, answer 3
+
+
+def _finishing(short: Callable[[int], bool], long: str = WRONG) -> Writer:
+    """Roots choose by index: ``short(j)`` finish after one segment (answer 3), the rest
+    write ``long`` (three segments); children follow their root."""
+
+    def write(text: str, j: int) -> str:
+        if not text:
+            return SHORT if short(j) else long
+        return SHORT if text.startswith(SHORT[:3]) else long
+
+    return write
+
+
+async def test_vote_stop_decided_ends_the_tree_once_no_leaf_to_come_could_change_it(
+    testbed_tokens: Any,
+) -> None:
+    """Three of four roots finish early on 3: the last root (on its way to 4) could not
+    overturn 3 to 0, so it is abandoned after the second segment; the answer is the one
+    the whole tree votes for."""
+    answers = {}
+    for rule in ("never", "decided"):
+        world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
+        options = {"segment": 6, "roots": 4, "stop_margin": 0, "vote_stop": rule}
+        ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+        progress, result = await _run(ctx)
+        tree = result.info["tree"]
+        answers[rule] = result.choices[0].content
+        assert result.usage.completion_tokens == world.generated  # early answers billed once
+        answer_calls = [c for c in _calls(ctx) if "-answer-" in c.request_id]
+        if rule == "never":
+            assert tree["settled_at"] is None and tree["leaves"] == 4 and tree["segments"] == 4
+            assert sorted(result.info["leaf_answers"]) == ["3", "3", "3", "4"]
+            continue
+        assert tree["settled_at"] == 2 and tree["segments"] == 2 and tree["abandoned"] == 1
+        assert tree["leaves"] == 3 and result.info["leaf_answers"] == ["3"] * 3
+        assert len(answer_calls) == 1  # the three short paths are one distinct path
+        assert tree["stopped_tokens"] == 12  # the long root's two segments, no leaf under it
+        assert progress[-1].data["settled"] is True and progress[-1].data["live"] == 0
+    assert answers["never"] == answers["decided"] == "\n\\boxed{3}"
+
+
+async def test_vote_stop_decided_waits_while_the_lead_could_be_overturned(
+    testbed_tokens: Any,
+) -> None:
+    world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 2))
+    options = {"segment": 6, "roots": 4, "stop_margin": 0, "vote_stop": "decided"}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    # 2 to 0 with two leaves to come: they might tie it, so every leaf finishes.
+    assert tree["settled_at"] is None and tree["leaves"] == 4 and tree["abandoned"] == 0
+    assert sorted(result.info["leaf_answers"]) == ["3", "3", "4", "4"]
+    assert result.usage.completion_tokens == world.generated
+
+
+async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) -> None:
+    """Four of eight leaves agree after two segments: not decided (four to come), but
+    P(Beta(5, 1) > 1/2) = 31/32 is above 0.95, and below 0.99."""
+    settled = {}
+    for p in (0.95, 0.99):
+        world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 4))
+        options = {
+            "segment": 6,
+            "roots": 8,
+            "stop_margin": 0,
+            "vote_stop": "likely",
+            "vote_stop_p": p,
+            "wave": 8,  # every leaf at once: the rule alone
+        }
+        ctx = _ctx(testbed_tokens, world, samples=8, options=options)
+        _, result = await _run(ctx)
+        settled[p] = result.info["tree"]["settled_at"]
+        assert result.usage.completion_tokens == world.generated
+    assert settled == {0.95: 2, 0.99: None}
+
+
+async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
+    """N = 8 in waves of 4 (the default, N / 2): a first wave that agrees 4 to 0 settles
+    the likely vote at 0.95, so the other four leaves are never drawn; at 0.99 it does
+    not, and the second wave is a tree of its own: two new roots from the prompt once the
+    first wave's leaves have finished, forking into four leaves."""
+    shapes = {}
+    for p in (0.95, 0.99):
+        world = TreeWorld(testbed_tokens)
+        options = {"segment": 6, "stop_margin": 0, "vote_stop": "likely", "vote_stop_p": p}
+        ctx = _ctx(testbed_tokens, world, samples=8, options=options)
+        _, result = await _run(ctx)
+        tree = result.info["tree"]
+        shapes[p] = (tree["wave"], tree["waves"], tree["leaves"])
+        assert result.usage.completion_tokens == world.generated
+        segs = _segments(ctx)
+        assert _starts(ctx, segs[0]) == [(0, 2)]  # the first wave's roots
+        if p == 0.99:
+            # The first wave: 3 segments of thinking and its close; then the second's roots.
+            assert _starts(ctx, segs[4]) == [(0, 2)]
+    assert shapes[0.95] == (4, 1, 4)
+    # Every leaf agrees: the second wave settles before all of its leaves have finished.
+    assert shapes[0.99][:2] == (4, 2) and 4 < shapes[0.99][2] < 8
+
+
+def test_lead_probability_is_the_beta_tail() -> None:
+    assert lead_probability(0, 0) == 0.5
+    assert lead_probability(3, 0) == 15 / 16
+    assert lead_probability(4, 0) == 31 / 32
+    for a in range(8):
+        for b in range(8):
+            assert lead_probability(a, b) + lead_probability(b, a) == pytest.approx(1.0)
+            assert lead_probability(a + 1, b) > lead_probability(a, b)
+
+
 @pytest.mark.parametrize(
     ("options", "budget", "param"),
     [
@@ -485,6 +599,12 @@ async def test_a_client_that_leaves_aborts_every_branch(testbed_tokens: Any) -> 
         ({"fork_at": "leaf"}, {}, "fork_at"),
         ({"align": -32}, {}, "align"),
         ({"align": 1.5}, {}, "align"),
+        ({"vote_stop": "sometimes"}, {}, "vote_stop"),
+        ({"vote_stop": "likely", "vote_stop_p": 0.5}, {}, "vote_stop_p"),
+        ({"vote_stop": "likely", "vote_stop_p": 1.5}, {}, "vote_stop_p"),
+        ({"vote_stop": "decided", "vote_stop_p": 0.9}, {}, "vote_stop_p"),
+        ({"wave": 4}, {}, "wave"),
+        ({"vote_stop": "decided", "wave": 0}, {}, "wave"),
         ({}, {"samples": 0}, "samples"),
         ({}, {"solution": 0}, "solution"),
     ],
