@@ -44,6 +44,7 @@ and where the tokens went.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import statistics
 import time
@@ -374,11 +375,26 @@ class TreeSampling:
                 ctx.allowance.stop(why)  # answer from the leaves and branches so far
                 break
             began = time.perf_counter()
+            # vote_stop: the leaves that finished last segment are answered beside this
+            # one, in the same engine steps, instead of in a round of their own.
+            answering = self._unanswered(ctx, options, tree)
+            beside = (
+                asyncio.ensure_future(self._answer(ctx, tree, ledger, answering))
+                if answering
+                else None
+            )
             try:
                 grown = await self._segment(ctx, plan, options, tree, ledger, draws)
+                if beside is not None:
+                    await beside
             except BudgetSpent as spent:
                 ctx.allowance.stop(spent.reason)
                 break
+            finally:
+                if beside is not None and not beside.done():
+                    beside.cancel()  # the client left, or the budget ran out
+                    # Its engine request is aborted before the strategy returns.
+                    await asyncio.gather(beside, return_exceptions=True)
             round_s = time.perf_counter() - began
             if await self._settled(ctx, options, n, tree, ledger):
                 yield Progress(data=self._event(ctx, tree, grown, []))
@@ -459,20 +475,17 @@ class TreeSampling:
     async def _settled(
         self, ctx: StrategyContext, options: TreeOptions, n: int, tree: Tree, ledger: Ledger
     ) -> bool:
-        """vote_stop: answer the leaves that finished this segment; when the vote is
-        settled, the live branches stop (abandoned) and the tree is done."""
+        """vote_stop: whether the answered leaves' vote is settled; if so the live
+        branches stop (abandoned) and the tree is done. With no branch live (a wave has
+        finished) its last leaves are answered now: the next wave waits on their vote."""
         if options.vote_stop == "never":
             return False
-        new = [i for i in tree.leaves if i not in tree.answered]
-        if new:
-            if ctx.allowance.short(len(new)) is not None:
-                return False  # no room to answer them now: the end answers what it can
-            got = await answer(ctx, [tree.nodes[i].path for i in new], ledger)
-            tree.answered.update(zip(new, got, strict=True))
+        if not tree.live and (new := self._unanswered(ctx, options, tree)):
+            await self._answer(ctx, tree, ledger, new)
         leaves = list(tree.answered)
         texts, exact = self._votes(ctx, [tree.answered[i] for i in leaves])
         classes = build_classes(texts, [tree.nodes[i].confidence for i in leaves], exact=exact)
-        to_come = n - len(tree.leaves)
+        to_come = n - len(leaves)  # finished but unanswered leaves are still to come
         weighted = options.vote == "confidence"
         if not settled(
             classes, to_come, rule=options.vote_stop, weighted=weighted, p=options.vote_stop_p
@@ -482,6 +495,20 @@ class TreeSampling:
         tree.abandoned = len(tree.live)
         tree.live = []
         return True
+
+    @staticmethod
+    def _unanswered(ctx: StrategyContext, options: TreeOptions, tree: Tree) -> list[int]:
+        """vote_stop: the finished leaves not answered yet, if their answers fit (else
+        none: the end answers what it can)."""
+        if options.vote_stop == "never":
+            return []
+        new = [i for i in tree.leaves if i not in tree.answered]
+        return new if new and ctx.allowance.short(len(new)) is None else []
+
+    @staticmethod
+    async def _answer(ctx: StrategyContext, tree: Tree, ledger: Ledger, leaves: list[int]) -> None:
+        got = await answer(ctx, [tree.nodes[i].path for i in leaves], ledger)
+        tree.answered.update(zip(leaves, got, strict=True))
 
     @staticmethod
     def _votes(

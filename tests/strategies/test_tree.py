@@ -490,9 +490,10 @@ def _finishing(short: Callable[[int], bool], long: str = WRONG) -> Writer:
 async def test_vote_stop_decided_ends_the_tree_once_no_leaf_to_come_could_change_it(
     testbed_tokens: Any,
 ) -> None:
-    """Three of four roots finish early on 3: the last root (on its way to 4) could not
-    overturn 3 to 0, so it is abandoned after the second segment; the answer is the one
-    the whole tree votes for."""
+    """Three of four roots finish early on 3 (their thinking closes in segment 2, and they
+    are answered beside segment 3): the last root, on its way to 4, could not overturn 3
+    to 0, so it is abandoned after segment 3; the answer is the one the whole tree votes
+    for."""
     answers = {}
     for rule in ("never", "decided"):
         world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
@@ -507,10 +508,13 @@ async def test_vote_stop_decided_ends_the_tree_once_no_leaf_to_come_could_change
             assert tree["settled_at"] is None and tree["leaves"] == 4 and tree["segments"] == 4
             assert sorted(result.info["leaf_answers"]) == ["3", "3", "3", "4"]
             continue
-        assert tree["settled_at"] == 2 and tree["segments"] == 2 and tree["abandoned"] == 1
+        assert tree["settled_at"] == 3 and tree["segments"] == 3 and tree["abandoned"] == 1
         assert tree["leaves"] == 3 and result.info["leaf_answers"] == ["3"] * 3
         assert len(answer_calls) == 1  # the three short paths are one distinct path
-        assert tree["stopped_tokens"] == 12  # the long root's two segments, no leaf under it
+        assert tree["stopped_tokens"] == 18  # the long root's 3 segments, no leaf under it
+        # Answered with segment 3, once segment 2 had closed their thinking.
+        ids = [c.request_id for c in _calls(ctx)]
+        assert ids[ids.index(answer_calls[0].request_id) - 1] == "r-t3-0"
         assert progress[-1].data["settled"] is True and progress[-1].data["live"] == 0
     assert answers["never"] == answers["decided"] == "\n\\boxed{3}"
 
@@ -530,8 +534,8 @@ async def test_vote_stop_decided_waits_while_the_lead_could_be_overturned(
 
 
 async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) -> None:
-    """Four of eight leaves agree after two segments: not decided (four to come), but
-    P(Beta(5, 1) > 1/2) = 31/32 is above 0.95, and below 0.99."""
+    """Four of eight leaves agree (answered with segment 3): not decided (four to come),
+    but P(Beta(5, 1) > 1/2) = 31/32 is above 0.95, and below 0.99."""
     settled = {}
     for p in (0.95, 0.99):
         world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 4))
@@ -547,7 +551,7 @@ async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) 
         _, result = await _run(ctx)
         settled[p] = result.info["tree"]["settled_at"]
         assert result.usage.completion_tokens == world.generated
-    assert settled == {0.95: 2, 0.99: None}
+    assert settled == {0.95: 3, 0.99: None}
 
 
 async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
@@ -572,6 +576,37 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
     assert shapes[0.95] == (4, 1, 4)
     # Every leaf agrees: the second wave settles before all of its leaves have finished.
     assert shapes[0.99][:2] == (4, 2) and 4 < shapes[0.99][2] < 8
+
+
+async def test_a_client_that_leaves_aborts_the_answers_beside_a_segment(
+    testbed_tokens: Any,
+) -> None:
+    """With a vote stop, the early leaves' answers run beside segment 3: a client that
+    leaves then cancels both."""
+    world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
+    gate = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def held(request: GenerateRequest) -> Sequence[Sample]:
+        if request.request_id.startswith(("r-t3", "r-answer")):
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                cancelled.append(request.request_id)
+                raise
+        return await world(request)
+
+    options = {"segment": 6, "roots": 4, "stop_margin": 0, "vote_stop": "decided"}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    ctx = replace(ctx, engine=ScriptedEngine(held, tokens=testbed_tokens))
+    consumer = asyncio.ensure_future(_run(ctx))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert {"r-answer-0", "r-t3-0"} <= {c.request_id for c in _calls(ctx)}
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await consumer
+    assert sorted(cancelled) == ["r-answer-0", "r-t3-0"]
 
 
 def test_lead_probability_is_the_beta_tail() -> None:
