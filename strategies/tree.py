@@ -36,6 +36,10 @@ request of N leaves (the samples budget):
   exponential of its mean token logprob. Answers are read as every vote reads them
   (``strategies.pool.answer_keys``).
 
+- **Vote stop** (``vote_stop``, off by default): leaves are answered as they finish,
+  beside the next segment, and grow in waves of ``wave``, each a tree from the prompt;
+  the tree stops once their vote is settled (``strategies.tree_vote``).
+
 With ``roots`` = N (or ``fork_depth`` 1) it is N independent samples: self-consistency.
 Usage counts every generated token once (a shared prefix was generated once); the
 ``thinkgate`` object reports the tree: segments, forks, stops, leaves, tokens by depth,

@@ -69,8 +69,8 @@ class TreeOptions:
     vote_stop: VoteStop
     vote_stop_p: float
     # With a vote stop, the leaves the tree grows at a time (None: max(4, N // 2)); the
-    # next wave is drawn, from the segments the model was least sure of, only when the
-    # vote of those before it has not settled.
+    # next wave, a tree of its own from the prompt, is drawn only when the vote of those
+    # before it has not settled.
     wave: int | None
 
 
