@@ -80,9 +80,9 @@ from strategies.search_paths import (
     thinking_request,
     thinking_used,
 )
-from strategies.selection import build_classes, top_by_count, top_by_weight
+from strategies.selection import AnswerClass, build_classes, top_by_count, top_by_weight
 from strategies.tree_options import BODY_OPTIONS, TreeOptions, tree_options
-from strategies.tree_vote import settled
+from strategies.tree_vote import could_settle, settled
 
 ROOT: Final = -1  # the parent of the roots: the prompt
 TEXT_CHARS: Final = 120  # the live view shows what a segment said; this keeps events small
@@ -480,25 +480,36 @@ class TreeSampling:
         self, ctx: StrategyContext, options: TreeOptions, n: int, tree: Tree, ledger: Ledger
     ) -> bool:
         """vote_stop: whether the answered leaves' vote is settled; if so the live
-        branches stop (abandoned) and the tree is done. With no branch live (a wave has
-        finished) its last leaves are answered now: the next wave waits on their vote."""
+        branches stop (abandoned) and the tree is done. The leaves that finished this
+        segment are answered now, before another segment, when no branch is live (a wave
+        has finished: the next wave waits on their vote) or when their answers could
+        settle the vote (another segment of the live branches would then be spent for
+        nothing); otherwise beside the next segment."""
         if options.vote_stop == "never":
             return False
-        if not tree.live and (new := self._unanswered(ctx, options, tree)):
-            await self._answer(ctx, tree, ledger, new)
-        leaves = list(tree.answered)
-        texts, exact = self._votes(ctx, [tree.answered[i] for i in leaves])
-        classes = build_classes(texts, [tree.nodes[i].confidence for i in leaves], exact=exact)
-        to_come = n - len(leaves)  # finished but unanswered leaves are still to come
-        weighted = options.vote == "confidence"
-        if not settled(
-            classes, to_come, rule=options.vote_stop, weighted=weighted, p=options.vote_stop_p
+        rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
+        classes = self._classes(ctx, tree)
+        new = self._unanswered(ctx, options, tree)
+        to_come = n - len(tree.answered)  # finished but unanswered leaves are still to come
+        if new and (
+            not tree.live
+            or could_settle(classes, len(new), to_come, rule=rule, weighted=weighted, p=p)
         ):
+            await self._answer(ctx, tree, ledger, new)
+            classes = self._classes(ctx, tree)
+            to_come = n - len(tree.answered)
+        if not settled(classes, to_come, rule=rule, weighted=weighted, p=p):
             return False
         tree.settled_at = tree.segments
         tree.abandoned = len(tree.live)
         tree.live = []
         return True
+
+    def _classes(self, ctx: StrategyContext, tree: Tree) -> Sequence[AnswerClass]:
+        """The answered leaves' vote."""
+        leaves = list(tree.answered)
+        texts, exact = self._votes(ctx, [tree.answered[i] for i in leaves])
+        return build_classes(texts, [tree.nodes[i].confidence for i in leaves], exact=exact)
 
     @staticmethod
     def _unanswered(ctx: StrategyContext, options: TreeOptions, tree: Tree) -> list[int]:

@@ -49,14 +49,48 @@ def settled(
     """Whether the answered leaves' vote is settled (see the module's docstring);
     ``classes``: the answered leaves' (those with no answer join none), ``to_come``: the
     leaves that may still finish."""
-    if rule == "never" or not classes:
+    if not classes:
+        return False
+    return _settles(classes, 0, to_come, rule=rule, weighted=weighted, p=p)
+
+
+def could_settle(
+    classes: Sequence[AnswerClass],
+    new: int,
+    to_come: int,
+    *,
+    rule: VoteStop,
+    weighted: bool,
+    p: float,
+) -> bool:
+    """Whether answering ``new`` finished leaves could settle the vote: it would if every
+    one of them joined the leader (the best case for a stop: joining the runner-up or a
+    new answer leads by less, and a leaf weighs at most 1). ``to_come`` counts them."""
+    if new <= 0:
+        return False
+    return _settles(classes, new, to_come - new, rule=rule, weighted=weighted, p=p)
+
+
+def _settles(
+    classes: Sequence[AnswerClass],
+    joining: int,
+    to_come: int,
+    *,
+    rule: VoteStop,
+    weighted: bool,
+    p: float,
+) -> bool:
+    """The rule on the classes with ``joining`` more leaves for the leader."""
+    if rule == "never":
         return False
     weights = sorted((sum(c.rewards) if weighted else c.count for c in classes), reverse=True)
-    lead, second = weights[0], weights[1] if len(weights) > 1 else 0.0
+    lead = (weights[0] if weights else 0.0) + joining
+    second = weights[1] if len(weights) > 1 else 0.0
     if lead - second > to_come:
         return True
     if rule == "likely":
         counts = sorted((c.count for c in classes), reverse=True)
+        leader = (counts[0] if counts else 0) + joining
         runner = counts[1] if len(counts) > 1 else 0
-        return lead_probability(counts[0], runner) >= p
+        return lead_probability(leader, runner) >= p
     return False

@@ -25,8 +25,9 @@ from core.errors import InvalidBudget, InvalidRequest
 from engines.scripted import ScriptedEngine
 from strategies.reasoning import thinking_open_after
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
+from strategies.selection import AnswerClass
 from strategies.tree import TreeSampling
-from strategies.tree_vote import lead_probability
+from strategies.tree_vote import VoteStop, could_settle, lead_probability, settled
 
 QUESTION = "Compute 3+8-5+7 mod 10."
 THINKING = "3+8=1\n1-5=6\n6+7=3\n"
@@ -490,10 +491,10 @@ def _finishing(short: Callable[[int], bool], long: str = WRONG) -> Writer:
 async def test_vote_stop_decided_ends_the_tree_once_no_leaf_to_come_could_change_it(
     testbed_tokens: Any,
 ) -> None:
-    """Three of four roots finish early on 3 (their thinking closes in segment 2, and they
-    are answered beside segment 3): the last root, on its way to 4, could not overturn 3
-    to 0, so it is abandoned after segment 3; the answer is the one the whole tree votes
-    for."""
+    """Three of four roots finish early on 3 (their thinking closes in segment 2). Their
+    answers could decide the vote, so they are answered at once, before segment 3: the
+    last root, on its way to 4, could not overturn 3 to 0, so it is abandoned after
+    segment 2; the answer is the one the whole tree votes for."""
     answers = {}
     for rule in ("never", "decided"):
         world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
@@ -508,13 +509,14 @@ async def test_vote_stop_decided_ends_the_tree_once_no_leaf_to_come_could_change
             assert tree["settled_at"] is None and tree["leaves"] == 4 and tree["segments"] == 4
             assert sorted(result.info["leaf_answers"]) == ["3", "3", "3", "4"]
             continue
-        assert tree["settled_at"] == 3 and tree["segments"] == 3 and tree["abandoned"] == 1
+        assert tree["settled_at"] == 2 and tree["segments"] == 2 and tree["abandoned"] == 1
         assert tree["leaves"] == 3 and result.info["leaf_answers"] == ["3"] * 3
         assert len(answer_calls) == 1  # the three short paths are one distinct path
-        assert tree["stopped_tokens"] == 18  # the long root's 3 segments, no leaf under it
-        # Answered with segment 3, once segment 2 had closed their thinking.
+        assert tree["stopped_tokens"] == 12  # the long root's 2 segments, no leaf under it
+        # Answered once segment 2 had closed their thinking, and no segment 3 was drawn.
         ids = [c.request_id for c in _calls(ctx)]
-        assert ids[ids.index(answer_calls[0].request_id) - 1] == "r-t3-0"
+        assert ids[ids.index(answer_calls[0].request_id) - 1].startswith("r-t2-")
+        assert not any(i.startswith("r-t3") for i in ids)
         assert progress[-1].data["settled"] is True and progress[-1].data["live"] == 0
     assert answers["never"] == answers["decided"] == "\n\\boxed{3}"
 
@@ -534,8 +536,11 @@ async def test_vote_stop_decided_waits_while_the_lead_could_be_overturned(
 
 
 async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) -> None:
-    """Four of eight leaves agree (answered with segment 3): not decided (four to come),
-    but P(Beta(5, 1) > 1/2) = 31/32 is above 0.95, and below 0.99."""
+    """Four of eight leaves agree (their thinking closes in segment 2): not decided (four
+    to come), but P(Beta(5, 1) > 1/2) = 31/32 is above 0.95, and below 0.99. At 0.95 their
+    answers could settle it, so they are answered before segment 3 and it settles after
+    segment 2; at 0.99 they could not, so they are answered beside segment 3 and the tree
+    grows on."""
     settled = {}
     for p in (0.95, 0.99):
         world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 4))
@@ -551,7 +556,7 @@ async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) 
         _, result = await _run(ctx)
         settled[p] = result.info["tree"]["settled_at"]
         assert result.usage.completion_tokens == world.generated
-    assert settled == {0.95: 3, 0.99: None}
+    assert settled == {0.95: 2, 0.99: None}
 
 
 async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
@@ -581,9 +586,10 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
 async def test_a_client_that_leaves_aborts_the_answers_beside_a_segment(
     testbed_tokens: Any,
 ) -> None:
-    """With a vote stop, the early leaves' answers run beside segment 3: a client that
-    leaves then cancels both."""
-    world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
+    """With a vote stop, early leaves whose answers could not settle the vote (two of four:
+    2 to 0 with two to come) are answered beside segment 3: a client that leaves then
+    cancels both."""
+    world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 2))
     gate = asyncio.Event()
     cancelled: list[str] = []
 
@@ -606,7 +612,42 @@ async def test_a_client_that_leaves_aborts_the_answers_beside_a_segment(
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consumer
-    assert sorted(cancelled) == ["r-answer-0", "r-t3-0"]
+    # Both long roots' segment 3 and the answer, every held request.
+    assert sorted(cancelled) == ["r-answer-0", "r-t3-0", "r-t3-1"]
+
+
+def _classes(*counts: int) -> list[AnswerClass]:
+    return [
+        AnswerClass(answer=str(k), members=tuple(range(c)), rewards=(1.0,) * c, first_seen=k)
+        for k, c in enumerate(counts)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("counts", "new", "to_come", "rule", "p", "could"),
+    [
+        ((), 3, 4, "decided", 0.95, True),  # 3 to 0 with one to come
+        ((), 2, 4, "decided", 0.95, False),  # 2 to 0 with two to come: a tie is possible
+        ((2, 1), 2, 4, "decided", 0.95, True),  # 4 to 1 with two to come
+        ((2, 1), 1, 4, "decided", 0.95, False),  # 3 to 1 with three to come
+        ((), 4, 8, "likely", 0.95, True),  # P(Beta(5, 1) > 1/2) = 31/32
+        ((), 4, 8, "likely", 0.99, False),
+        ((3,), 1, 8, "likely", 0.95, True),
+        ((2, 2), 1, 8, "likely", 0.95, False),  # 3 to 2: 0.66
+        ((), 4, 8, "never", 0.95, False),
+        ((5,), 0, 8, "likely", 0.95, False),  # nothing new to answer
+    ],
+)
+def test_could_settle_is_the_rule_if_every_new_leaf_joined_the_leader(
+    counts: tuple[int, ...], new: int, to_come: int, rule: VoteStop, p: float, could: bool
+) -> None:
+    classes = _classes(*counts)
+    assert could_settle(classes, new, to_come, rule=rule, weighted=False, p=p) is could
+    if could:
+        # The best case is the leader's: the same leaves for the runner-up settle nothing
+        # the leader's would not.
+        leader = _classes(*(c + (new if k == 0 else 0) for k, c in enumerate(counts or (0,))))
+        assert settled(leader, to_come - new, rule=rule, weighted=False, p=p)
 
 
 def test_lead_probability_is_the_beta_tail() -> None:
