@@ -404,8 +404,10 @@ class TreeSampling:
                 yield Progress(data=self._event(ctx, tree, grown, []))
                 break
             if not tree.live and len(tree.leaves) >= cap and cap < n:
-                # The wave has finished and its vote is open: the next one, a tree of its
-                # own from the prompt (branches of the first would repeat its errors).
+                # The wave has finished and its vote is open (its last leaves, if not
+                # answered yet, could not settle it: they are answered beside the next
+                # wave's first segment): the next one, a tree of its own from the prompt
+                # (branches of the first would repeat its errors).
                 more = min(n, cap + wave) - cap
                 cap += more
                 tree.waves += 1
@@ -481,20 +483,17 @@ class TreeSampling:
     ) -> bool:
         """vote_stop: whether the answered leaves' vote is settled; if so the live
         branches stop (abandoned) and the tree is done. The leaves that finished this
-        segment are answered now, before another segment, when no branch is live (a wave
-        has finished: the next wave waits on their vote) or when their answers could
-        settle the vote (another segment of the live branches would then be spent for
-        nothing); otherwise beside the next segment."""
+        segment are answered now, before another segment, when their answers could settle
+        the vote (another segment of the live branches, or the next wave, would then be
+        drawn for nothing); otherwise the vote stays open whatever they answer, and they
+        are answered beside the next segment (or the next wave's first)."""
         if options.vote_stop == "never":
             return False
         rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
         classes = self._classes(ctx, tree)
         new = self._unanswered(ctx, options, tree)
         to_come = n - len(tree.answered)  # finished but unanswered leaves are still to come
-        if new and (
-            not tree.live
-            or could_settle(classes, len(new), to_come, rule=rule, weighted=weighted, p=p)
-        ):
+        if new and could_settle(classes, len(new), to_come, rule=rule, weighted=weighted, p=p):
             await self._answer(ctx, tree, ledger, new)
             classes = self._classes(ctx, tree)
             to_come = n - len(tree.answered)

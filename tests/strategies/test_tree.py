@@ -563,7 +563,8 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
     """N = 8 in waves of 4 (the default, N / 2): a first wave that agrees 4 to 0 settles
     the likely vote at 0.95, so the other four leaves are never drawn; at 0.99 it does
     not, and the second wave is a tree of its own: two new roots from the prompt once the
-    first wave's leaves have finished, forking into four leaves."""
+    first wave's leaves have finished, forking into four leaves, with the first wave's
+    answers drawn beside its first segment."""
     shapes = {}
     for p in (0.95, 0.99):
         world = TreeWorld(testbed_tokens)
@@ -578,6 +579,11 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
         if p == 0.99:
             # The first wave: 3 segments of thinking and its close; then the second's roots.
             assert _starts(ctx, segs[4]) == [(0, 2)]
+            # 4 to 0 could not settle at 0.99 whatever they answered, so the first wave's
+            # leaves are answered beside the second wave's first segment, not before it.
+            ids = [c.request_id for c in _calls(ctx)]
+            first_answer = next(i for i in ids if "-answer-" in i)
+            assert ids[ids.index(first_answer) - 1] == segs[4][0].request_id
     assert shapes[0.95] == (4, 1, 4)
     # Every leaf agrees: the second wave settles before all of its leaves have finished.
     assert shapes[0.99][:2] == (4, 2) and 4 < shapes[0.99][2] < 8
