@@ -145,9 +145,17 @@ def _samples(ctx: StrategyContext) -> int:
 
 
 def _roots(options: TreeOptions, n: int) -> int:
+    """The branches drawn from the prompt for ``n`` leaves (a wave's, with a vote stop)."""
     if options.fork_depth <= 1:
         return n  # every leaf placed at the first segment: independent samples
-    return min(n, options.roots if options.roots is not None else max(1, n // 2))
+    if options.roots is not None:
+        return min(n, options.roots)
+    if options.vote_stop != "never":
+        # A wave shares more than a whole tree: 3 / 8 of its leaves start at the prompt
+        # (3 of 8 at N = 16). Measured on validation questions: 0.45x self-consistency's
+        # tokens at its accuracy, against 0.51x and 9 points below with half (docs/tree.md).
+        return min(n, math.ceil(3 * n / 8))
+    return min(n, max(1, n // 2))
 
 
 def wave_of(options: TreeOptions, n: int) -> int:

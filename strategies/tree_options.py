@@ -42,7 +42,9 @@ class TreeOptions:
     segment: int  # tokens per segment (unit tokens), or one step's cap (unit steps)
     unit: Unit
     step_delimiter: str  # where a step ends (unit steps)
-    roots: int | None  # branches drawn from the prompt (None: N // 2, at least 1)
+    # Branches drawn from the prompt, per wave with a vote stop (None: N // 2, at least 1;
+    # with a vote stop, 3 / 8 of a wave's leaves, rounded up).
+    roots: int | None
     branch: int  # most children one node forks into per segment
     # A node forks when its last segment's surprisal (mean -logprob of its sampled
     # tokens) is at least this times the mean of every segment so far in the tree.

@@ -589,6 +589,23 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
     assert shapes[0.99][:2] == (4, 2) and 4 < shapes[0.99][2] < 8
 
 
+@pytest.mark.parametrize(
+    ("samples", "vote_stop", "roots"),
+    [(16, "never", 8), (16, "likely", 3), (32, "likely", 6), (32, "decided", 6), (8, "likely", 2)],
+)
+async def test_the_default_roots_are_half_the_leaves_or_three_eighths_of_a_wave(
+    testbed_tokens: Any, samples: int, vote_stop: str, roots: int
+) -> None:
+    """N / 2 roots for a whole tree; with a vote stop, 3 / 8 of each wave's leaves (N / 2
+    of them), rounded up, since a wave that may be the only one shares more."""
+    world = TreeWorld(testbed_tokens)
+    options = {"segment": 6, "stop_margin": 0, "vote_stop": vote_stop}
+    ctx = _ctx(testbed_tokens, world, samples=samples, options=options)
+    _, result = await _run(ctx)
+    assert _starts(ctx, _segments(ctx)[0]) == [(0, roots)]
+    assert result.info["tree"]["roots"] == roots
+
+
 async def test_a_client_that_leaves_aborts_the_answers_beside_a_segment(
     testbed_tokens: Any,
 ) -> None:
