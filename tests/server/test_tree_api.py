@@ -102,9 +102,10 @@ def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
 
 
 def test_the_vote_stop_settles_early_on_an_easy_question(openai_client: Any) -> None:
-    """vote_stop likely, N = 8 in waves of 4: on two-operation questions the first wave
-    agrees, so the tree stops with four leaves; whatever it did, the reported vote obeys
-    the rule and the usage audit holds with the leaves answered as they finished."""
+    """vote_stop likely, N = 16 in waves of 8, each from 3 roots: on two-operation
+    questions the first wave agrees, so the tree stops with at most eight leaves; whatever
+    it did, the reported vote obeys the rule and the usage audit holds with the leaves
+    answered as they finished."""
     early = 0
     for i, q in enumerate(make_questions("test", 2, seed=44, min_ops=2, max_ops=3)):
         r = openai_client.chat.completions.create(
@@ -112,21 +113,21 @@ def test_the_vote_stop_settles_early_on_an_easy_question(openai_client: Any) -> 
             messages=[{"role": "user", "content": q.prompt}],
             temperature=1.0,
             seed=21 + i,
-            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "8"},
+            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "16"},
             extra_body={"vote_stop": "likely"},
         )
         tg = r.model_extra["thinkgate"]
         tree = tg["tree"]
         audit(r, tree)
-        assert (tree["vote_stop"], tree["wave"]) == ("likely", 4)
-        assert tree["leaves"] == len(tg["leaf_answers"]) <= 4 * tree["waves"]
+        assert (tree["vote_stop"], tree["wave"], tree["roots"]) == ("likely", 8, 3)
+        assert tree["leaves"] == len(tg["leaf_answers"]) <= 8 * tree["waves"]
         counts = sorted((c["count"] for c in tg["classes"]), reverse=True) + [0]
         if tree["settled_at"] is None:
-            assert tree["leaves"] == 8
+            assert tree["leaves"] == 16
         else:
-            to_come = 8 - tree["leaves"]
+            to_come = 16 - tree["leaves"]
             assert counts[0] - counts[1] > to_come or lead_probability(counts[0], counts[1]) >= 0.95
-            early += tree["leaves"] < 8
+            early += tree["leaves"] < 16
         assert "\\boxed{" in r.choices[0].message.content
     assert early >= 1
 
