@@ -36,9 +36,10 @@ request of N leaves (the samples budget):
   exponential of its mean token logprob. Answers are read as every vote reads them
   (``strategies.pool.answer_keys``).
 
-- **Vote stop** (``vote_stop``, off by default): leaves are answered as they finish,
-  beside the next segment, and grow in waves of ``wave``, each a tree from the prompt;
-  the tree stops once their vote is settled (``strategies.tree_vote``).
+- **Vote stop** (``vote_stop``, off by default): leaves are answered as they finish
+  (before the next segment when their answers could settle the vote, else beside it),
+  and grow in waves of ``wave``, each a tree from the prompt with 3 / 8 of its leaves as
+  roots; the tree stops once their vote is settled (``strategies.tree_vote``).
 
 With ``roots`` = N (or ``fork_depth`` 1) it is N independent samples: self-consistency.
 Usage counts every generated token once (a shared prefix was generated once); the
@@ -153,7 +154,7 @@ def _roots(options: TreeOptions, n: int) -> int:
     if options.vote_stop != "never":
         # A wave shares more than a whole tree: 3 / 8 of its leaves start at the prompt
         # (3 of 8 at N = 16). Measured on validation questions: 0.45x self-consistency's
-        # tokens at its accuracy, against 0.51x and 9 points below with half (docs/tree.md).
+        # tokens at its accuracy, against 0.51x and 8.5 points below with half (docs/tree.md).
         return min(n, math.ceil(3 * n / 8))
     return min(n, max(1, n // 2))
 
