@@ -499,14 +499,14 @@ class TreeSampling:
         if options.vote_stop == "never":
             return False
         rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
-        classes = self._classes(ctx, tree)
         new = self._unanswered(ctx, options, tree)
         to_come = n - len(tree.answered)  # finished but unanswered leaves are still to come
-        if new and could_settle(classes, len(new), to_come, rule=rule, weighted=weighted, p=p):
+        if new and could_settle(
+            self._classes(ctx, tree), len(new), to_come, rule=rule, weighted=weighted, p=p
+        ):
             await self._answer(ctx, tree, ledger, new)
-            classes = self._classes(ctx, tree)
             to_come = n - len(tree.answered)
-        if not settled(classes, to_come, rule=rule, weighted=weighted, p=p):
+        if not settled(self._classes(ctx, tree), to_come, rule=rule, weighted=weighted, p=p):
             return False
         tree.settled_at = tree.segments
         tree.abandoned = len(tree.live)
