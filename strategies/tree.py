@@ -39,7 +39,10 @@ request of N leaves (the samples budget):
 - **Vote stop** (``vote_stop``, off by default): leaves are answered as they finish
   (before the next segment when their answers could settle the vote, else beside it),
   and grow in waves of ``wave``, each a tree from the prompt with 3 / 8 of its leaves as
-  roots; the tree stops once their vote is settled (``strategies.tree_vote``).
+  roots; the tree stops once their vote is settled (``strategies.tree_vote``). The next
+  wave starts as soon as the current one cannot settle the vote (it has finished, or its
+  leaves to come could not settle it even all joining the leader), beside the current
+  wave's last branches, which finish as one each.
 
 With ``roots`` = N (or ``fork_depth`` 1) it is N independent samples: self-consistency.
 Usage counts every generated token once (a shared prefix was generated once); the
@@ -132,6 +135,8 @@ class Tree:
     abandoned: int = 0  # live branches the settled vote left
     waves: int = 1
     wave_start: int = 0  # the segments drawn before this wave's roots
+    # This wave's first node: an earlier wave's live branches finish as one each.
+    wave_first: int = 0
 
     def path_of(self, parent: int) -> Path:
         return Path() if parent == ROOT else self.nodes[parent].path
@@ -255,13 +260,21 @@ def split(ctx: StrategyContext, plan: StepPlan, tree: Tree, i: int) -> int:
 
 
 def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
-    """The live nodes that stop early this segment (see the module's docstring)."""
-    if options.stop_margin <= 0 or len(tree.live) < 2:
+    """The live nodes that stop early this segment (see the module's docstring). Each
+    wave's are weighed against their own: an earlier wave's branches, deeper, have had
+    more segments to be weak in."""
+    if options.stop_margin <= 0:
         return []
-    worst = {i: tree.nodes[i].worst for i in tree.live}
-    floor = statistics.median(worst.values()) - options.stop_margin
-    weak = sorted((i for i in tree.live if worst[i] < floor), key=lambda i: worst[i])
-    return weak[: len(tree.live) // 2]
+    out: list[int] = []
+    this = [i for i in tree.live if i >= tree.wave_first]
+    for live in (this, [i for i in tree.live if i < tree.wave_first]):
+        if len(live) < 2:
+            continue
+        worst = {i: tree.nodes[i].worst for i in live}
+        floor = statistics.median(worst.values()) - options.stop_margin
+        weak = sorted((i for i in live if worst[i] < floor), key=lambda i: worst[i])
+        out += weak[: len(live) // 2]
+    return out
 
 
 def allocate(
@@ -291,6 +304,8 @@ def allocate(
         for i in sorted(tree.live, key=lambda i: -unsure(i)):
             if quota <= 0 or options.branch <= 1:
                 break
+            if i < tree.wave_first:
+                continue  # an earlier wave's branch: the free leaves are this wave's
             if not forced and unsure(i) < options.fork_above * mean:
                 break  # the rest are surer still: they continue as one
             extra = min(options.branch - 1, quota)
@@ -412,16 +427,18 @@ class TreeSampling:
             if await self._settled(ctx, options, n, tree, ledger):
                 yield Progress(data=self._event(ctx, tree, grown, []))
                 break
-            if not tree.live and len(tree.leaves) >= cap and cap < n:
-                # The wave has finished and its vote is open (its last leaves, if not
-                # answered yet, could not settle it: they are answered beside the next
-                # wave's first segment): the next one, a tree of its own from the prompt
-                # (branches of the first would repeat its errors).
+            if cap < n and self._wave_spent(ctx, options, n, tree, cap):
+                # The vote is open and this wave cannot close it (see _wave_spent): the
+                # next wave, a tree of its own from the prompt (branches of this one would
+                # repeat its errors), starts now. This wave's live branches finish beside
+                # it as one each; its leaves not answered yet are answered beside its
+                # first segment.
                 more = min(n, cap + wave) - cap
                 cap += more
                 tree.waves += 1
                 tree.wave_start = tree.segments
-                draws = [(ROOT, min(more, _roots(options, wave)))]
+                tree.wave_first = len(tree.nodes)
+                draws = [*((i, 1) for i in tree.live), (ROOT, min(more, _roots(options, wave)))]
             else:
                 draws = allocate(tree, options, cap, lambda i: split(ctx, plan, tree, i))
             yield Progress(data=self._event(ctx, tree, grown, draws))
@@ -512,6 +529,24 @@ class TreeSampling:
         tree.abandoned = len(tree.live)
         tree.live = []
         return True
+
+    def _wave_spent(
+        self, ctx: StrategyContext, options: TreeOptions, n: int, tree: Tree, cap: int
+    ) -> bool:
+        """Whether the next wave starts now: this one has finished; or, with a vote stop,
+        every leaf of it is placed (live or finished) and the ones still to come (live, or
+        finished and not answered) could not settle the vote even if every one joined the
+        leader. The next wave would then be drawn anyway: waiting for them adds rounds."""
+        if len(tree.leaves) + len(tree.live) < cap or not tree.live:
+            return not tree.live and len(tree.leaves) >= cap
+        if options.vote_stop == "never":
+            return False
+        coming = len(self._unanswered(ctx, options, tree)) + len(tree.live)
+        rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
+        return not could_settle(
+            self._classes(ctx, tree), coming, n - len(tree.answered),
+            rule=rule, weighted=weighted, p=p,
+        )  # fmt: skip
 
     def _classes(self, ctx: StrategyContext, tree: Tree) -> Sequence[AnswerClass]:
         """The answered leaves' vote."""

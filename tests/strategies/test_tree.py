@@ -561,10 +561,11 @@ async def test_vote_stop_likely_stops_on_a_probable_leader(testbed_tokens: Any) 
 
 async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
     """N = 8 in waves of 4 (the default, N / 2): a first wave that agrees 4 to 0 settles
-    the likely vote at 0.95, so the other four leaves are never drawn; at 0.99 it does
-    not, and the second wave is a tree of its own: two new roots from the prompt once the
-    first wave's leaves have finished, forking into four leaves, with the first wave's
-    answers drawn beside its first segment."""
+    the likely vote at 0.95, so the other four leaves are never drawn. At 0.99 even 4 to 0
+    could not settle it, so the second wave, a tree of its own (two new roots from the
+    prompt, forking into four leaves), starts as soon as the first wave's four leaves are
+    all placed (after segment 3), beside the first wave's last segment, instead of a round
+    after it; the first wave's answers are drawn beside the second wave's next segment."""
     shapes = {}
     for p in (0.95, 0.99):
         world = TreeWorld(testbed_tokens)
@@ -577,16 +578,59 @@ async def test_vote_stop_grows_the_leaves_in_waves(testbed_tokens: Any) -> None:
         segs = _segments(ctx)
         assert _starts(ctx, segs[0]) == [(0, 2)]  # the first wave's roots
         if p == 0.99:
-            # The first wave: 3 segments of thinking and its close; then the second's roots.
-            assert _starts(ctx, segs[4]) == [(0, 2)]
+            # Segment 4: the first wave's four branches close their thinking, and the
+            # second wave's roots start beside them; in segment 5 the first wave's
+            # branches are done and only the second wave's grow.
+            assert _starts(ctx, segs[2]) == [(12, 1), (12, 1), (12, 2)]
+            assert _starts(ctx, segs[3]) == [(0, 2), (18, 1), (18, 1), (18, 1), (18, 1)]
+            assert _starts(ctx, segs[4]) == [(6, 1), (6, 1)]
             # 4 to 0 could not settle at 0.99 whatever they answered, so the first wave's
-            # leaves are answered beside the second wave's first segment, not before it.
+            # leaves are answered beside the second wave's next segment, not before it.
             ids = [c.request_id for c in _calls(ctx)]
             first_answer = next(i for i in ids if "-answer-" in i)
-            assert ids[ids.index(first_answer) - 1] == segs[4][0].request_id
+            assert ids[ids.index(first_answer) - 1] == segs[4][-1].request_id
     assert shapes[0.95] == (4, 1, 4)
     # Every leaf agrees: the second wave settles before all of its leaves have finished.
     assert shapes[0.99][:2] == (4, 2) and 4 < shapes[0.99][2] < 8
+
+
+def test_an_earlier_waves_branches_never_fork_and_stop_among_their_own() -> None:
+    """Once the next wave has started, the free leaves are its own: an earlier wave's
+    live branch, however unsure, continues as one; and each wave's branches are weighed
+    for the early stop against their own wave's, not the deeper (weaker) earlier one's."""
+    from strategies.search_paths import Path
+    from strategies.tree import ROOT, Node, Tree, allocate, stop_weak
+    from strategies.tree_options import TreeOptions
+
+    def node(parent: int, surprisal: float, worst: float) -> Node:
+        return Node(
+            path=Path(ids=(1,)), parent=parent, depth=1, new_tokens=1,
+            surprisal=surprisal, worst=worst, logprob_sum=0.0, logprob_tokens=0,
+        )  # fmt: skip
+
+    options = TreeOptions(
+        segment=6, unit="tokens", step_delimiter="\n", roots=None, branch=4, fork_above=1.0,
+        fork_at="node", fork_depth=6, stop_margin=0.5, max_segments=64, align=0,
+        vote="majority", vote_stop="likely", vote_stop_p=0.95, wave=4,
+    )  # fmt: skip
+    # Nodes 0-1: the first wave's branches, the most unsure, and deep (their worst
+    # segment is -3); nodes 2-3: the second wave's roots, unsure but less (worst -0.1, -0.2).
+    nodes = [
+        node(ROOT, 3.0, -3.0), node(ROOT, 3.0, -3.1), node(ROOT, 2.5, -0.1), node(ROOT, 2.0, -0.2)
+    ]  # fmt: skip
+    tree = Tree(nodes=nodes, live=[0, 1, 2, 3], segments=4, wave_start=3, wave_first=2)
+    tree.surprisals = [1.0, 1.0, *(n.surprisal for n in nodes)]
+    # 8 leaves, 4 live: this segment's share of the 4 free ones (1) forks the second
+    # wave's most unsure root; the first wave's, unsurer still, continue as one.
+    assert dict(allocate(tree, options, 8)) == {0: 1, 1: 1, 2: 2, 3: 1}
+    tree.wave_first = 0
+    assert dict(allocate(tree, options, 8)) == {0: 2, 1: 1, 2: 1, 3: 1}
+    tree.wave_first = 2
+    # Weighed together, both first-wave branches would be 2.8 nats below the median; each
+    # wave against its own, nothing is that far from its median.
+    assert stop_weak(tree, options) == []
+    tree.wave_first = 0  # one wave of four: the two deep branches are the weak ones
+    assert sorted(stop_weak(tree, options)) == [0, 1]
 
 
 @pytest.mark.parametrize(
