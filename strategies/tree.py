@@ -266,8 +266,8 @@ def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
     if options.stop_margin <= 0:
         return []
     out: list[int] = []
-    this = [i for i in tree.live if i >= tree.wave_first]
-    for live in (this, [i for i in tree.live if i < tree.wave_first]):
+    for earlier in (False, True):
+        live = [i for i in tree.live if (i < tree.wave_first) == earlier]
         if len(live) < 2:
             continue
         worst = {i: tree.nodes[i].worst for i in live}
@@ -518,9 +518,7 @@ class TreeSampling:
         rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
         new = self._unanswered(ctx, options, tree)
         to_come = n - len(tree.answered)  # finished but unanswered leaves are still to come
-        if new and could_settle(
-            self._classes(ctx, tree), len(new), to_come, rule=rule, weighted=weighted, p=p
-        ):
+        if new and self._could_settle(ctx, options, tree, len(new), to_come):
             await self._answer(ctx, tree, ledger, new)
             to_come = n - len(tree.answered)
         if not settled(self._classes(ctx, tree), to_come, rule=rule, weighted=weighted, p=p):
@@ -537,15 +535,20 @@ class TreeSampling:
         every leaf of it is placed (live or finished) and the ones still to come (live, or
         finished and not answered) could not settle the vote even if every one joined the
         leader. The next wave would then be drawn anyway: waiting for them adds rounds."""
-        if len(tree.leaves) + len(tree.live) < cap or not tree.live:
-            return not tree.live and len(tree.leaves) >= cap
-        if options.vote_stop == "never":
+        if not tree.live:
+            return len(tree.leaves) >= cap  # else the fallback draws its free leaves
+        if options.vote_stop == "never" or len(tree.leaves) + len(tree.live) < cap:
             return False
         coming = len(self._unanswered(ctx, options, tree)) + len(tree.live)
-        rule, weighted, p = options.vote_stop, options.vote == "confidence", options.vote_stop_p
-        return not could_settle(
-            self._classes(ctx, tree), coming, n - len(tree.answered),
-            rule=rule, weighted=weighted, p=p,
+        return not self._could_settle(ctx, options, tree, coming, n - len(tree.answered))
+
+    def _could_settle(
+        self, ctx: StrategyContext, options: TreeOptions, tree: Tree, joining: int, to_come: int
+    ) -> bool:
+        """tree_vote.could_settle on the answered leaves' vote, under the request's rule."""
+        return could_settle(
+            self._classes(ctx, tree), joining, to_come, rule=options.vote_stop,
+            weighted=options.vote == "confidence", p=options.vote_stop_p,
         )  # fmt: skip
 
     def _classes(self, ctx: StrategyContext, tree: Tree) -> Sequence[AnswerClass]:
