@@ -52,6 +52,9 @@ class Split:
     reasoning_ids: tuple[int, ...]
     content_ids: tuple[int, ...]
     think_closed: bool
+    # Where the ids go on after the end delimiter (-1: thinking never closed): what a call
+    # that ran through the end of thinking wrote after it is its answer.
+    closed_at: int = -1
 
     @property
     def reasoning_tokens(self) -> int:
@@ -77,11 +80,11 @@ def split_ids(token_ids: Sequence[int], tokens: ModelTokens, *, thinking_open: b
         s = opened - len(start)
         closed, _ = closes.find(ids, opened)
         if closed >= 0:
-            return Split(ids[opened : closed - len(end)], ids[:s] + ids[closed:], True)
+            return Split(ids[opened : closed - len(end)], ids[:s] + ids[closed:], True, closed)
         return Split(ids[opened:], ids[:s], False)
     closed, _ = closes.find(ids)
     if closed >= 0:
-        return Split(ids[: closed - len(end)], ids[closed:], True)
+        return Split(ids[: closed - len(end)], ids[closed:], True, closed)
     return Split(ids, (), False)
 
 

@@ -445,33 +445,44 @@ class Answered:
     solution_cut: bool
 
 
-async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) -> list[Answered]:
+async def answer(
+    ctx: StrategyContext,
+    paths: Sequence[Path],
+    ledger: Ledger,
+    drawn: Sequence[tuple[int, ...]] | None = None,
+) -> list[Answered]:
     """The answer of each path (closed or forced ones are continued after ``</think>``
     under the solution budget; ended ones have what they wrote). Distinct paths are one
-    engine request each, all at once."""
+    engine request each, all at once. ``drawn``: per path, the answer's tokens a call
+    that ran on past the end of thinking already wrote (cut by its ``max_tokens``): the
+    answer continues after them, under what is left of the solution budget."""
     tokens = ctx.engine.tokens
     solution = ctx.request.budget.solution
+    drawn = list(drawn) if drawn is not None else [()] * len(paths)
     heads: list[tuple[int, ...]] = []
-    for p in paths:
+    before: dict[tuple[int, ...], tuple[int, ...]] = {}  # head -> its answer's drawn tokens
+    for p, d in zip(paths, drawn, strict=True):
         head = p.ids
         if p.state == "forced" and tokens.think_end_ids:
             head = head + tokens.think_end_ids
+        head += d
         heads.append(head)
+        before[head] = d
 
     def space(head: tuple[int, ...]) -> int:
-        return room_after(ctx, head)
+        left = room_after(ctx, head)
+        return left if solution is None else min(left, solution - len(before[head]))
 
     todo = sorted(
         {h for h, p in zip(heads, paths, strict=True) if p.state != "ended" and space(h) > 0}
     )
     requests = []
     for g, head in enumerate(todo):
-        cap = space(head) if solution is None else min(solution, space(head))
         requests.append(
             GenerateRequest(
                 request_id=f"{ctx.request.request_id}-answer-{g}",
                 prompt_token_ids=ctx.request.prompt_token_ids + head,
-                sampling=sampling_of(ctx, ledger, n=1, max_tokens=cap, extra_args={}),
+                sampling=sampling_of(ctx, ledger, n=1, max_tokens=space(head), extra_args={}),
             )
         )
         ledger.seed_offset += 1
@@ -489,24 +500,37 @@ async def answer(ctx: StrategyContext, paths: Sequence[Path], ledger: Ledger) ->
         got[head] = samples[0]
     out: list[Answered] = []
     for head, p in zip(heads, paths, strict=True):
+        d = before[head]
         sample = got.get(head)
-        if sample is None:
+        if sample is None and d:
+            out.append(drawn_answer(ctx, p, d, "length"))  # cut, and no room after it
+        elif sample is None:
             out.append(
                 Answered(path=p, ids=p.ids, answer_ids=(), finish=p.finish, solution_cut=False)
             )
-            continue
-        content = tuple(t for t in sample.token_ids if t not in tokens.eos_token_ids)
-        cut = solution is not None and sample.finish_reason == "length" and len(content) >= solution
-        out.append(
-            Answered(
-                path=p,
-                ids=head + tuple(sample.token_ids),
-                answer_ids=tuple(sample.token_ids),
-                finish=sample.finish_reason,
-                solution_cut=cut,
-            )
-        )
+        else:
+            out.append(drawn_answer(ctx, p, d + tuple(sample.token_ids), sample.finish_reason))
     return out
+
+
+def drawn_answer(
+    ctx: StrategyContext,
+    path: Path,
+    answer_ids: tuple[int, ...],
+    finish: Literal["stop", "length", "abort"],
+) -> Answered:
+    """A closed or forced ``path`` answered by ``answer_ids`` (after its forced
+    ``</think>``), which ended with ``finish``."""
+    tokens = ctx.engine.tokens
+    solution = ctx.request.budget.solution
+    head = path.ids
+    if path.state == "forced" and tokens.think_end_ids:
+        head = head + tokens.think_end_ids
+    content = tuple(t for t in answer_ids if t not in tokens.eos_token_ids)
+    cut = solution is not None and finish == "length" and len(content) >= solution
+    return Answered(
+        path=path, ids=head + answer_ids, answer_ids=answer_ids, finish=finish, solution_cut=cut
+    )
 
 
 def answer_choice(ctx: StrategyContext, answered: Answered) -> Choice:

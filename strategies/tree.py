@@ -76,6 +76,7 @@ from strategies.search_paths import (
     answer,
     answer_choice,
     count_tokens,
+    drawn_answer,
     force_close,
     grow,
     room_after,
@@ -131,6 +132,9 @@ class Tree:
     fallbacks: int = 0  # segments drawn again from before them (no branch was live)
     # vote_stop: leaves answered as they finished, and the segment the vote settled in.
     answered: dict[int, Answered] = field(default_factory=dict)
+    # Leaves whose last segment ran on into the answer and was cut there: the answer so far.
+    drawn: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    within: int = 0  # leaves whose answer began in their last segment's call
     settled_at: int | None = None
     abandoned: int = 0  # live branches the settled vote left
     waves: int = 1
@@ -175,6 +179,51 @@ def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
     """Segments stop at the end of thinking (and, in steps, at the delimiter)."""
     delimiter = options.step_delimiter if options.unit == "steps" else None
     return step_plan(ctx.engine.tokens, delimiter)
+
+
+def _through(ctx: StrategyContext, options: TreeOptions, plan: StepPlan) -> StepPlan | None:
+    """The plan of segments that run on past the end of thinking into the answer, or None
+    where the answer needs a call of its own: a grammar, the client's stop sequences, a
+    minimum length, or steps (their delimiter would end the answer too).
+    A leaf's answer then begins in its last segment's call, in the same engine steps,
+    instead of one more round; sampled the same (the answer call's settings are the
+    segment's then), so the tree draws the same answers in fewer rounds."""
+    s, tokens = ctx.request.sampling, ctx.engine.tokens
+    if options.unit != "tokens" or not tokens.think_end_ids or s.structured is not None:
+        return None
+    if s.stop or s.stop_token_ids or s.min_tokens or s.ignore_eos:
+        return None
+    end = tokens.decode(tokens.think_end_ids)
+    return replace(
+        plan,
+        stop_token_ids=tuple(t for t in plan.stop_token_ids if t != tokens.think_end_id),
+        stop=tuple(x for x in plan.stop if x != end),
+    )
+
+
+def cut_answer(ctx: StrategyContext, before: Path, sample: Sample) -> tuple[Sample, Sample | None]:
+    """A segment's ``sample`` drawn after ``before``, cut where its thinking ended: the
+    thinking (with the end delimiter) and what it wrote after, the answer so far (None:
+    the thinking did not end in it, or nothing came after)."""
+    split = split_of(ctx, before.ids + sample.token_ids)
+    k = split.closed_at - len(before.ids)  # the sample's tokens up to the end delimiter
+    if not split.think_closed or k <= 0 or k >= len(sample.token_ids):
+        return sample, None
+    lps = sample.logprobs
+    thinking = Sample(
+        index=sample.index,
+        token_ids=sample.token_ids[:k],
+        finish_reason="stop",
+        stop_reason=ctx.engine.tokens.think_end_id,  # as if it had stopped there
+        logprobs=None if lps is None else lps[:k],
+    )
+    rest = Sample(
+        index=sample.index,
+        token_ids=sample.token_ids[k:],
+        finish_reason=sample.finish_reason,
+        stop_reason=sample.stop_reason,
+    )
+    return thinking, rest
 
 
 def _cap(ctx: StrategyContext, options: TreeOptions, path: Path) -> int:
@@ -390,6 +439,7 @@ class TreeSampling:
         options = tree_options(request, default_delimiter=search_defaults_of(ctx).step_delimiter)
         n = _samples(ctx)
         plan = _plan_of(ctx, options)
+        through = _through(ctx, options, plan)
         tree, ledger = Tree(), Ledger()
         wave = wave_of(options, n)
         cap = wave  # the leaves the tree may hold so far
@@ -412,7 +462,7 @@ class TreeSampling:
                 else None
             )
             try:
-                grown = await self._segment(ctx, plan, options, tree, ledger, draws)
+                grown = await self._segment(ctx, plan, through, options, tree, ledger, draws)
                 if beside is not None:
                     await beside
             except BudgetSpent as spent:
@@ -448,25 +498,31 @@ class TreeSampling:
         self,
         ctx: StrategyContext,
         plan: StepPlan,
+        through: StepPlan | None,
         options: TreeOptions,
         tree: Tree,
         ledger: Ledger,
         draws: Sequence[tuple[int, int]],
     ) -> Grown:
-        """One engine round: every draw's children, then the early stops."""
+        """One engine round: every draw's children, then the early stops. With ``through``
+        a segment runs on into its answer when its thinking ends, unless the solution
+        budget is below the segment (the answer could then outrun it in the call)."""
         requests: list[GenerateRequest] = []
         tree.segments += 1
+        solution = ctx.request.budget.solution
         for g, (parent, count) in enumerate(draws):
             path = tree.path_of(parent)
+            cap = _cap(ctx, options, path)
+            runs_on = through is not None and (solution is None or solution >= cap)
             requests.append(
                 thinking_request(
                     ctx,
                     ledger,
-                    plan,
+                    through if through is not None and runs_on else plan,
                     request_id=f"{ctx.request.request_id}-t{tree.segments}-{g}",
                     ids=path.ids,
                     n=count,
-                    max_tokens=_cap(ctx, options, path),
+                    max_tokens=cap,
                     logprobs=True,  # the sampled tokens' own logprobs: the signal
                 )
             )
@@ -484,7 +540,8 @@ class TreeSampling:
             ledger.engine_requests += 1
             ledger.engine_prompt_tokens += len(req.prompt_token_ids)
             mine: list[int] = []
-            for sample in samples:
+            for drawn in samples:
+                sample, rest = cut_answer(ctx, tree.path_of(parent), drawn)
                 node = _child(ctx, plan, tree, parent, sample)
                 count_tokens(ctx, ledger, tree.path_of(parent), node.path)
                 tokens += node.new_tokens
@@ -494,6 +551,8 @@ class TreeSampling:
                 index = len(tree.nodes) - 1
                 mine.append(index)
                 (live if node.path.live else tree.leaves).append(index)
+                if rest is not None:
+                    self._began(ctx, tree, ledger, index, rest)
             children.append(mine)
         ledger.candidates.append(sum(len(c) for c in children))
         ledger.step_tokens.append(tokens)
@@ -527,6 +586,19 @@ class TreeSampling:
         tree.abandoned = len(tree.live)
         tree.live = []
         return True
+
+    @staticmethod
+    def _began(ctx: StrategyContext, tree: Tree, ledger: Ledger, leaf: int, rest: Sample) -> None:
+        """Leaf ``leaf``'s answer as its last segment wrote it: answered if it ended there,
+        else its beginning, which the leaf's answer call goes on from."""
+        ids = rest.token_ids
+        ledger.completion_tokens += len(ids)
+        ledger.answer_tokens += len(ids)
+        tree.within += 1
+        if rest.finish_reason == "stop":
+            tree.answered[leaf] = drawn_answer(ctx, tree.nodes[leaf].path, ids, "stop")
+        else:
+            tree.drawn[leaf] = ids
 
     def _wave_spent(
         self, ctx: StrategyContext, options: TreeOptions, n: int, tree: Tree, cap: int
@@ -568,7 +640,8 @@ class TreeSampling:
 
     @staticmethod
     async def _answer(ctx: StrategyContext, tree: Tree, ledger: Ledger, leaves: list[int]) -> None:
-        got = await answer(ctx, [tree.nodes[i].path for i in leaves], ledger)
+        paths = [tree.nodes[i].path for i in leaves]
+        got = await answer(ctx, paths, ledger, [tree.drawn.get(i, ()) for i in leaves])
         tree.answered.update(zip(leaves, got, strict=True))
 
     @staticmethod
@@ -663,10 +736,12 @@ class TreeSampling:
             # Room for one answer, not one per leaf: the most confident leaf's.
             ctx.allowance.stop(short)
             best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
-            answered: Answered = (await answer(ctx, [tree.nodes[leaves[best]].path], ledger))[0]
+            leaf = leaves[best]
+            path, drawn = tree.nodes[leaf].path, tree.drawn.get(leaf, ())
+            answered: Answered = (await answer(ctx, [path], ledger, [drawn]))[0]
         else:
-            got = await answer(ctx, [tree.nodes[i].path for i in rest], ledger) if rest else []
-            tree.answered.update(zip(rest, got, strict=True))
+            if rest:
+                await self._answer(ctx, tree, ledger, rest)
             every = [tree.answered[i] for i in leaves]
             texts, exact = self._votes(ctx, every)
             classes = build_classes(texts, confidences, exact=exact)
@@ -749,6 +824,9 @@ class TreeSampling:
             "tokens_by_depth": by_depth,
             "tokens_per_segment": list(ledger.step_tokens),
             "answer_tokens": ledger.answer_tokens,
+            # Leaves whose answer began in their last segment's call (no call of its own
+            # unless that segment's end cut it).
+            "answered_within": tree.within,
             # Thinking the leaves hold, as N independent samples would have generated it,
             # and what the tree generated for it: the difference is the shared prefixes.
             "leaf_tokens": flat,

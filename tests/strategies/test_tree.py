@@ -72,14 +72,14 @@ class TreeWorld:
         text = t.decode(request.prompt_token_ids).split("assistant\n\n", 1)[1]
         limit = request.sampling.max_tokens
         out = []
+        # A call that does not stop at the end of thinking runs on into the answer.
+        through = t.think_end_id not in request.sampling.stop_token_ids
         for j in range(request.sampling.n):
             if t.think_end_id in request.prompt_token_ids:
-                lines = [ln for ln in text.split("\n") if "=" in ln]
-                value = lines[-1].rsplit("=", 1)[1][:1] if lines else "0"
-                ids = (*t.encode(f"\n\\boxed{{{value}}}"), t.eos_token_ids[0])
-                finish = "stop"
-                if limit is not None and len(ids) > limit:
-                    ids, finish = ids[:limit], "length"
+                # The answer, from where a call before this one left it.
+                prompt = request.prompt_token_ids
+                written = len(prompt) - prompt.index(t.think_end_id) - 1
+                ids, finish = _answer_ids(t, text, (), limit, skip=written)
                 out.append(Sample(index=j, token_ids=ids, finish_reason=finish))
                 continue
             target = self.write(text, j)
@@ -87,6 +87,9 @@ class TreeWorld:
             if not rest:
                 if self.eos_after_thinking:
                     sample = Sample(index=j, token_ids=(t.eos_token_ids[0],), finish_reason="stop")
+                elif through:
+                    ids, finish = _answer_ids(t, text, (t.think_end_id,), limit)
+                    sample = Sample(index=j, token_ids=ids, finish_reason=finish)
                 else:
                     sample = Sample(
                         index=j, token_ids=(t.think_end_id,), finish_reason="stop", stop_reason=4
@@ -108,6 +111,21 @@ class TreeWorld:
             out.append(sample)
         self.generated += sum(len(s.token_ids) for s in out)
         return out
+
+
+def _answer_ids(
+    t: Any, thinking: str, before: tuple[int, ...], limit: int | None, skip: int = 0
+) -> tuple[tuple[int, ...], str]:
+    """``before`` and the answer from the last value the thinking's lines reached (its
+    first ``skip`` tokens left out: written already), cut at ``limit`` tokens (then
+    finished by "length")."""
+    lines = [ln for ln in thinking.split("\n") if "=" in ln]
+    value = lines[-1].rsplit("=", 1)[1][:1] if lines else "0"
+    answer = (*t.encode(f"\n\\boxed{{{value}}}"), t.eos_token_ids[0])
+    ids = (*before, *answer[skip:])
+    if limit is not None and len(ids) > limit:
+        return ids[:limit], "length"
+    return ids, "stop"
 
 
 def _ctx(
@@ -323,6 +341,105 @@ async def test_a_shared_prefix_is_generated_and_billed_once(testbed_tokens: Any)
     assert len(batches) == tree["segments"] + 1  # and the answers
     assert result.choices[0].content == "\n\\boxed{3}"
     assert result.info["classes"][0]["count"] == 4
+
+
+ANSWER = "\n\\boxed{3}"  # the scripted answer: 10 tokens, then EOS
+
+
+async def test_a_leaf_answers_in_its_last_segment(testbed_tokens: Any) -> None:
+    """Segments run on past the end of thinking: a leaf whose thinking closes with room
+    left in the segment writes its answer in the same call, so the tree has no answer
+    round. The same tree with a client stop sequence (which would end the thinking too)
+    answers in calls of its own, with the same answer."""
+    options = {"segment": 16, "roots": 2, "branch": 2, "fork_depth": 2, "stop_margin": 0}
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    end = testbed_tokens.think_end_id
+    assert all(end not in c.sampling.stop_token_ids for seg in _segments(ctx) for c in seg)
+    assert not [c for c in _calls(ctx) if "-answer-" in c.request_id]
+    assert len(ctx.engine.batches) == tree["segments"]  # type: ignore[attr-defined]
+    assert tree["leaves"] == 4 and tree["answered_within"] == 4
+    assert tree["answer_tokens"] == 4 * (len(ANSWER) + 1)
+    # The answers are billed as answers, once; the thinking as thinking.
+    assert result.usage.completion_tokens == world.generated
+    assert sum(tree["tokens_per_segment"]) + tree["answer_tokens"] == world.generated
+    assert tree["leaf_tokens"] == 4 * (len(THINKING) + 1)
+    # Thinking is every segment's token but each leaf's "</think>".
+    assert result.usage.reasoning_tokens == sum(tree["tokens_per_segment"]) - 4
+    assert result.choices[0].content == ANSWER and result.choices[0].reasoning == THINKING
+    assert result.choices[0].finish_reason == "stop"
+
+    world = TreeWorld(testbed_tokens)
+    own = _ctx(testbed_tokens, world, samples=4, options=options)
+    sampling = replace(own.request.sampling, stop=("###",))
+    own = replace(own, request=replace(own.request, sampling=sampling))
+    _, alone = await _run(own)
+    assert all(end in c.sampling.stop_token_ids for seg in _segments(own) for c in seg)
+    assert [c for c in _calls(own) if "-answer-" in c.request_id]
+    assert alone.info["tree"]["answered_within"] == 0
+    assert alone.choices[0].content == ANSWER
+    # Answered in calls of their own, the four leaves' alike paths share one answer;
+    # written in their segments, each leaf wrote its own.
+    assert alone.info["tree"]["answer_tokens"] == len(ANSWER) + 1
+
+
+async def test_an_answer_cut_by_its_segment_goes_on_in_a_call_of_its_own(
+    testbed_tokens: Any,
+) -> None:
+    """A segment's end cuts the answer its leaf began: the answer call goes on from
+    where it stopped (the answer is written once, not twice) under what is left of the
+    solution budget."""
+    options = {"segment": 6, "roots": 2, "branch": 2, "fork_depth": 2, "stop_margin": 0}
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    assert tree["answered_within"] == 4
+    answers = [c for c in _calls(ctx) if "-answer-" in c.request_id]
+    # The four leaves' thinking and answer beginnings are alike: one call goes on.
+    assert len(answers) == 1
+    began = testbed_tokens.decode(answers[0].prompt_token_ids).rsplit("\n", 1)[1]
+    assert began == "\\box"  # "</think>" and five of the answer's tokens, then the cut
+    assert result.choices[0].content == ANSWER
+    assert result.usage.completion_tokens == world.generated
+    assert sum(tree["tokens_per_segment"]) + tree["answer_tokens"] == world.generated
+
+    # A solution budget of 7: at least the segment, so the answer begins in it (5 tokens),
+    # and the answer call may write 2 more.
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options, solution=7)
+    _, result = await _run(ctx)
+    assert result.info["tree"]["answered_within"] == 4
+    calls = [c for c in _calls(ctx) if "-answer-" in c.request_id]
+    assert [c.sampling.max_tokens for c in calls] == [2]
+    choice = result.choices[0]
+    assert choice.content == ANSWER[:7] and choice.finish_reason == "length"
+    assert choice.budget_cut == ("solution",)
+
+    # Below the segment, the solution budget keeps the answer in a call of its own.
+    world = TreeWorld(testbed_tokens)
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options, solution=5)
+    _, result = await _run(ctx)
+    assert result.info["tree"]["answered_within"] == 0
+    end = testbed_tokens.think_end_id
+    assert all(end in c.sampling.stop_token_ids for seg in _segments(ctx) for c in seg)
+    assert result.choices[0].content == ANSWER[:5]
+
+
+async def test_vote_stop_settles_on_answers_written_in_segments(testbed_tokens: Any) -> None:
+    """Three of four roots close their thinking in segment 2 and answer in it: the vote
+    is decided there, with no answer call, and the long root is abandoned."""
+    world = TreeWorld(testbed_tokens, write=_finishing(lambda j: j < 3))
+    options = {"segment": 16, "roots": 4, "stop_margin": 0, "vote_stop": "decided"}
+    ctx = _ctx(testbed_tokens, world, samples=4, options=options)
+    _, result = await _run(ctx)
+    tree = result.info["tree"]
+    assert not [c for c in _calls(ctx) if "-answer-" in c.request_id]
+    assert tree["settled_at"] == tree["segments"] and tree["abandoned"] == 1
+    assert result.info["leaf_answers"] == ["3"] * 3
+    assert result.usage.completion_tokens == world.generated
 
 
 async def test_roots_equal_to_n_are_independent_samples(testbed_tokens: Any) -> None:
