@@ -40,7 +40,7 @@ def audit(r: Any, tree: dict[str, Any]) -> None:
 
 
 def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
-    right = 0
+    right = within = 0
     for i, q in enumerate(EASY):
         raw = openai_client.chat.completions.with_raw_response.create(
             model="testbed-base",
@@ -59,10 +59,15 @@ def test_tree_answers_with_audited_usage(openai_client: Any) -> None:
         assert tree["leaves"] == 8 == len(tg["leaf_answers"]) == len(tg["leaf_confidences"])
         # Two roots and eight leaves: the roots' first segment (at least) is shared.
         assert tree["roots"] == 2 and tree["forks"] >= 2 and tree["shared_tokens"] > 0
+        # Segments run on into the answer: a leaf whose thinking closed with room left in
+        # its segment began its answer there (the audit above counts it as an answer).
+        within += tree["answered_within"]
+        assert tree["answered_within"] <= tree["leaves"]
         assert "\\boxed{" in r.choices[0].message.content
         answer = r.choices[0].model_extra["thinkgate"]["answer"]
         right += answer is not None and equivalent(answer, str(q.answer))
     assert right >= 1  # easy questions: the testbed model is right on them mostly
+    assert within >= 1  # of 16 leaves, in 16-token segments
     # The defaults (32-token segments on 32-token cache blocks) with the token fork, on a
     # longer question: the audit holds on the real engine's ids.
     q = make_questions("test", 1, seed=43, min_ops=9, max_ops=10)[0]
