@@ -164,6 +164,20 @@ def start_server(
     The caller stops it with ``stop_server``. Fails the test (with the log tail) if the
     server exits or is not ready in ``STARTUP_TIMEOUT_S``.
     """
+    server = launch_server(log_path, flags, bare=bare, default_context=default_context)
+    return wait_server(server, api_key=api_key)
+
+
+def launch_server(
+    log_path: Path,
+    flags: tuple[str, ...] = (),
+    *,
+    bare: bool = False,
+    default_context: bool = False,
+) -> LiveServer:
+    """``start_server``'s first half: the process started, not waited for (its ``model``
+    is empty until ``wait_server``). Servers launched together load together: on 2 cores
+    a start is mostly one core's imports."""
     port = _free_port()
     env = dict(os.environ)
     if bare:
@@ -191,7 +205,13 @@ def start_server(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: teardown reaches the engine processes
         )
-    server = LiveServer(f"http://127.0.0.1:{port}", proc, log_path, model="")
+    return LiveServer(f"http://127.0.0.1:{port}", proc, log_path, model="")
+
+
+def wait_server(server: LiveServer, *, api_key: str | None = None) -> LiveServer:
+    """``start_server``'s second half: wait until a launched server is ready and read its
+    model; stops it and fails the test if it exits or is not ready in time."""
+    proc = server.process
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -884,3 +904,46 @@ def outside_model() -> Path:
     from testbed.outside import build
 
     return build(outside_model_dir())
+
+
+@pytest.fixture(scope="session")
+def outside_gateways(
+    request: pytest.FixtureRequest, outside_model: Path
+) -> Iterator[dict[str, LiveServer]]:
+    """The outside model's gateways of the session's modules, launched together on first
+    use: ``thinkgate serve --model <outside model>`` with each module's
+    ``OUTSIDE_GATEWAY_FLAGS`` (tests/server/test_outside_*.py), keyed by module name. A
+    start is mostly one core's imports, so on 2 cores two load in about the time of one.
+    Each module waits for its own and stops it when it ends (``outside_gateway``)."""
+    flags_of: dict[str, tuple[str, ...]] = {}
+    for item in request.session.items:
+        module = getattr(item, "module", None)
+        flags = getattr(module, "OUTSIDE_GATEWAY_FLAGS", None)
+        if module is not None and flags is not None:
+            flags_of[module.__name__] = flags
+    launched: dict[str, LiveServer] = {}
+    try:
+        for name, flags in flags_of.items():
+            log = _log_dir() / f"outside-{name.rpartition('.')[2]}.log"
+            launched[name] = launch_server(log, ("--model", str(outside_model), *flags))
+        yield launched
+    finally:
+        for server in launched.values():
+            stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def outside_gateway(
+    request: pytest.FixtureRequest, outside_gateways: dict[str, LiveServer], outside_model: Path
+) -> Iterator[LiveServer]:
+    """This module's outside-model gateway (its ``OUTSIDE_GATEWAY_FLAGS``), ready; stopped
+    when the module ends."""
+    name = request.module.__name__
+    server = outside_gateways.get(name)
+    if server is None:  # a module the session's items did not show: launched now
+        flags = ("--model", str(outside_model), *request.module.OUTSIDE_GATEWAY_FLAGS)
+        server = launch_server(_log_dir() / f"outside-{name.rpartition('.')[2]}.log", flags)
+    try:
+        yield wait_server(server)
+    finally:
+        stop_server(server)

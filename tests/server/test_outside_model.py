@@ -23,11 +23,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 QUESTION = "What is 2+3? Put the final answer in \\boxed{}."
 
 
+# ``thinkgate serve --model <outside model>`` with these flags: launched beside
+# test_outside_reasoning.py's gateway, the two loading together (tests/conftest.py).
+OUTSIDE_GATEWAY_FLAGS = ("--no-reasoning", "--max-model-len", "1024")
+
+
 @pytest.fixture(scope="module")
-def smol(start_gateway_for_module: Callable[..., Any], outside_model: Path) -> Any:
-    return start_gateway_for_module(
-        "--model", str(outside_model), "--no-reasoning", "--max-model-len", "1024"
-    )
+def smol(outside_gateway: Any) -> Any:
+    return outside_gateway
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ reasoning split and ``reasoning_tokens`` must match a count made here from token
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,16 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 T, S = 10, 12
 
 
+# ``thinkgate serve --model <outside model>`` with these flags: launched beside
+# test_outside_model.py's gateway, the two loading together (tests/conftest.py).
+OUTSIDE_GATEWAY_FLAGS = (
+    "--think-start", "<think>", "--think-end", "</think>", "--max-model-len", "1024",
+)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def smol(start_gateway_for_module: Callable[..., Any], outside_model: Path) -> Any:
-    return start_gateway_for_module(
-        "--model", str(outside_model), "--think-start", "<think>", "--think-end", "</think>",
-        "--max-model-len", "1024",
-    )  # fmt: skip
+def smol(outside_gateway: Any) -> Any:
+    return outside_gateway
 
 
 @pytest.fixture(scope="module")
