@@ -12,7 +12,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,7 @@ import httpx
 import orjson
 import psutil
 import pytest
+from conftest import LiveServer, _log_dir, launch_server, stop_server, wait_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -175,21 +176,37 @@ def _orphan(p: psutil.Process, base_url: str) -> bool:
     return "server.cli serve" in cmd and f"--port {port}" in cmd
 
 
-@pytest.fixture(scope="module")
-def restartable(start_gateway_for_module: Callable[..., Any]) -> Any:
-    """One server for the restart test, then the drain test (which ends it)."""
-    return start_gateway_for_module(
-        "--on-engine-death",
-        "restart",
-        "--drain-timeout-s",
-        "14",
-        "--sse-keepalive-s",
-        "0.3",
-        "--reward-model",
-        "none",
-        "--prm-model",
-        "none",
+RESTARTABLE_FLAGS = (
+    *("--on-engine-death", "restart", "--drain-timeout-s", "14", "--sse-keepalive-s", "0.3"),
+    *("--reward-model", "none", "--prm-model", "none"),
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restartable_launched(request: pytest.FixtureRequest) -> Iterator[LiveServer | None]:
+    """The restartable server's process, launched when the module starts (if a test of it
+    is to run): it loads beside the exit-policy test's server, a start being mostly one
+    core's imports; ``restartable`` waits for it."""
+    wanted = any(
+        item.module is request.module and "restartable" in item.fixturenames
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
     )
+    if not wanted:
+        yield None
+        return
+    server = launch_server(_log_dir() / "gateway-restartable.log", RESTARTABLE_FLAGS)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def restartable(restartable_launched: LiveServer | None) -> Any:
+    """One server for the restart test, then the drain test (which ends it)."""
+    assert restartable_launched is not None
+    return wait_server(restartable_launched)
 
 
 def test_a_long_multi_sample_stream_opens_at_once_and_keeps_alive(restartable: Any) -> None:
