@@ -11,18 +11,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from conftest import (
+    STARTUP_TIMEOUT_S,
+    LiveServer,
+    RemoteStack,
+    Replica,
+    _log_dir,
+    launch_replicas,
+    launch_server,
+    stop_server,
+    wait_server,
+)
 
 from testbed.task import make_questions
-
-if TYPE_CHECKING:
-    from conftest import LiveServer, RemoteStack, Replica
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -32,18 +40,39 @@ HARD = make_questions("test", 3, seed=41, min_ops=9, max_ops=12)
 
 
 @pytest.fixture(scope="module")
-def bare_replica(start_replicas_for_module: Callable[..., list[Replica]]) -> Replica:
-    (replica,) = start_replicas_for_module(1, "--processors", "", "--served-model-name", OTHER_NAME)
-    return replica
+def bare_stack() -> Iterator[tuple[Replica, LiveServer]]:
+    """The replica and its gateway, launched together: the gateway's start (mostly one
+    core's imports) overlaps the replica's, and it admits the replica once that answers
+    (within ``--remote-start-timeout-s``, the suite's own start-up limit here)."""
+    (replica,) = launch_replicas(
+        _log_dir(), 1, "--processors", "", "--served-model-name", OTHER_NAME
+    )
+    gateway = None
+    try:
+        gateway = launch_server(
+            _log_dir() / "gateway-bare.log",
+            (
+                *("--engine", "remote", "--vllm-urls", replica.url),
+                *("--remote-protocol", "completions"),
+                *("--remote-start-timeout-s", f"{STARTUP_TIMEOUT_S:g}"),
+            ),
+        )
+        replica.wait_ready()
+        yield replica, wait_server(gateway)
+    finally:
+        if gateway is not None:
+            stop_server(gateway)
+        replica.stop()
 
 
 @pytest.fixture(scope="module")
-def bare_gateway(
-    bare_replica: Replica, start_gateway_for_module: Callable[..., LiveServer]
-) -> LiveServer:
-    return start_gateway_for_module(
-        "--engine", "remote", "--vllm-urls", bare_replica.url, "--remote-protocol", "completions"
-    )
+def bare_replica(bare_stack: tuple[Replica, LiveServer]) -> Replica:
+    return bare_stack[0]
+
+
+@pytest.fixture(scope="module")
+def bare_gateway(bare_stack: tuple[Replica, LiveServer]) -> LiveServer:
+    return bare_stack[1]
 
 
 @pytest.fixture(scope="module")
