@@ -11,12 +11,13 @@ token counts are checked against the model's own tokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from conftest import LiveServer, _log_dir, launch_server, stop_server, wait_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -202,14 +203,43 @@ def test_bad_input_is_a_4xx_naming_the_field(
     assert param in (error.get("param") or ""), error
 
 
-def test_a_named_reward_model_with_another_tokenizer_refuses_to_start(
-    spawn_server: Callable[..., Any], outside_model: Path, tmp_path: Path
-) -> None:
+REFUSING_TEST = "test_a_named_reward_model_with_another_tokenizer_refuses_to_start"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def refusing_server(
+    request: pytest.FixtureRequest, outside_model: Path
+) -> Iterator[LiveServer | None]:
+    """The server of the refusal test, launched when the module starts (if that test is
+    selected): its start, mostly one core's imports, overlaps the module's gateways'."""
+    wanted = any(
+        item.module is request.module and item.originalname == REFUSING_TEST
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+    )
+    if not wanted:
+        yield None
+        return
     import testbed
 
     reward = testbed.model_path("reward")
+    flags = ("--model", str(outside_model), "--no-reasoning", "--reward-model", str(reward))
+    server = launch_server(_log_dir() / "outside-refusing.log", flags)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+def test_a_named_reward_model_with_another_tokenizer_refuses_to_start(
+    refusing_server: LiveServer | None, outside_model: Path
+) -> None:
+    import testbed
+
+    assert refusing_server is not None
+    reward = testbed.model_path("reward")
     with pytest.raises(pytest.fail.Exception) as failed:
-        spawn_server("--model", str(outside_model), "--no-reasoning", "--reward-model", str(reward))
+        wait_server(refusing_server)  # --reward-model: the testbed's, another tokenizer
     said = str(failed.value)
     assert "does not share the served model's tokenizer" in said
     assert str(reward) in said and str(outside_model) in said
