@@ -456,16 +456,12 @@ async def answer(
     engine request each, all at once. ``drawn``: per path, the answer's tokens a call
     that ran on past the end of thinking already wrote (cut by its ``max_tokens``): the
     answer continues after them, under what is left of the solution budget."""
-    tokens = ctx.engine.tokens
     solution = ctx.request.budget.solution
     drawn = list(drawn) if drawn is not None else [()] * len(paths)
     heads: list[tuple[int, ...]] = []
     before: dict[tuple[int, ...], tuple[int, ...]] = {}  # head -> its answer's drawn tokens
     for p, d in zip(paths, drawn, strict=True):
-        head = p.ids
-        if p.state == "forced" and tokens.think_end_ids:
-            head = head + tokens.think_end_ids
-        head += d
+        head = answer_head(ctx, p) + d
         heads.append(head)
         before[head] = d
 
@@ -513,6 +509,12 @@ async def answer(
     return out
 
 
+def answer_head(ctx: StrategyContext, path: Path) -> tuple[int, ...]:
+    """What an answer follows: the path, and ``</think>`` after a forced one."""
+    end = ctx.engine.tokens.think_end_ids
+    return path.ids + end if path.state == "forced" and end else path.ids
+
+
 def drawn_answer(
     ctx: StrategyContext,
     path: Path,
@@ -521,16 +523,11 @@ def drawn_answer(
 ) -> Answered:
     """A closed or forced ``path`` answered by ``answer_ids`` (after its forced
     ``</think>``), which ended with ``finish``."""
-    tokens = ctx.engine.tokens
     solution = ctx.request.budget.solution
-    head = path.ids
-    if path.state == "forced" and tokens.think_end_ids:
-        head = head + tokens.think_end_ids
-    content = tuple(t for t in answer_ids if t not in tokens.eos_token_ids)
+    content = tuple(t for t in answer_ids if t not in ctx.engine.tokens.eos_token_ids)
     cut = solution is not None and finish == "length" and len(content) >= solution
-    return Answered(
-        path=path, ids=head + answer_ids, answer_ids=answer_ids, finish=finish, solution_cut=cut
-    )
+    ids = answer_head(ctx, path) + answer_ids
+    return Answered(path=path, ids=ids, answer_ids=answer_ids, finish=finish, solution_cut=cut)
 
 
 def answer_choice(ctx: StrategyContext, answered: Answered) -> Choice:

@@ -510,15 +510,16 @@ class TreeSampling:
         requests: list[GenerateRequest] = []
         tree.segments += 1
         solution = ctx.request.budget.solution
+        runs_on: list[bool] = []  # per request: whether it may run on into answers
         for g, (parent, count) in enumerate(draws):
             path = tree.path_of(parent)
             cap = _cap(ctx, options, path)
-            runs_on = through is not None and (solution is None or solution >= cap)
+            runs_on.append(through is not None and (solution is None or solution >= cap))
             requests.append(
                 thinking_request(
                     ctx,
                     ledger,
-                    through if through is not None and runs_on else plan,
+                    through if through is not None and runs_on[-1] else plan,
                     request_id=f"{ctx.request.request_id}-t{tree.segments}-{g}",
                     ids=path.ids,
                     n=count,
@@ -534,14 +535,15 @@ class TreeSampling:
         children: list[list[int]] = []
         live: list[int] = []
         tokens = 0
-        for (parent, _), req, samples in zip(draws, requests, results, strict=True):
+        for (parent, _), req, on, samples in zip(draws, requests, runs_on, results, strict=True):
             if len(samples) != req.sampling.n:
                 raise BackendError(f"engine returned {len(samples)} of {req.sampling.n} samples")
             ledger.engine_requests += 1
             ledger.engine_prompt_tokens += len(req.prompt_token_ids)
             mine: list[int] = []
             for drawn in samples:
-                sample, rest = cut_answer(ctx, tree.path_of(parent), drawn)
+                # Only a call that ran on can hold an answer (the others stop at the end).
+                sample, rest = cut_answer(ctx, tree.path_of(parent), drawn) if on else (drawn, None)
                 node = _child(ctx, plan, tree, parent, sample)
                 count_tokens(ctx, ledger, tree.path_of(parent), node.path)
                 tokens += node.new_tokens
