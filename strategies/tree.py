@@ -87,7 +87,7 @@ from strategies.search_paths import (
 )
 from strategies.selection import AnswerClass, build_classes, top_by_count, top_by_weight
 from strategies.tree_options import BODY_OPTIONS, TreeOptions, tree_options
-from strategies.tree_vote import could_settle, settled
+from strategies.tree_vote import could_settle, settle_chance, settled
 
 ROOT: Final = -1  # the parent of the roots: the prompt
 TEXT_CHARS: Final = 120  # the live view shows what a segment said; this keeps events small
@@ -608,13 +608,18 @@ class TreeSampling:
         """Whether the next wave starts now: this one has finished; or, with a vote stop,
         every leaf of it is placed (live or finished) and the ones still to come (live, or
         finished and not answered) could not settle the vote even if every one joined the
-        leader. The next wave would then be drawn anyway: waiting for them adds rounds."""
+        leader, or are unlikely to (their chance below ``next_wave_below``). The next wave
+        would then be drawn anyway, or probably: waiting for them adds rounds."""
         if not tree.live:
             return len(tree.leaves) >= cap  # else the fallback draws its free leaves
         if options.vote_stop == "never" or len(tree.leaves) + len(tree.live) < cap:
             return False
         coming = len(self._unanswered(ctx, options, tree)) + len(tree.live)
-        return not self._could_settle(ctx, options, tree, coming, n - len(tree.answered))
+        chance = settle_chance(
+            self._classes(ctx, tree), coming, n - len(tree.answered), rule=options.vote_stop,
+            weighted=options.vote == "confidence", p=options.vote_stop_p,
+        )  # fmt: skip
+        return chance == 0.0 or chance < options.next_wave_below
 
     def _could_settle(
         self, ctx: StrategyContext, options: TreeOptions, tree: Tree, joining: int, to_come: int

@@ -71,6 +71,36 @@ def could_settle(
     return _settles(classes, new, to_come - new, rule=rule, weighted=weighted, p=p)
 
 
+def settle_chance(
+    classes: Sequence[AnswerClass],
+    coming: int,
+    to_come: int,
+    *,
+    rule: VoteStop,
+    weighted: bool,
+    p: float,
+) -> float:
+    """The chance that the ``coming`` leaves settle the vote once answered, each joining
+    the leader with its share of the answered leaves so far by Laplace's rule
+    (``(leader + 1) / (answered + 2)``) and otherwise answering something else that
+    strengthens no rival (so this errs high: the next wave starts no sooner for it).
+    0 when even all of them joining the leader would not settle it (``could_settle``);
+    else 1 with nothing answered yet (no evidence to start another wave on)."""
+    if coming <= 0 or rule == "never":
+        return 0.0
+    if not _settles(classes, coming, to_come - coming, rule=rule, weighted=weighted, p=p):
+        return 0.0
+    if not classes:
+        return 1.0
+    answered = sum(c.count for c in classes)
+    q = (max(c.count for c in classes) + 1) / (answered + 2)
+    chance = 0.0
+    for joining in range(coming + 1):
+        if _settles(classes, joining, to_come - coming, rule=rule, weighted=weighted, p=p):
+            chance += math.comb(coming, joining) * q**joining * (1 - q) ** (coming - joining)
+    return chance
+
+
 def _settles(
     classes: Sequence[AnswerClass],
     joining: int,

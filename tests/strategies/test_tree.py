@@ -27,7 +27,7 @@ from strategies.reasoning import thinking_open_after
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 from strategies.selection import AnswerClass
 from strategies.tree import TreeSampling
-from strategies.tree_vote import VoteStop, could_settle, lead_probability, settled
+from strategies.tree_vote import VoteStop, could_settle, lead_probability, settle_chance, settled
 
 QUESTION = "Compute 3+8-5+7 mod 10."
 THINKING = "3+8=1\n1-5=6\n6+7=3\n"
@@ -728,7 +728,7 @@ def test_an_earlier_waves_branches_never_fork_and_stop_among_their_own() -> None
     options = TreeOptions(
         segment=6, unit="tokens", step_delimiter="\n", roots=None, branch=4, fork_above=1.0,
         fork_at="node", fork_depth=6, stop_margin=0.5, max_segments=64, align=0,
-        vote="majority", vote_stop="likely", vote_stop_p=0.95, wave=4,
+        vote="majority", vote_stop="likely", vote_stop_p=0.95, wave=4, next_wave_below=0.0,
     )  # fmt: skip
     # Nodes 0-1: the first wave's branches, the most unsure, and deep (their worst
     # segment is -3); nodes 2-3: the second wave's roots, unsure but less (worst -0.1, -0.2).
@@ -834,6 +834,26 @@ def test_could_settle_is_the_rule_if_every_new_leaf_joined_the_leader(
         assert settled(leader, to_come - new, rule=rule, weighted=False, p=p)
 
 
+@pytest.mark.parametrize(
+    ("counts", "coming", "to_come", "p", "chance"),
+    [
+        ((2, 1), 5, 13, 0.95, 5 * 0.6**4 * 0.4 + 0.6**5),  # 4 or 5 of 5 must join 3 of 5
+        ((2, 1), 4, 13, 0.95, 0.6**4),  # 6 to 1 needs all four
+        ((2, 2), 2, 8, 0.95, 0.0),  # 4 to 2 could not settle it whatever they answer
+        ((4,), 3, 8, 0.95, 1.0),  # settled already: 31 / 32
+        ((), 4, 8, 0.95, 1.0),  # nothing answered: no evidence against waiting
+        ((), 2, 8, 0.95, 0.0),  # 2 to 0 could never settle it
+    ],
+)
+def test_settle_chance_is_the_binomial_chance_enough_leaves_join_the_leader(
+    counts: tuple[int, ...], coming: int, to_come: int, p: float, chance: float
+) -> None:
+    classes = _classes(*counts)
+    got = settle_chance(classes, coming, to_come, rule="likely", weighted=False, p=p)
+    assert got == pytest.approx(chance)
+    assert (got > 0) is could_settle(classes, coming, to_come, rule="likely", weighted=False, p=p)
+
+
 def test_lead_probability_is_the_beta_tail() -> None:
     assert lead_probability(0, 0) == 0.5
     assert lead_probability(3, 0) == 15 / 16
@@ -865,6 +885,8 @@ def test_lead_probability_is_the_beta_tail() -> None:
         ({"vote_stop": "decided", "vote_stop_p": 0.9}, {}, "vote_stop_p"),
         ({"wave": 4}, {}, "wave"),
         ({"vote_stop": "decided", "wave": 0}, {}, "wave"),
+        ({"next_wave_below": 0.5}, {}, "next_wave_below"),
+        ({"vote_stop": "likely", "next_wave_below": 1.5}, {}, "next_wave_below"),
         ({}, {"samples": 0}, "samples"),
         ({}, {"solution": 0}, "solution"),
     ],
