@@ -35,6 +35,8 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "peers": ("benchmarks.peers", "self-consistency vs its_hub IaaS and optillm on vLLM"),
     "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
     "tree": ("benchmarks.tree", "tree sampling vs self-consistency, DeepConf, PRM searches"),
+    "tree-lengths": ("benchmarks.tree_lengths", "samples right by how long they thought"),
+    "step-rows": ("benchmarks.step_rows", "one decoding step's cost by the rows in it"),
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
     "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),
