@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from engines.local import cpu_host, executor
+from testbed import model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,6 +194,17 @@ def thinkgate(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]:
     ]
     with serve(cmd, ready_path="/ready", log=log, port=port) as url:
         yield url
+
+
+@contextmanager
+def given_or_thinkgate(url: str | None, *, log: Path) -> Iterator[str]:
+    """``url`` (a running server, ``--url``), or a ``thinkgate`` on the testbed's base
+    model for the block."""
+    if url:
+        yield url
+        return
+    with thinkgate(model_path("base"), log=log) as started:
+        yield started
 
 
 @contextmanager

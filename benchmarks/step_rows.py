@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, machine, thinkgate
-from testbed import model_path
+from benchmarks.servers import ROOT, given_or_thinkgate, machine
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROMPT = "Compute 3+4*2 mod 10."
@@ -120,12 +119,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    if args.url:
-        seconds = asyncio.run(run(args.url, args))
-    else:
-        log = RESULTS / "logs" / "step-rows-thinkgate.log"
-        with thinkgate(model_path("base"), log=log) as url:
-            seconds = asyncio.run(run(url, args))
+    with given_or_thinkgate(args.url, log=RESULTS / "logs" / "step-rows-thinkgate.log") as url:
+        seconds = asyncio.run(run(url, args))
     out = Path(args.out)
     beside(out, ".json").write_text(json.dumps({str(k): v for k, v in seconds.items()}))
     text = report(seconds, args)

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, machine, thinkgate
+from benchmarks.servers import ROOT, given_or_thinkgate, machine
 from strategies.answers import equivalent
-from testbed import model_path
 from testbed.task import Question, make_questions
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -148,12 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.split, args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
     )
     t0 = time.monotonic()
-    if args.url:
-        samples = asyncio.run(run(args.url, questions, args))
-    else:
-        log = RESULTS / "logs" / "tree-lengths-thinkgate.log"
-        with thinkgate(model_path("base"), log=log) as url:
-            samples = asyncio.run(run(url, questions, args))
+    with given_or_thinkgate(args.url, log=RESULTS / "logs" / "tree-lengths-thinkgate.log") as url:
+        samples = asyncio.run(run(url, questions, args))
     out = Path(args.out)
     beside(out, ".json").write_text(json.dumps({"samples": samples}, indent=1))
     text = report(samples, args)

@@ -4,9 +4,12 @@ Their arithmetic and their refusals, without a server; their runs are benchmarks
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import step_rows, tree_lengths
+from benchmarks.servers import given_or_thinkgate
 
 
 def test_lengths_sort_each_question_into_quarters_by_thinking() -> None:
@@ -41,3 +44,10 @@ def test_step_rows_reports_a_step_and_a_token() -> None:
 def test_step_rows_refuses_counts_that_are_not_positive(rows: str) -> None:
     with pytest.raises(SystemExit):
         step_rows.parse(["--rows", rows])
+
+
+def test_a_given_url_is_used_and_no_server_started(tmp_path: Path) -> None:
+    log = tmp_path / "never.log"
+    with given_or_thinkgate("http://127.0.0.1:8012", log=log) as url:
+        assert url == "http://127.0.0.1:8012"
+    assert not log.exists()
