@@ -194,3 +194,27 @@ def test_a_client_that_leaves_aborts_every_branch(live_server: Any, served_model
             break
         assert time.monotonic() < deadline, f"not aborted: {m.get(ABORTED)} {m.get(UNFINISHED)}"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"segment": 0}, "segment"),
+        ({"vote_stop": "sometimes"}, "vote_stop"),
+        ({"next_wave_below": 0.5}, "next_wave_below"),  # applies with a vote stop only
+        ({"vote_stop": "likely", "next_wave_below": 1.5}, "next_wave_below"),
+    ],
+)
+def test_bad_options_are_400s_naming_them(
+    openai_client: Any, served_model: str, body: dict[str, Any], param: str
+) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as err:
+        openai_client.chat.completions.create(
+            model=served_model,
+            messages=[{"role": "user", "content": EASY[0].prompt}],
+            extra_headers={"X-Strategy": "tree", "X-Budget-Samples": "8"},
+            extra_body=body,
+        )
+    assert err.value.body["param"] == param  # type: ignore[index]
