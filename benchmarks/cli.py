@@ -36,6 +36,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "search": ("benchmarks.search", "PRM step search vs sampling: accuracy against tokens"),
     "tree": ("benchmarks.tree", "tree sampling vs self-consistency, DeepConf, PRM searches"),
     "tree-lengths": ("benchmarks.tree_lengths", "samples right by how long they thought"),
+    "vote-stop-replay": ("benchmarks.vote_stop_replay", "the tree's vote stop on plain samples"),
     "step-rows": ("benchmarks.step_rows", "one decoding step's cost by the rows in it"),
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),

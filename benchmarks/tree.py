@@ -270,14 +270,29 @@ def goal_lines(
                 [a for r in tr_rates for a in r.answers], [a for r in sc_rates for a in r.answers]
             )
             met = med >= 1.5 and hi >= 0
+            # Questions per second = generated tokens per second / tokens per question: which
+            # of the two a strategy's speed comes from (fewer tokens, or the engine kept as
+            # busy as self-consistency keeps it).
+            per_q = _tokens_per_question(tr_rates) / _tokens_per_question(sc_rates)
+            per_s = _tokens_per_second(tr_rates) / _tokens_per_second(sc_rates)
             lines.append(
                 f"{label}: questions per second at {args.clients} clients, N = {args.rate_n}, "
                 f"block by block against self-consistency: median {med:.2f}x (blocks "
                 f"{min(ratios):.2f}-{max(ratios):.2f}x), accuracy {acc_tr:.1f}% against "
                 f"{acc_sc:.1f}% (paired 95% interval [{lo:+.1f}, {hi:+.1f}] points) "
-                f"({'met' if met else 'not met'}: at least 1.5x, accuracy not below)."
+                f"({'met' if met else 'not met'}: at least 1.5x, accuracy not below). "
+                f"Over all blocks: {per_q:.2f}x its tokens per question at {per_s:.2f}x its "
+                f"generated tokens per second, {per_s / per_q:.2f}x its questions per second."
             )
     return lines
+
+
+def _tokens_per_question(rates: Sequence[Rate]) -> float:
+    return sum(r.tokens * r.questions for r in rates) / sum(r.questions for r in rates)
+
+
+def _tokens_per_second(rates: Sequence[Rate]) -> float:
+    return sum(r.tokens * r.questions for r in rates) / sum(r.seconds for r in rates)
 
 
 def plot(cells: Sequence[Cell], path: Path) -> None:

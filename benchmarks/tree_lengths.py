@@ -31,13 +31,16 @@ from strategies.answers import equivalent
 from testbed.task import Question, make_questions
 
 RESULTS = ROOT / "benchmarks" / "results"
+# (thinking characters, right, the boxed answer or None): the answer lets the vote stop's
+# rules be replayed on these samples (benchmarks.vote_stop_replay).
+Sample = tuple[int, bool, str | None]
 BOXED = re.compile(r"\\boxed\{([^}]*)\}")
 
 
 async def sample(
     client: Any, model: str, q: Question, seed: int, args: argparse.Namespace
-) -> list[tuple[int, bool]]:
-    """(thinking characters, right) for each of the question's samples."""
+) -> list[Sample]:
+    """(thinking characters, right, answer) for each of the question's samples."""
     r = await client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": q.prompt}],
@@ -50,14 +53,15 @@ async def sample(
         extra = choice.message.model_extra or {}
         thinking = extra.get("reasoning_content") or extra.get("reasoning") or ""
         found = BOXED.search(choice.message.content or "")
-        right = found is not None and equivalent(found.group(1), str(q.answer))
-        out.append((len(thinking), right))
+        answer = None if found is None else found.group(1).strip()
+        right = answer is not None and equivalent(answer, str(q.answer))
+        out.append((len(thinking), right, answer))
     return out
 
 
 async def run(
     url: str, questions: Sequence[Question], args: argparse.Namespace
-) -> list[list[tuple[int, bool]]]:
+) -> list[list[Sample]]:
     import openai
     from tqdm import tqdm
 
@@ -66,7 +70,7 @@ async def run(
     gate = asyncio.Semaphore(args.concurrency)
     bar = tqdm(total=len(questions), desc="questions", file=sys.stderr)
 
-    async def one(i: int, q: Question) -> list[tuple[int, bool]]:
+    async def one(i: int, q: Question) -> list[Sample]:
         async with gate:
             got = await sample(client, model, q, args.sample_seed + i, args)
         bar.update(1)
@@ -78,19 +82,19 @@ async def run(
     return list(samples)
 
 
-def report(samples: Sequence[Sequence[tuple[int, bool]]], args: argparse.Namespace) -> str:
+def report(samples: Sequence[Sequence[Sample]], args: argparse.Namespace) -> str:
     quarters: list[list[bool]] = [[], [], [], []]
     lengths: list[list[int]] = [[], [], [], []]
     shortest: list[float] = []
     every: list[float] = []
     for got in samples:
         ordered = sorted(got, key=lambda s: s[0])  # stable: ties keep the engine's order
-        for k, (n_chars, right) in enumerate(ordered):
+        for k, (n_chars, right, _) in enumerate(ordered):
             quarters[4 * k // len(ordered)].append(right)
             lengths[4 * k // len(ordered)].append(n_chars)
         head = ordered[: max(1, len(ordered) // 4)]
-        shortest.append(statistics.fmean(r for _, r in head))
-        every.append(statistics.fmean(r for _, r in ordered))
+        shortest.append(statistics.fmean(s[1] for s in head))
+        every.append(statistics.fmean(s[1] for s in ordered))
     lines = [
         "# Right answers by the length of their thinking (python -m benchmarks.tree_lengths)",
         "",
@@ -150,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with given_or_thinkgate(args.url, log=RESULTS / "logs" / "tree-lengths-thinkgate.log") as url:
         samples = asyncio.run(run(url, questions, args))
     out = Path(args.out)
-    beside(out, ".json").write_text(json.dumps({"samples": samples}, indent=1))
+    # One line per question: 4,096 samples stay a small file.
+    rows = ",\n".join(json.dumps(q, separators=(",", ":")) for q in samples)
+    beside(out, ".json").write_text(f'{{"samples": [\n{rows}\n]}}\n')
     text = report(samples, args)
     beside(out, ".md").write_text(text)
     print(text)

@@ -14,10 +14,10 @@ from benchmarks.servers import given_or_thinkgate
 
 def test_lengths_sort_each_question_into_quarters_by_thinking() -> None:
     args = tree_lengths.parse(["--n", "4", "--questions", "2"])
-    # Per question: (characters of thinking, right), in the engine's order.
+    # Per question: (characters of thinking, right, answer), in the engine's order.
     samples = [
-        [(30, True), (10, False), (40, True), (20, False)],
-        [(5, True), (50, True), (25, False), (15, False)],
+        [(30, True, "3"), (10, False, "1"), (40, True, "3"), (20, False, None)],
+        [(5, True, "7"), (50, True, "7"), (25, False, "2"), (15, False, "4")],
     ]
     text = tree_lengths.report(samples, args)
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}

@@ -1,0 +1,41 @@
+"""The tree benchmark's throughput verdict (``benchmarks.tree.goal_lines``): the block
+ratios, the paired accuracy interval, and where the speed comes from (tokens per
+question against generated tokens per second), on blocks whose figures are set here."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.tree import Rate, goal_lines
+
+TREE = 'tree{"vote_stop":"likely"}'
+ARGS = argparse.Namespace(clients=8, rate_n=16)
+
+
+def _block(strategy: str, block: int, seconds: float, tokens: float, right: int) -> Rate:
+    answers = tuple(k < right for k in range(16))
+    return Rate(strategy, block, 16, seconds, right, tokens, answers)
+
+
+def test_the_speed_splits_into_tokens_per_question_and_tokens_per_second() -> None:
+    rates = [
+        _block("self-consistency", 0, 16.0, 2400.0, 12),
+        _block(TREE, 0, 10.0, 1200.0, 12),
+        _block("self-consistency", 1, 16.0, 2400.0, 12),
+        _block(TREE, 1, 10.0, 1200.0, 12),
+    ]
+    (line,) = goal_lines([], rates, TREE, ARGS)
+    assert "median 1.60x (blocks 1.60-1.60x)" in line
+    assert "accuracy 75.0% against 75.0%" in line and "(met:" in line
+    # Half the tokens a question, at 1920 / 2400 = 0.8x the tokens a second: 1.6x.
+    assert "0.50x its tokens per question at 0.80x its generated tokens per second" in line
+    assert "1.60x its questions per second" in line
+
+
+def test_a_faster_tree_below_the_interval_is_not_met() -> None:
+    rates = [
+        _block("self-consistency", 0, 16.0, 2400.0, 16),
+        _block(TREE, 0, 8.0, 1000.0, 4),
+    ]
+    (line,) = goal_lines([], rates, TREE, ARGS)
+    assert "median 2.00x" in line and "(not met:" in line
