@@ -146,20 +146,23 @@ async def process_reward_model(
             hint="--prm-model DIR or --prm-url URL with the served model's tokenizer",
         )
         return None
+    from engines.local.launch import start_in_thread
     from engines.local.prm import PrmEngine
 
     tag = settings.prm_step_tag_id
-    prm = PrmEngine.start(
-        str(path),
-        step_tag_id=tag,
-        max_model_len=settings.max_model_len,
-        dtype=settings.dtype,
-        enforce_eager=settings.enforce_eager,
-        max_num_seqs=settings.max_num_seqs,
-        gpu_memory_utilization=settings.prm_gpu_memory_utilization,
-        seed=settings.seed,
-        spin_ms=settings.engine_spin_ms,
-        executor_choice=settings.executor,
+    prm = await start_in_thread(
+        lambda: PrmEngine.start(
+            str(path),
+            step_tag_id=tag,
+            max_model_len=settings.max_model_len,
+            dtype=settings.dtype,
+            enforce_eager=settings.enforce_eager,
+            max_num_seqs=settings.max_num_seqs,
+            gpu_memory_utilization=settings.prm_gpu_memory_utilization,
+            seed=settings.seed,
+            spin_ms=settings.engine_spin_ms,
+            executor_choice=settings.executor,
+        )
     )
     stack.push_async_callback(prm.aclose)
     log.info("prm.local", path=str(path), step_tag_id=prm.step_tag_id)

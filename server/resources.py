@@ -7,11 +7,11 @@ Builders are found through the entry-point group ``thinkgate.resources`` (thinkg
 own: ``pets``, ``sampling`` in pyproject.toml), so a third-party strategy attaches its
 resource by declaring a ``ResourceKey`` next to the code that reads it and a builder in
 its own package's entry points, without editing the server. ``build_resources`` runs
-once in the lifespan, after the engine is up, checks every value against its key's
-type, and tears everything down at shutdown. The demo server (``thinkgate serve`` with
-no flags) must keep working with every builder's defaults: a resource whose files are
-missing is left out (logged), and the strategy that needs it refuses requests with a
-clear 4xx/503.
+once in the lifespan, after the engine is up, runs the builders side by side, checks
+every value against its key's type, and tears everything down at shutdown. The demo
+server (``thinkgate serve`` with no flags) must keep working with every builder's
+defaults: a resource whose files are missing is left out (logged), and the strategy that
+needs it refuses requests with a clear 4xx/503.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Final
 import structlog
 
 from core.base import Attached, Resources
-from core.engine import Engine
+from core.engine import Engine, all_of
 from server.settings import Settings
 
 log = structlog.get_logger("thinkgate.resources")
@@ -55,11 +55,19 @@ async def build_resources(
     engine: Engine,
     builders: Sequence[ResourceBuilder] | None = None,
 ) -> AsyncIterator[Resources]:
-    """Every builder's items as one ``Resources``; torn down in reverse on exit."""
+    """Every builder's items as one ``Resources``; torn down in reverse on exit. The
+    builders run side by side (they are independent): the PRM's and the reward model's
+    engines then start together, each in a thread, instead of one after the other."""
     items: dict[str, object] = {}
     async with AsyncExitStack() as stack:
-        for build in installed_builders() if builders is None else builders:
-            for key, value in (await build(settings, engine, stack)).items():
+        chosen = installed_builders() if builders is None else tuple(builders)
+
+        async def run(build: ResourceBuilder) -> Attached:
+            return await build(settings, engine, stack)
+
+        built = await all_of(run(build) for build in chosen)
+        for build, attached in zip(chosen, built, strict=True):
+            for key, value in attached.items():
                 if key.name in items:
                     raise RuntimeError(f"resource {key.name!r} attached twice")
                 if not isinstance(value, key.kind):

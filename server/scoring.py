@@ -123,18 +123,21 @@ async def _reward_model(
             hint="--reward-model DIR or --reward-url URL with the served model's tokenizer",
         )
         return None
+    from engines.local.launch import start_in_thread
     from engines.local.reward import RewardEngine
 
-    reward = RewardEngine.start(
-        str(path),
-        max_model_len=settings.max_model_len,
-        dtype=settings.dtype,
-        enforce_eager=settings.enforce_eager,
-        max_num_seqs=settings.max_num_seqs,
-        gpu_memory_utilization=settings.reward_gpu_memory_utilization,
-        seed=settings.seed,
-        spin_ms=settings.engine_spin_ms,
-        executor_choice=settings.executor,
+    reward = await start_in_thread(
+        lambda: RewardEngine.start(
+            str(path),
+            max_model_len=settings.max_model_len,
+            dtype=settings.dtype,
+            enforce_eager=settings.enforce_eager,
+            max_num_seqs=settings.max_num_seqs,
+            gpu_memory_utilization=settings.reward_gpu_memory_utilization,
+            seed=settings.seed,
+            spin_ms=settings.engine_spin_ms,
+            executor_choice=settings.executor,
+        )
     )
     stack.push_async_callback(reward.aclose)
     log.info("scoring.reward.local", path=str(path))

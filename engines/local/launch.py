@@ -11,13 +11,40 @@ started without either misbehaves in a way no test of that engine alone shows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from engines.local import engine_wait, process_group
 
 if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
+
+
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+E = TypeVar("E", bound=_Closable)
+
+
+async def start_in_thread(start: Callable[[], E]) -> E:
+    """``start()`` (an engine's blocking start: its processes' imports, tens of seconds on
+    a CPU) in a worker thread, so that the gateway's other engines can start beside it
+    (the PRM's and the reward model's: ``server.resources`` builds them side by side).
+    Cancelled meanwhile (another one failed), it lets the start finish and closes the
+    engine, instead of leaving its processes to outlive the start-up."""
+    task = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        try:
+            engine = await task
+        except Exception:
+            raise asyncio.CancelledError from None
+        await engine.aclose()
+        raise
 
 
 def start_async_llm(args: AsyncEngineArgs, *, spin_ms: float | None) -> AsyncLLM:

@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 _active = False  # inherited by forked children: whether to detach in the at-fork hook
 _hooked = False
 _watching = False
+# Engines may start side by side (the PRM and the reward model, each in a thread): the
+# environment stays set until the last of them has started its processes.
+_lock = threading.Lock()
+_starting = 0
+_previous: str | None = None
 
 
 def register() -> None:
@@ -55,21 +60,27 @@ def register() -> None:
 @contextlib.contextmanager
 def detached_children() -> Iterator[None]:
     """While active, engine processes this gateway starts go to their own group."""
-    global _active, _hooked
-    if not _hooked:
-        os.register_at_fork(after_in_child=_after_fork)
-        _hooked = True
-    previous = os.environ.get(ENV)
-    os.environ[ENV] = str(os.getpid())
-    _active = True
+    global _active, _hooked, _starting, _previous
+    with _lock:
+        if not _hooked:
+            os.register_at_fork(after_in_child=_after_fork)
+            _hooked = True
+        if _starting == 0:
+            _previous = os.environ.get(ENV)
+            os.environ[ENV] = str(os.getpid())
+            _active = True
+        _starting += 1
     try:
         yield
     finally:
-        _active = False
-        if previous is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = previous
+        with _lock:
+            _starting -= 1
+            if _starting == 0:
+                _active = False
+                if _previous is None:
+                    os.environ.pop(ENV, None)
+                else:
+                    os.environ[ENV] = _previous
 
 
 def _after_fork() -> None:

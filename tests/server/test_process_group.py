@@ -42,6 +42,35 @@ def test_a_child_forked_while_starting_an_engine_gets_its_own_group() -> None:
     assert process_group.ENV not in os.environ  # restored
 
 
+def test_engines_started_side_by_side_keep_the_environment_until_the_last() -> None:
+    """The PRM and the reward engine start in two threads at once: the first to finish
+    must not take the variable away while the other is still spawning its processes."""
+    import threading
+
+    first_in, second_out = threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def first() -> None:
+        with process_group.detached_children():
+            first_in.set()
+            second_out.wait(5)
+            seen.append(os.environ.get(process_group.ENV))  # still starting
+
+    def second() -> None:
+        first_in.wait(5)
+        with process_group.detached_children():
+            pass
+        second_out.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == [str(os.getpid())]
+    assert process_group.ENV not in os.environ  # restored once both were done
+
+
 def test_children_forked_at_other_times_stay_in_the_group() -> None:
     with process_group.detached_children():
         pass

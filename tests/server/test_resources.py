@@ -87,3 +87,59 @@ def test_a_third_party_builder_attaches_without_editing_the_server(
     )
     with pytest.raises(RuntimeError, match="thirdparty:bad"):
         resources.installed_builders()
+
+
+def test_builders_run_side_by_side() -> None:
+    """Each of two builders waits for the other to have begun: one after the other they
+    would wait forever (the PRM's and the reward model's engines start this way)."""
+    began = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    def waiting(me: str, other: str, key: ResourceKey[Any]) -> Any:
+        async def build(settings: Settings, engine: Any, stack: AsyncExitStack) -> Attached:
+            began[me].set()
+            await asyncio.wait_for(began[other].wait(), 5)
+            return {key: Dictionary((me,))}
+
+        return build
+
+    a, b = ResourceKey("side_a", Dictionary), ResourceKey("side_b", Dictionary)
+    got = _build([waiting("a", "b", a), waiting("b", "a", b)])
+    assert got.get(a) == Dictionary(("a",)) and got.get(b) == Dictionary(("b",))
+
+
+def test_a_failing_builder_fails_start_up_with_its_own_error() -> None:
+    async def broken(settings: Settings, engine: Any, stack: AsyncExitStack) -> Attached:
+        raise RuntimeError("prm_model /x has no config.json")
+
+    with pytest.raises(RuntimeError, match="no config.json"):  # not an ExceptionGroup
+        _build([words_builder, broken])
+
+
+def test_an_engine_started_in_a_thread_is_closed_if_start_up_is_cancelled() -> None:
+    import threading
+
+    from engines.local.launch import start_in_thread
+
+    release = threading.Event()
+    closed: list[str] = []
+
+    class Engine:
+        async def aclose(self) -> None:
+            closed.append("engine")
+
+    def start() -> Engine:
+        release.wait(5)  # the engine's processes still importing
+        return Engine()
+
+    async def go() -> None:
+        task = asyncio.ensure_future(start_in_thread(start))
+        await asyncio.sleep(0.05)
+        task.cancel()  # another builder failed
+        await asyncio.sleep(0.05)
+        assert not task.done()  # it waits for the start instead of orphaning it
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert closed == ["engine"]
