@@ -2,7 +2,7 @@
 # The test command of the README: set up (idempotent), then the suite on CPU with the
 # real vLLM engine on the testbed model. Without arguments it runs two tiers side by
 # side: the fast one (no vLLM, no server subprocess: `-m "not vllm and not slow"`, about
-# three minutes on 2 cores in 2 pytest-xdist workers) at the lowest priority, and the
+# three minutes on 2 cores in 2 pytest-xdist workers) at a lower priority, and the
 # rest in one process (its tests share live servers, which workers would each start
 # again). Arguments go to one pytest run instead (e.g. `bash scripts/test.sh tests/server
 # -k abort`).
@@ -29,12 +29,13 @@ fi
 if [[ $# -gt 0 ]]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-# The fast tier (pure Python, 2 pytest-xdist workers) runs beside the slow one at the
-# lowest priority: the slow tier's live servers leave about one of the 2 cores idle on
-# average, and niced, the fast tier takes that core without slowing them. Its report
-# follows the slow tier's; either failing fails the suite.
+# The fast tier (pure Python, 2 pytest-xdist workers) runs beside the slow one at a
+# lower priority: the slow tier's live servers leave about one of the 2 cores idle on
+# average, and niced, the fast tier takes that core without slowing them much. Nice 10,
+# not 19: at 19 a starved fast test waited over 10 s for a core. Its report follows the
+# slow tier's; either failing fails the suite.
 fast_log=$(mktemp)
-nice -n 19 .venv/bin/python -m pytest -m "not vllm and not slow" -n 2 >"$fast_log" 2>&1 &
+nice -n 10 .venv/bin/python -m pytest -m "not vllm and not slow" -n 2 >"$fast_log" 2>&1 &
 fast=$!
 trap 'kill "$fast" 2>/dev/null || true' EXIT
 slow_rc=0
