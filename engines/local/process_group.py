@@ -49,6 +49,16 @@ _starting = 0
 _previous: str | None = None
 
 
+def _fresh_count() -> None:
+    # A child forked while another thread was starting an engine inherits that count
+    # (and perhaps the held lock): its own starts count from 0.
+    global _lock, _starting
+    _lock, _starting = threading.Lock(), 0
+
+
+os.register_at_fork(after_in_child=_fresh_count)
+
+
 def register() -> None:
     """vLLM general plugin (every process vLLM starts): detach a process whose parent
     is the gateway that named itself in :data:`ENV`. Never raises."""

@@ -71,6 +71,39 @@ def test_engines_started_side_by_side_keep_the_environment_until_the_last() -> N
     assert process_group.ENV not in os.environ  # restored once both were done
 
 
+def test_a_child_forked_during_another_threads_start_counts_its_own() -> None:
+    """A process forked while a thread of its parent is inside ``detached_children``
+    (the suite's test gateway, forked from a worker) must still detach its own engines."""
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+
+    def starting() -> None:
+        with process_group.detached_children():
+            inside.set()
+            done.wait(5)
+
+    t = threading.Thread(target=starting)
+    t.start()
+    inside.wait(5)
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the forked "gateway": its own start sets its own pid
+            with process_group.detached_children():
+                ok = os.environ.get(process_group.ENV) == str(os.getpid())
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+    finally:
+        done.set()
+        t.join(5)
+    assert got == b"1"
+
+
 def test_children_forked_at_other_times_stay_in_the_group() -> None:
     with process_group.detached_children():
         pass
