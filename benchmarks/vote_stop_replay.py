@@ -116,9 +116,8 @@ def replay(samples: Sequence[Sample], rule: Rule, segment: int) -> Outcome:
                 waves[k + 1] = [(s[0] - segment * shift, s[1], s[2]) for s in rest] + list(
                     waves[k + 1]
                 )
+                # this wave's tokens so far; the rest's remaining ones count in the next
                 tokens += sum(min(s[0], segment * seg) for s in wave)
-                tokens -= sum(min(s[0], segment * seg) for s in rest)  # counted in the next
-                tokens += segment * seg * len(rest)
                 clock = started + seg
                 break
         else:
