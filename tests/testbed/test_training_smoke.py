@@ -269,6 +269,17 @@ def test_arithmetic_phase_stops_once_step_lines_are_learned(tmp_path: Path) -> N
     assert steps(1.01).steps == 80
 
 
+def _small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 4: the CLI tests check the retry loop around training, which two steps
+    of 48 long traces (the default) only slow (about 20 s a test on 2 cores)."""
+    import testbed.train
+
+    full = testbed.train.batches
+    monkeypatch.setattr(
+        testbed.train, "batches", lambda stream, size, *, seed: full(stream, 4, seed=seed)
+    )
+
+
 @pytest.mark.slow
 def test_cli_train_writes_card(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -289,6 +300,7 @@ def test_cli_train_writes_card(
         )
 
     monkeypatch.setattr(testbed.gate, "greedy_check", failing_check)
+    _small_batches(monkeypatch)
     rc = main(
         ["train", "--variant", "base", "--max-steps", "2", "--out", str(tmp_path), "--no-progress"]
         + ["--no-compile", "--precision", "fp32"]
@@ -404,6 +416,7 @@ def test_cli_keeps_the_best_run_when_the_gate_rejects_every_one(
         return GreedyCheck(questions=4, min_ops=9, max_ops=12, accuracy=next(accuracies), bar=0.9)
 
     monkeypatch.setattr(testbed.gate, "greedy_check", fake_check)
+    _small_batches(monkeypatch)
     argv = ["train", "--variant", "base", "--max-steps", "2", "--out", str(tmp_path)]
     assert main([*argv, "--no-progress", "--no-compile", "--precision", "fp32"]) == 0
     base = tmp_path / "base"
