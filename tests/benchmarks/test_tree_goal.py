@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.tree import Rate, goal_lines
+from benchmarks.tree import Rate, goal_lines, parse, report
 
 TREE = 'tree{"vote_stop":"likely"}'
 ARGS = argparse.Namespace(clients=8, rate_n=16)
@@ -39,3 +39,32 @@ def test_a_faster_tree_below_the_interval_is_not_met() -> None:
     ]
     (line,) = goal_lines([], rates, TREE, ARGS)
     assert "median 2.00x" in line and "(not met:" in line
+
+
+def test_the_clients_busy_share_weighs_each_block_by_its_seconds() -> None:
+    def busy(strategy: str, block: int, seconds: float, share: float) -> Rate:
+        return Rate(
+            strategy, block, 16, seconds, 12, 1000.0, tuple(k < 12 for k in range(16)), share
+        )
+
+    rates = [
+        busy("self-consistency", 0, 10.0, 0.9),
+        busy(TREE, 0, 10.0, 0.5),
+        busy("self-consistency", 1, 30.0, 0.5),
+        busy(TREE, 1, 30.0, 0.9),
+    ]
+    (line,) = goal_lines([], rates, TREE, ARGS)
+    # (0.5 * 10 + 0.9 * 30) / 40 = 80%; (0.9 * 10 + 0.5 * 30) / 40 = 60%.
+    assert line.endswith("Clients busy: 80% of the blocks' time against 60%.")
+
+
+def test_a_throughput_only_report_has_no_empty_tables_nor_a_missing_plot() -> None:
+    args = parse(["--ns", "", "--blocks", "1", "--strategies", f"self-consistency;{TREE}"])
+    rates = [
+        _block("self-consistency", 0, 16.0, 2400.0, 12),
+        _block(TREE, 0, 10.0, 1200.0, 12),
+    ]
+    text = report([], rates, args, 1.0)
+    assert "## Accuracy" not in text and ".png" not in text
+    assert "| 0 | self-consistency | 16 | 16.0 | 1.000 | 75 | 2400 | 100 |" in text
+    assert "1.60x its questions per second" in text
