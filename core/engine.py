@@ -268,6 +268,30 @@ class Engine(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ServedModel:
+    """The served model as a resource builder sees it (``server.resources``): its name and
+    tokenizer, known before its engine is up, and the engine once it is. On a CPU host
+    the gateway builds the resources while the generator's engine starts, so that the
+    reward model's and the PRM's engines start beside it instead of after it; a builder
+    that needs the engine itself (the PETS batch jobs) awaits :meth:`engine`."""
+
+    model_name: str
+    tokens: ModelTokens
+    started: asyncio.Future[Engine]
+
+    @classmethod
+    def of(cls, engine: Engine) -> ServedModel:
+        """An engine already up."""
+        started: asyncio.Future[Engine] = asyncio.get_running_loop().create_future()
+        started.set_result(engine)
+        return cls(model_name=engine.model_name, tokens=engine.tokens, started=started)
+
+    async def engine(self) -> Engine:
+        """The engine, once it has started (cancelled if its start failed)."""
+        return await asyncio.shield(self.started)
+
+
 async def all_of(calls: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     """Every call at once, results in order. The first failure cancels the others and
     is raised itself: ``asyncio.TaskGroup`` would wrap it in an ``ExceptionGroup``, which

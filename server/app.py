@@ -21,7 +21,6 @@ from fastapi import FastAPI
 from core.base import Resources
 from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
-from engines.factory import open_engine
 from engines.local import stopping
 from server import effort, errors, presets, response_store
 from server.admission import Admission
@@ -37,11 +36,11 @@ from server.loop_lag import LoopProbe
 from server.metrics import Metrics
 from server.prm_resources import preflight as prm_preflight
 from server.reasoning_seal import Seal
-from server.resources import build_resources
 from server.response_store import ResponseStore
 from server.routes import ROUTERS
 from server.scoring import preflight
 from server.settings import Settings
+from server.start_up import start_engine_and_resources
 from server.tenants import Keyring
 from strategies.auto import CROWD_KEY, Crowd
 from strategies.pets.batches.service import RESOURCE_KEY as PETS_JOBS
@@ -90,10 +89,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         async with AsyncExitStack() as stack:
             metrics = Metrics()
             # An engine passed in belongs to the caller; otherwise settings pick one.
-            active = (
-                engine
-                if engine is not None
-                else await stack.enter_async_context(open_engine(settings, on_exit=lifecycle.fail))
+            active, built = await start_engine_and_resources(
+                settings, engine, stack, on_exit=lifecycle.fail
             )
             unfinished = getattr(active, "num_unfinished", None)
             if callable(unfinished):
@@ -115,48 +112,47 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
                 idle_s=settings.fair_idle_s,
             )
             lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
-            # After the engine start (which holds the loop for its whole load, by design).
+            # After the engine start (the loop's lag while engines load is not the server's).
             probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
             probe.start()
             stack.push_async_callback(probe.aclose)
             pauses = GcPauses(metrics.gc_pause)
             pauses.attach()
             stack.callback(pauses.detach)
-            async with build_resources(settings, active) as built:
-                crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
-                items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
-                resources = Resources(items=items)
-                app.state.gateway = Gateway(
-                    settings=settings,
-                    engine=active,
-                    registry=registry,
-                    resources=resources,
-                    metrics=metrics,
-                    admission=admission,
-                    lifecycle=lifecycle,
-                    started_at=int(time.time()),
-                    keys=keys,
-                    seal=_seal(settings),
-                    presets=presets.load(settings.presets),
-                    responses=_responses(settings, stack),
-                    effort_context=effort.effort_context(settings, active.max_model_len),
-                )
-                pets_jobs = resources.get(PETS_JOBS)
-                batches = await _batches(settings, app, stack, pets_jobs)
-                app.state.gateway = replace(app.state.gateway, batches=batches)
-                freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
-                log.info(
-                    "server.ready",
-                    model=active.model_name,
-                    strategies=registry.names(),
-                    processors=sorted(active.processors),
-                )
-                try:
-                    yield
-                finally:
-                    # The batch lines stop first, before anything they use goes away.
-                    await batches.runner.aclose()
-                    app.state.gateway = None
+            crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
+            items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
+            resources = Resources(items=items)
+            app.state.gateway = Gateway(
+                settings=settings,
+                engine=active,
+                registry=registry,
+                resources=resources,
+                metrics=metrics,
+                admission=admission,
+                lifecycle=lifecycle,
+                started_at=int(time.time()),
+                keys=keys,
+                seal=_seal(settings),
+                presets=presets.load(settings.presets),
+                responses=_responses(settings, stack),
+                effort_context=effort.effort_context(settings, active.max_model_len),
+            )
+            pets_jobs = resources.get(PETS_JOBS)
+            batches = await _batches(settings, app, stack, pets_jobs)
+            app.state.gateway = replace(app.state.gateway, batches=batches)
+            freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
+            log.info(
+                "server.ready",
+                model=active.model_name,
+                strategies=registry.names(),
+                processors=sorted(active.processors),
+            )
+            try:
+                yield
+            finally:
+                # The batch lines stop first, before anything they use goes away.
+                await batches.runner.aclose()
+                app.state.gateway = None
         # The engines' stops, begun side by side as the stack closed them.
         await stopping.wait_stopped()
 

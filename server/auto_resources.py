@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from core.base import Attached
-from core.engine import Engine
+from core.engine import ServedModel
 from server.pets import made_for_served
 from server.settings import Settings
 from strategies.auto import DEFAULT_TABLE, TABLE_KEY, AutoTable
@@ -23,7 +23,9 @@ from strategies.auto import DEFAULT_TABLE, TABLE_KEY, AutoTable
 log = structlog.get_logger("thinkgate.auto")
 
 
-async def auto_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
+async def auto_resources(
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
+) -> Attached:
     value = settings.auto_table
     if value is not None and value.strip().lower() in ("", "none"):
         log.info("auto.table.disabled", fallback="rule")
@@ -36,7 +38,7 @@ async def auto_resources(settings: Settings, engine: Engine, stack: AsyncExitSta
         log.info("auto.table.missing", path=str(path), fallback="rule")
         return {}
     table = AutoTable.load(path)
-    if not made_for_served(table.model, settings, engine):
+    if not made_for_served(table.model, settings, served):
         if not named:
             log.info("auto.table.other_model", made_for=table.model, fallback="rule")
             return {}

@@ -28,7 +28,7 @@ import structlog
 
 from core import defaults
 from core.base import Attached
-from core.engine import Engine
+from core.engine import ServedModel
 from core.sql import is_postgres
 from server.settings import Settings
 from strategies.pets.batches.service import RESOURCE_KEY as JOBS_KEY
@@ -49,21 +49,23 @@ def table_path(settings: Settings) -> Path | None:
     return Path(value)
 
 
-async def pets_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
+async def pets_resources(
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
+) -> Attached:
     items: Attached = {}
-    table = _table(settings, engine)
+    table = _table(settings, served)
     if table is not None:
         items[TABLE_KEY] = table
     store = open_store(settings)
     stack.push_async_callback(store.aclose)
-    jobs = BatchJobs(engine, store, lease_s=settings.batch_lease_s)
+    jobs = BatchJobs(await served.engine(), store, lease_s=settings.batch_lease_s)
     stack.push_async_callback(jobs.aclose)  # runs first: runners stop, leases released
     await jobs.start()
     items[JOBS_KEY] = jobs
     return items
 
 
-def _table(settings: Settings, engine: Engine) -> PetsTable | None:
+def _table(settings: Settings, served: ServedModel) -> PetsTable | None:
     """The online allocation table to attach, or None (logged why)."""
     path = table_path(settings)
     named = settings.pets_table is not None
@@ -77,18 +79,18 @@ def _table(settings: Settings, engine: Engine) -> PetsTable | None:
         return None
     table = PetsTable.load(path)
     made_for = table.calibration.get("model")
-    if not made_for_served(made_for, settings, engine):
+    if not made_for_served(made_for, settings, served):
         if not named:
             log.warning(
                 "pets.table.other_model",
                 path=str(path),
                 made_for=made_for,
-                served=engine.model_name,
+                served=served.model_name,
                 fallback="adaptive",
                 hint="thinkgate calibrate pets --server URL --out FILE, then --pets-table FILE",
             )
             return None
-        log.warning("pets.table.named_for_other_model", made_for=made_for, served=engine.model_name)
+        log.warning("pets.table.named_for_other_model", made_for=made_for, served=served.model_name)
     log.info(
         "pets.table.loaded",
         path=str(path),
@@ -98,13 +100,13 @@ def _table(settings: Settings, engine: Engine) -> PetsTable | None:
     return table
 
 
-def made_for_served(made_for: object, settings: Settings, engine: Engine) -> bool:
+def made_for_served(made_for: object, settings: Settings, model: ServedModel) -> bool:
     """Whether a table calibrated on ``made_for`` (a served model name or directory)
     belongs to the served model. ``testbed-base`` is also the testbed base model's
     directory named with ``--model``."""
     if not isinstance(made_for, str):
         return False  # a table that does not say: only when named explicitly
-    if made_for == engine.model_name:
+    if made_for == model.model_name:
         return True
     served = Path(settings.model_path).resolve()
     offered = defaults.installed()

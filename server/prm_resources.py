@@ -21,7 +21,7 @@ import structlog
 
 from core import defaults
 from core.base import Attached
-from core.engine import Engine
+from core.engine import ServedModel
 from engines.local.prm import VLLM_DEFAULT_STEP_TAG, RemotePrm, step_tag_of
 from server import model_match
 from server.settings import Settings
@@ -90,7 +90,11 @@ def preflight(settings: Settings) -> None:
 
 
 async def _remote(
-    settings: Settings, url: str, engine: Engine, policy: tuple[int, ...], stack: AsyncExitStack
+    settings: Settings,
+    url: str,
+    served: ServedModel,
+    policy: tuple[int, ...],
+    stack: AsyncExitStack,
 ) -> ProcessRewardModel:
     seen = model_match.remote_probe(
         url, timeout_s=settings.scorer_timeout_s, transport=settings.transport
@@ -101,7 +105,7 @@ async def _remote(
         raise model_match.mismatch(
             "the PRM server's model",
             f"{seen[1]!r} at {url}",
-            engine.model_name,
+            served.model_name,
             kind=KIND,
             leave_out=LEAVE_OUT,
         )
@@ -118,11 +122,11 @@ async def _remote(
 
 
 async def process_reward_model(
-    settings: Settings, engine: Engine, stack: AsyncExitStack
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
 ) -> ProcessRewardModel | None:
-    policy = model_match.probe_ids(engine.tokens.encode)
+    policy = model_match.probe_ids(served.tokens.encode)
     if settings.prm_url:
-        return await _remote(settings, settings.prm_url, engine, policy, stack)
+        return await _remote(settings, settings.prm_url, served, policy, stack)
     path = prm_model_path(settings)
     if path is None:
         log.info("prm.disabled")
@@ -136,13 +140,13 @@ async def process_reward_model(
     if not model_match.same_tokenizer(policy, theirs):
         if settings.prm_model is not None:
             raise model_match.mismatch(
-                "prm_model", str(path), engine.model_name, kind=KIND, leave_out=LEAVE_OUT
+                "prm_model", str(path), served.model_name, kind=KIND, leave_out=LEAVE_OUT
             )
         # The default (the testbed's PRM) in front of another model: leave it out.
         log.warning(
             "prm.other_tokenizer",
             path=str(path),
-            served=engine.model_name,
+            served=served.model_name,
             hint="--prm-model DIR or --prm-url URL with the served model's tokenizer",
         )
         return None
@@ -171,6 +175,6 @@ async def process_reward_model(
     )
 
 
-async def prm_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
-    prm = await process_reward_model(settings, engine, stack)
+async def prm_resources(settings: Settings, served: ServedModel, stack: AsyncExitStack) -> Attached:
+    prm = await process_reward_model(settings, served, stack)
     return {} if prm is None else {RESOURCE_KEY: prm}

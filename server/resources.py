@@ -1,13 +1,16 @@
 """Server-wide resources strategies use (reward model, scorers, allocation table, batch
 jobs...), built by plugins.
 
-A resource builder is an async function ``(settings, engine, stack) -> {ResourceKey:
-value}`` that registers its own teardown on ``stack`` (``stack.push_async_callback``).
+A resource builder is an async function ``(settings, served, stack) -> {ResourceKey:
+value}`` that registers its own teardown on ``stack`` (``stack.push_async_callback``);
+``served`` (``core.engine.ServedModel``) is the served model's name and tokenizer, and
+its engine for a builder that awaits it.
 Builders are found through the entry-point group ``thinkgate.resources`` (thinkgate's
 own: ``pets``, ``sampling`` in pyproject.toml), so a third-party strategy attaches its
 resource by declaring a ``ResourceKey`` next to the code that reads it and a builder in
 its own package's entry points, without editing the server. ``build_resources`` runs
-once in the lifespan, after the engine is up, runs the builders side by side, checks
+once in the lifespan (on a CPU host while the engine starts, elsewhere after it is up),
+runs the builders side by side, checks
 every value against its key's type, and tears everything down at shutdown. The demo
 server (``thinkgate serve`` with no flags) must keep working with every builder's
 defaults: a resource whose files are missing is left out (logged), and the strategy that
@@ -24,14 +27,14 @@ from typing import Final
 import structlog
 
 from core.base import Attached, Resources
-from core.engine import Engine, all_of
+from core.engine import ServedModel, all_of
 from server.settings import Settings
 
 log = structlog.get_logger("thinkgate.resources")
 
 GROUP: Final = "thinkgate.resources"
 
-ResourceBuilder = Callable[[Settings, Engine, AsyncExitStack], Awaitable[Attached]]
+ResourceBuilder = Callable[[Settings, ServedModel, AsyncExitStack], Awaitable[Attached]]
 
 
 def installed_builders() -> tuple[ResourceBuilder, ...]:
@@ -52,7 +55,7 @@ def installed_builders() -> tuple[ResourceBuilder, ...]:
 @asynccontextmanager
 async def build_resources(
     settings: Settings,
-    engine: Engine,
+    served: ServedModel,
     builders: Sequence[ResourceBuilder] | None = None,
 ) -> AsyncIterator[Resources]:
     """Every builder's items as one ``Resources``; torn down in reverse on exit. The
@@ -63,7 +66,7 @@ async def build_resources(
         chosen = installed_builders() if builders is None else tuple(builders)
 
         async def run(build: ResourceBuilder) -> Attached:
-            return await build(settings, engine, stack)
+            return await build(settings, served, stack)
 
         built = await all_of(run(build) for build in chosen)
         for build, attached in zip(chosen, built, strict=True):

@@ -24,7 +24,7 @@ import structlog
 
 from core import defaults
 from core.base import Attached
-from core.engine import Engine
+from core.engine import ServedModel
 from engines.remote.scorer_clients import RemoteClassify, VerifierClient
 from server import model_match
 from server.prm_resources import prm_model_path
@@ -79,9 +79,9 @@ def preflight(settings: Settings) -> None:
 
 
 async def _reward_model(
-    settings: Settings, engine: Engine, stack: AsyncExitStack
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
 ) -> SequenceScorer | None:
-    policy = model_match.probe_ids(engine.tokens.encode)
+    policy = model_match.probe_ids(served.tokens.encode)
     if settings.reward_url:
         seen = model_match.remote_probe(
             settings.reward_url, timeout_s=settings.scorer_timeout_s, transport=settings.transport
@@ -92,7 +92,7 @@ async def _reward_model(
             raise model_match.mismatch(
                 "the reward server's model",
                 f"{seen[1]!r} at {settings.reward_url}",
-                engine.model_name,
+                served.model_name,
             )
         remote = RemoteClassify(
             settings.reward_url,
@@ -114,12 +114,12 @@ async def _reward_model(
     theirs = model_match.local_probe(path, trust_remote_code=settings.trust_remote_code)
     if not model_match.same_tokenizer(policy, theirs):
         if settings.reward_model is not None:
-            raise model_match.mismatch("reward_model", str(path), engine.model_name)
+            raise model_match.mismatch("reward_model", str(path), served.model_name)
         # The default (the testbed's reward model) in front of another model: leave it out.
         log.warning(
             "scoring.reward.other_tokenizer",
             path=str(path),
-            served=engine.model_name,
+            served=served.model_name,
             hint="--reward-model DIR or --reward-url URL with the served model's tokenizer",
         )
         return None
@@ -144,13 +144,15 @@ async def _reward_model(
     return reward
 
 
-async def sampling_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
+async def sampling_resources(
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
+) -> Attached:
     scorers: list[Scorer] = [MeanLogprob()]
-    model = await _reward_model(settings, engine, stack)
+    model = await _reward_model(settings, served, stack)
     if model is not None:
         max_len = getattr(model, "max_model_len", None)
         scorers.append(
-            RewardModelScorer(model, turn_end=chatml_turn_end(engine.tokens), max_len=max_len)
+            RewardModelScorer(model, turn_end=chatml_turn_end(served.tokens), max_len=max_len)
         )
     if settings.verifier_url:
         verifier = VerifierClient(settings.verifier_url, timeout_s=settings.scorer_timeout_s)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core import defaults
 from core.base import Attached
-from core.engine import Engine
+from core.engine import ServedModel
 from server.settings import Settings
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 
@@ -34,7 +34,9 @@ def step_delimiter(settings: Settings) -> str:
     return GENERIC_DELIMITER
 
 
-async def search_resources(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Attached:
+async def search_resources(
+    settings: Settings, served: ServedModel, stack: AsyncExitStack
+) -> Attached:
     return {
         DEFAULTS_KEY: SearchDefaults(
             step_delimiter=step_delimiter(settings),

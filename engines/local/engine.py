@@ -117,13 +117,16 @@ class LocalEngine:
         self.aborted_requests = 0
 
     @classmethod
-    def start(cls, settings: EngineSettings) -> LocalEngine:
-        """Build the engine (tens of seconds on CPU); raises if the model cannot serve."""
+    def start(
+        cls, settings: EngineSettings, *, tokens: TokenizerTokens | None = None
+    ) -> LocalEngine:
+        """Build the engine (tens of seconds on CPU); raises if the model cannot serve.
+        ``tokens``: the served model's tokenizer, if loaded already."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
 
         local = settings.local
-        tokens = TokenizerTokens.for_settings(settings)
+        tokens = tokens or TokenizerTokens.for_settings(settings)
         extra: dict[str, Any] = {}
         if local.vllm_reasoning_config:
             from vllm.config import ReasoningConfig

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 
 import testbed
-from core.engine import Engine
+from core.engine import ServedModel
 from server import model_match
 from server.pets import _table, made_for_served
 from server.settings import Settings
@@ -17,12 +17,12 @@ from strategies.pets.table import DEFAULT_TABLE, PetsTable
 
 
 @dataclass
-class FakeEngine:
+class FakeServed:
     model_name: str
 
 
-def engine(name: str) -> Engine:
-    return cast(Engine, FakeEngine(name))
+def engine(name: str) -> ServedModel:
+    return cast(ServedModel, FakeServed(name))
 
 
 def test_the_probe_tells_tokenizers_apart() -> None:

@@ -38,7 +38,7 @@ async def wrong_type(settings: Settings, engine: Any, stack: AsyncExitStack) -> 
 
 def _build(builders: Any) -> Resources:
     async def go() -> Resources:
-        async with resources.build_resources(Settings(), engine=None, builders=builders) as r:  # type: ignore[arg-type]
+        async with resources.build_resources(Settings(), served=None, builders=builders) as r:  # type: ignore[arg-type]
             return r
 
     return asyncio.run(go())
