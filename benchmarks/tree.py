@@ -187,6 +187,23 @@ def paired_interval(a: Sequence[bool], b: Sequence[bool]) -> tuple[float, float]
     return 100 * (m - half), 100 * (m + half)
 
 
+def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """The blocks' typical ratio (geometric mean) and its 95% interval: a t interval on
+    the log ratios, each block pairing the strategies on the same questions minutes
+    apart, so that the machine's drift between blocks is in the spread. With one block:
+    no interval (nan)."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    if not logs:
+        return math.nan, math.nan, math.nan
+    m = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(m), math.nan, math.nan
+    from scipy.stats import t
+
+    half = float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     strategy: str
@@ -285,10 +302,17 @@ def goal_lines(
             # busy as self-consistency keeps it).
             per_q = _tokens_per_question(tr_rates) / _tokens_per_question(sc_rates)
             per_s = _tokens_per_second(tr_rates) / _tokens_per_second(sc_rates)
+            typical, r_lo, r_hi = ratio_interval(ratios)
+            sure = (
+                ""
+                if math.isnan(r_lo)
+                else f"; geometric mean {typical:.2f}x, 95% interval [{r_lo:.2f}, {r_hi:.2f}]x, "
+                f"{'above' if r_lo >= 1.5 else 'not all above'} 1.5x"
+            )
             lines.append(
                 f"{label}: questions per second at {args.clients} clients, N = {args.rate_n}, "
                 f"block by block against self-consistency: median {med:.2f}x (blocks "
-                f"{min(ratios):.2f}-{max(ratios):.2f}x), accuracy {acc_tr:.1f}% against "
+                f"{min(ratios):.2f}-{max(ratios):.2f}x{sure}), accuracy {acc_tr:.1f}% against "
                 f"{acc_sc:.1f}% (paired 95% interval [{lo:+.1f}, {hi:+.1f}] points) "
                 f"({'met' if met else 'not met'}: at least 1.5x, accuracy not below). "
                 f"Over all blocks: {per_q:.2f}x its tokens per question at {per_s:.2f}x its "

@@ -5,8 +5,9 @@ question against generated tokens per second), on blocks whose figures are set h
 from __future__ import annotations
 
 import argparse
+import math
 
-from benchmarks.tree import Rate, goal_lines, parse, report
+from benchmarks.tree import Rate, goal_lines, parse, ratio_interval, report
 
 TREE = 'tree{"vote_stop":"likely"}'
 ARGS = argparse.Namespace(clients=8, rate_n=16)
@@ -25,11 +26,38 @@ def test_the_speed_splits_into_tokens_per_question_and_tokens_per_second() -> No
         _block(TREE, 1, 10.0, 1200.0, 12),
     ]
     (line,) = goal_lines([], rates, TREE, ARGS)
-    assert "median 1.60x (blocks 1.60-1.60x)" in line
+    assert "median 1.60x (blocks 1.60-1.60x; geometric mean 1.60x, 95% interval" in line
     assert "accuracy 75.0% against 75.0%" in line and "(met:" in line
     # Half the tokens a question, at 1920 / 2400 = 0.8x the tokens a second: 1.6x.
     assert "0.50x its tokens per question at 0.80x its generated tokens per second" in line
     assert "1.60x its questions per second" in line
+
+
+def test_the_block_ratios_interval_is_a_t_interval_on_their_logs() -> None:
+    mean, lo, hi = ratio_interval([1.2, 1.8])
+    assert math.isclose(mean, math.sqrt(1.2 * 1.8))
+    # Two blocks: t(0.975, 1) = 12.706; the logs' stdev is |log 1.8 - log 1.2| / sqrt 2.
+    half = 12.706 * abs(math.log(1.8 / 1.2)) / math.sqrt(2) / math.sqrt(2)
+    assert math.isclose(lo, mean * math.exp(-half), rel_tol=1e-4)
+    assert math.isclose(hi, mean * math.exp(half), rel_tol=1e-4)
+    assert ratio_interval([1.6, 1.6, 1.6])[1:] == (1.6, 1.6)
+    assert all(math.isnan(x) for x in ratio_interval([1.6])[1:])
+
+
+def test_the_verdict_says_whether_the_whole_interval_clears_the_goal() -> None:
+    def pair(block: int, tree_seconds: float) -> list[Rate]:
+        return [
+            _block("self-consistency", block, 16.0, 2400.0, 12),
+            _block(TREE, block, tree_seconds, 1200.0, 12),
+        ]
+
+    steady = [r for b in range(4) for r in pair(b, 16.0 / 1.7)]
+    (line,) = goal_lines([], steady, TREE, ARGS)
+    assert "95% interval [1.70, 1.70]x, above 1.5x" in line
+    # The same median with one slow and one fast block: the interval reaches below 1.5x.
+    noisy = [r for b, x in enumerate((1.7, 1.7, 1.1, 2.6)) for r in pair(b, 16.0 / x)]
+    (line,) = goal_lines([], noisy, TREE, ARGS)
+    assert "median 1.70x" in line and "not all above 1.5x" in line and "(met:" in line
 
 
 def test_a_faster_tree_below_the_interval_is_not_met() -> None:
