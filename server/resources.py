@@ -10,8 +10,8 @@ own: ``pets``, ``sampling`` in pyproject.toml), so a third-party strategy attach
 resource by declaring a ``ResourceKey`` next to the code that reads it and a builder in
 its own package's entry points, without editing the server. ``build_resources`` runs
 once in the lifespan (on a CPU host while the engine starts, elsewhere after it is up),
-runs the builders side by side, checks
-every value against its key's type, and tears everything down at shutdown. The demo
+runs the builders side by side, checks every value against its key's type, and tears
+everything down at shutdown. The demo
 server (``thinkgate serve`` with no flags) must keep working with every builder's
 defaults: a resource whose files are missing is left out (logged), and the strategy that
 needs it refuses requests with a clear 4xx/503.

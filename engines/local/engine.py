@@ -126,7 +126,8 @@ class LocalEngine:
         from vllm.platforms import current_platform
 
         local = settings.local
-        tokens = tokens or TokenizerTokens.for_settings(settings)
+        if tokens is None:
+            tokens = TokenizerTokens.for_settings(settings)
         extra: dict[str, Any] = {}
         if local.vllm_reasoning_config:
             from vllm.config import ReasoningConfig
