@@ -38,6 +38,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "tree-lengths": ("benchmarks.tree_lengths", "samples right by how long they thought"),
     "vote-stop-replay": ("benchmarks.vote_stop_replay", "the tree's vote stop on plain samples"),
     "step-rows": ("benchmarks.step_rows", "one decoding step's cost by the rows in it"),
+    "segment-cost": ("benchmarks.segment_cost", "a token's cost in 32-token requests, logprobs"),
     "step-confidence": ("benchmarks.step_confidence", "wrong steps: generator confidence vs PRM"),
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
     "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),
