@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -49,3 +50,20 @@ def save(text: str, runs: Sequence[Mapping[str, Any]], md: Path, raw: Path) -> N
     md.write_text(text)
     raw.write_text(json.dumps({"machine": machine(), "runs": list(runs)}, indent=2) + "\n")
     print(text)
+
+
+def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Paired runs' typical ratio (geometric mean) and its 95% interval: a t interval on
+    the log ratios, each ratio pairing two sides run minutes apart (a block of the same
+    questions, a repeat of the same work), so that the machine's drift between pairs is
+    in the spread. With one pair: no interval (nan)."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    if not logs:
+        return math.nan, math.nan, math.nan
+    m = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(m), math.nan, math.nan
+    from scipy.stats import t
+
+    half = float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), math.exp(m - half), math.exp(m + half)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.out_paths import beside
+from benchmarks.paired import ratio_interval
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
 from testbed import model_path
@@ -185,23 +186,6 @@ def paired_interval(a: Sequence[bool], b: Sequence[bool]) -> tuple[float, float]
     m = statistics.fmean(d)
     half = 1.96 * (statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0)
     return 100 * (m - half), 100 * (m + half)
-
-
-def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
-    """The blocks' typical ratio (geometric mean) and its 95% interval: a t interval on
-    the log ratios, each block pairing the strategies on the same questions minutes
-    apart, so that the machine's drift between blocks is in the spread. With one block:
-    no interval (nan)."""
-    logs = [math.log(r) for r in ratios if r > 0]
-    if not logs:
-        return math.nan, math.nan, math.nan
-    m = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(m), math.nan, math.nan
-    from scipy.stats import t
-
-    half = float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ def test_bad_arguments_are_refused(argv: list[str]) -> None:
 
 
 def test_one_repeat_has_no_interval() -> None:
-    from benchmarks.tree import ratio_interval
+    from benchmarks.paired import ratio_interval
 
     mean, lo, hi = ratio_interval([0.8])
     assert mean == pytest.approx(0.8) and math.isnan(lo) and math.isnan(hi)

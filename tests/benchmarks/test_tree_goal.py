@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from benchmarks.tree import Rate, goal_lines, parse, ratio_interval, report
+from benchmarks.paired import ratio_interval
+from benchmarks.tree import Rate, goal_lines, parse, report
 
 TREE = 'tree{"vote_stop":"likely"}'
 ARGS = argparse.Namespace(clients=8, rate_n=16)
