@@ -524,7 +524,8 @@ class TreeSampling:
                     ids=path.ids,
                     n=count,
                     max_tokens=cap,
-                    logprobs=True,  # the sampled tokens' own logprobs: the signal
+                    # The sampled tokens' own logprobs: the signal, where it is read.
+                    logprobs=options.reads_signal,
                 )
             )
         tree.forks += sum(1 for _, c in draws if c > 1)

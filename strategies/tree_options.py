@@ -83,6 +83,19 @@ class TreeOptions:
     # cannot settle it whatever they answer.
     next_wave_below: float
 
+    @property
+    def reads_signal(self) -> bool:
+        """Whether anything in the tree reads its tokens' logprobs: the forks' uncertainty,
+        the early stop, the confidence vote, a fork at the least sure token. Without them
+        the engine is not asked for logprobs, which cost about a tenth of its tokens a
+        second (``thinkgate bench segment-cost``)."""
+        return (
+            self.fork_above > 0
+            or self.stop_margin > 0
+            or self.vote == "confidence"
+            or self.fork_at == "token"
+        )
+
 
 def tree_options(request: StrategyRequest, *, default_delimiter: str) -> TreeOptions:
     """The request's options; 400 naming the field for a bad one."""

@@ -494,6 +494,29 @@ async def test_stop_margin_zero_never_stops(testbed_tokens: Any) -> None:
     assert result.info["tree"]["stops"] == 0
 
 
+async def test_logprobs_are_asked_only_where_the_tree_reads_them(testbed_tokens: Any) -> None:
+    """Forks by uncertainty and the early stop read the sampled tokens' logprobs; with
+    both off (and the majority vote) the segments ask none, and the leaves still fork
+    into N, the first drawn first."""
+    options = {"segment": 3, "roots": 2, "branch": 2, "fork_depth": 3}
+    for extra, asked in (
+        ({}, True),
+        ({"fork_above": 0, "stop_margin": 0}, False),
+        ({"fork_above": 0, "stop_margin": 0, "vote": "confidence"}, True),
+        ({"fork_above": 0, "stop_margin": 0.5}, True),
+        ({"stop_margin": 0}, True),
+    ):
+        ctx = _ctx(testbed_tokens, TreeWorld(testbed_tokens), samples=4, options=options | extra)
+        _, result = await _run(ctx)
+        segments = [c for seg in _segments(ctx) for c in seg]
+        assert {c.sampling.token_logprobs is not None for c in segments} == {asked}, extra
+        tree = result.info["tree"]
+        assert isinstance(tree, dict) and tree["leaves"] == 4
+        if not asked:
+            # Every node's surprisal is 0: the free leaves go to the first drawn branch.
+            assert _starts(ctx, _segments(ctx)[1]) == [(3, 1), (3, 2)]
+
+
 async def test_when_every_branch_has_finished_the_fallback_redraws(testbed_tokens: Any) -> None:
     """Two roots end after one segment (EOS): two leaves are still free, so the least sure
     segment is drawn again from before it (here, the prompt)."""
