@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from benchmarks.segment_cost import BASE, WAYS, Way, _chain, parse, ratios, report
+from benchmarks.segment_cost import BASE, FULL, TREES, WAYS, Way, _chain, parse, ratios, report
 from core.engine import GenerateRequest, Sample
 
 
@@ -35,7 +35,7 @@ def _run(way: Way, argv: Sequence[str] = ()) -> Recorder:
 
 
 def test_segments_go_on_from_the_ids_so_far_one_request_each() -> None:
-    got = _run(WAYS[3]).requests
+    got = _run(TREES).requests
     assert [len(r.prompt_token_ids) for r in got] == [33, 65, 97]  # one past a 32-id block
     assert got[1].prompt_token_ids[33:] == tuple(range(33, 65))  # the first segment's ids
     assert all(r.sampling.max_tokens == 32 and r.sampling.logprobs for r in got)
@@ -57,8 +57,8 @@ def test_ratios_pair_each_repeat_with_the_base_ways() -> None:
 def test_report_gives_each_way_its_ratio_and_the_product() -> None:
     args = parse(["--repeats", "2"])
     rates = {w.label: [1000.0, 1000.0] for w in WAYS}
-    rates[WAYS[3].label] = [800.0, 800.0]  # the tree's way
-    rates[WAYS[4].label] = [2000.0, 2000.0]  # full rows
+    rates[TREES.label] = [800.0, 800.0]
+    rates[FULL.label] = [2000.0, 2000.0]
     text = report(rates, args, {"seconds": 60.0, "machine": "m", "git": "g", "command": "c"})
     assert "| segments, logprobs (the tree's) | 24 | 800 (800-800) | 0.80x" in text
     assert "| whole, no logprobs, full rows (self-consistency's) | 64 | 2000" in text
