@@ -45,8 +45,8 @@ import orjson
 from benchmarks.postgres import postgres_server
 from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve
 from core.base import JSON
-from server.batch_api.records import BatchRecord, Line, new_id
-from server.batch_api.store import BatchStore
+from server.batches.records import BatchRecord, Line, new_id
+from server.batches.store import BatchStore
 from testbed.task import make_questions
 
 RESULTS = ROOT / "benchmarks" / "results"

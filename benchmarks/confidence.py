@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
-from strategies.deepconf import default_warmup
+from strategies.sampling.deepconf import default_warmup
 from strategies.selection import select_weighted, top_by_count
 from strategies.voting import VoteOptions, voting_classes
 from testbed import model_path

@@ -13,7 +13,7 @@ pools:
 1. on **validation** questions, settings are tried as deepconf's defaults would apply
    them at any budget N (variant, round size, consensus, the warm-up's floor); the one
    with the fewest tokens relative to sc@N among those as accurate as sc@N (within half
-   a point) at N = 8 and 16 is chosen (what ``strategies/deepconf.py`` defaults to);
+   a point) at N = 8 and 16 is chosen (what ``strategies/sampling/deepconf.py`` defaults to);
 2. on **test** questions (never used for the choice) the chosen setting and the previous
    defaults (the paper's values, with either variant) are replayed and compared with
    sc@N and with sc at equal accuracy.
@@ -46,7 +46,7 @@ from benchmarks.deepconf_sim import (
     tokens_at,
 )
 from benchmarks.servers import ROOT, machine
-from strategies.deepconf import default_warmup
+from strategies.sampling.deepconf import default_warmup
 from strategies.voting import DEFAULT_TOP_K, DEFAULT_WINDOW
 from testbed import model_path
 from testbed.task import Question, make_questions
@@ -70,7 +70,7 @@ PREVIOUS = ("low", None, 0.95, 2)  # the defaults before this benchmark (the pap
 @dataclass(frozen=True, slots=True)
 class Rule:
     """Settings as deepconf's defaults would apply them at any budget N: the warm-up is
-    a quarter of N, at least ``min_warmup`` (strategies.deepconf's rule)."""
+    a quarter of N, at least ``min_warmup`` (strategies.sampling.deepconf's rule)."""
 
     variant: str
     round_size: int | None
@@ -234,7 +234,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], seconds: float) -> str
         f"{args.questions} test questions, 9-12 operations, temperature 1; per question one "
         f"pool of {args.pool} traces (top-{TOP_K} confidences, window {WINDOW}), DeepConf "
         f"online replayed over {args.orders} random orders of each pool "
-        "(`benchmarks/deepconf_sim.py`, which follows `strategies/deepconf.py`); accuracy "
+        "(`benchmarks/deepconf_sim.py`, which follows `strategies/sampling/deepconf.py`); accuracy "
         "is the expected share right over those orders, tokens the mean generated per "
         "question (stopped and aborted traces included).",
         "",

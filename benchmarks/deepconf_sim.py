@@ -3,7 +3,7 @@ for a given warm-up, round size, variant and consensus, without running the engi
 
 The DeepConf paper evaluates its online mode the same way (one large pool of traces per
 question, the online algorithm replayed over random orders of it). The replay follows
-``strategies/deepconf.py`` step by step:
+``strategies/sampling/deepconf.py`` step by step:
 
 * the warm-up's traces run in full and all vote; the threshold is a percentile of their
   trace confidences (``low``: the 90th, ``high``: the 10th);
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.token_confidence import group_confidences, percentile
-from strategies.deepconf import VARIANTS as VARIANT_PERCENTILE
+from strategies.sampling.deepconf import VARIANTS as VARIANT_PERCENTILE
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,7 +221,7 @@ def settle(server: Server, timeout_s: float = 60.0) -> float:
         "thinkgate_engine_unfinished_requests",
     )
     while time.monotonic() - started < timeout_s:
-        m = server.metrics()
+        m = server.process.metrics()
         if all(m.get(k, 0.0) == 0.0 for k in keys):
             return time.monotonic() - started
         time.sleep(0.05)
@@ -230,7 +230,7 @@ def settle(server: Server, timeout_s: float = 60.0) -> float:
 
 def loop_lag_p99_s(server: Server) -> float:
     """The p99 of the gateway's event-loop lag so far (upper bucket bound, from /metrics)."""
-    m = server.metrics()
+    m = server.process.metrics()
     prefix = "thinkgate_event_loop_lag_seconds_bucket{le="
     buckets = sorted(
         (float(k[len(prefix) + 1 : -2]), v) for k, v in m.items() if k.startswith(prefix)
@@ -427,7 +427,7 @@ def _load_and(
                 for i in range(count)
             ]
             tasks = [asyncio.create_task(ask(c, server.url, p)) for p in payloads]
-            while server.metrics().get("thinkgate_inflight_requests", 0) < count:
+            while server.process.metrics().get("thinkgate_inflight_requests", 0) < count:
                 await asyncio.sleep(0.05)
             action()
             return list(await asyncio.gather(*tasks))

@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from benchmarks.servers import ROOT, machine, thinkgate
-from server.tenants import hashed
+from server.tenancy.tenants import hashed
 from testbed import model_path
 from testbed.task import make_questions
 

@@ -9,7 +9,7 @@ a different order each time, so that rules are compared on the very same samples
 The model of a tree it replays: the leaves of a wave start together and a leaf of
 ``L`` thinking tokens finishes at segment ``ceil(L / segment)`` of its wave (the testbed's
 tokens are characters); the vote is checked after each segment on every leaf finished by
-then, as ``strategies.tree_vote`` checks it; the next wave starts once the current one
+then, as ``strategies.tree.vote`` checks it; the next wave starts once the current one
 has finished or its leaves to come could not settle the vote. It leaves out what sharing
 prefixes saves (the same for every rule) and the answers' own tokens, so its tokens are
 the leaves' thinking up to the stop, its rounds the segments to the stop.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.out_paths import beside
 from benchmarks.servers import ROOT, machine
-from strategies.tree_vote import lead_probability
+from strategies.tree.vote import lead_probability
 
 RESULTS = ROOT / "benchmarks" / "results"
 Sample = tuple[int, bool, str | None]

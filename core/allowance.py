@@ -1,6 +1,6 @@
 """A request's own ceiling and clock: the total completion tokens it may generate and the
 instant its last byte is due. Every engine call of the request draws from its
-:class:`Allowance` (``server.request_engine`` applies it to each call), so a strategy only
+:class:`Allowance` (``server.pipeline.request_engine`` applies it to each call), so a strategy only
 plans: it may ask :meth:`Allowance.affords` before a round, and it catches
 :class:`BudgetSpent` where a call no longer fits, then answers from what it has.
 

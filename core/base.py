@@ -165,7 +165,7 @@ class StrategyContext:
     request: StrategyRequest
     resources: Resources = field(default_factory=Resources)
     # The request's total-token ceiling and deadline, which every engine call draws from
-    # (``server.request_engine``); unlimited unless the request set them.
+    # (``server.pipeline.request_engine``); unlimited unless the request set them.
     allowance: Allowance = field(default_factory=Allowance)
 
 

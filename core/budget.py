@@ -1,4 +1,4 @@
-"""The per-request budget, as applied (a value; resolution lives in server/budgets.py)."""
+"""The per-request budget, as applied (a value; resolution lives in server/pipeline/budgets.py)."""
 
 from __future__ import annotations
 

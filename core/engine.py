@@ -108,7 +108,7 @@ class GenerateRequest:
     # Calls with one key belong to one client request (its samples and follow-ups share
     # a prompt): a router in front of the fleet keeps them on one replica. None: no key.
     affinity: str | None = None
-    # The tenant the call is for (``server.tenants``): a fleet's router weighs tenants
+    # The tenant the call is for (``server.tenancy.tenants``): a fleet's router weighs tenants
     # by it (llm-d's fairness id). The same for every sample of a request. None: unknown.
     tenant: str | None = None
     # What the call serves, as llm-d's objectives name it: ``interactive`` (a client
@@ -270,7 +270,7 @@ class Engine(Protocol):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ServedModel:
-    """The served model as a resource builder sees it (``server.resources``): its name and
+    """The served model as a resource builder sees it (``server.resources.builders``): its name and
     tokenizer, known before its engine is up, and the engine once it is. On a CPU host
     the gateway builds the resources while the generator's engine starts, so that the
     reward model's and the PRM's engines start beside it instead of after it; a builder

@@ -63,7 +63,7 @@ class UnknownStrategy(InvalidRequest):
 
 
 class OverTenantLimit(InvalidRequest):
-    """A request that asks for more than its tenant may (``server.tenants``): the field,
+    """A request that asks for more than its tenant may (``server.tenancy.tenants``): the field,
     the tenant and its limit are named; ``limit`` is the limit's name."""
 
     default_code = "tenant_limit_exceeded"

@@ -22,29 +22,31 @@ from core.base import Resources
 from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
 from engines.local import stopping
-from server import effort, errors, presets, response_store
-from server.admission import Admission
-from server.batch_api.allocation import PetsAllocations
-from server.batch_api.calls import in_process
-from server.batch_api.runner import BatchRunner
-from server.batch_api.service import Batches
-from server.batch_api.store import SQLITE_FILE, BatchStore
+from server import errors, presets
+from server.apis.reasoning_seal import Seal
+from server.apis.responses import store as response_store
+from server.apis.responses.store import ResponseStore
+from server.batches.allocation import PetsAllocations
+from server.batches.calls import in_process
+from server.batches.pets.service import RESOURCE_KEY as PETS_JOBS
+from server.batches.pets.service import BatchJobs
+from server.batches.runner import BatchRunner
+from server.batches.service import Batches
+from server.batches.store import SQLITE_FILE, BatchStore
 from server.gateway import Gateway
-from server.gc_pauses import GcPauses, freeze_heap
-from server.lifecycle import Lifecycle
-from server.loop_lag import LoopProbe
-from server.metrics import Metrics
-from server.prm_resources import preflight as prm_preflight
-from server.reasoning_seal import Seal
-from server.response_store import ResponseStore
+from server.pipeline import effort
+from server.process.gc_pauses import GcPauses, freeze_heap
+from server.process.lifecycle import Lifecycle
+from server.process.loop_lag import LoopProbe
+from server.process.metrics import Metrics
+from server.resources.prm import preflight as prm_preflight
+from server.resources.scoring import preflight
+from server.resources.start_up import start_engine_and_resources
 from server.routes import ROUTERS
-from server.scoring import preflight
 from server.settings import Settings
-from server.start_up import start_engine_and_resources
-from server.tenants import Keyring
+from server.tenancy.admission import Admission
+from server.tenancy.tenants import Keyring
 from strategies.auto import CROWD_KEY, Crowd
-from strategies.pets.batches.service import RESOURCE_KEY as PETS_JOBS
-from strategies.pets.batches.service import BatchJobs
 
 log = structlog.get_logger("thinkgate.app")
 

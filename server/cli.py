@@ -28,12 +28,12 @@ if TYPE_CHECKING:
 
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
-    "calibrate": "server.calibrate_cli:main",
+    "calibrate": "server.calibrate.cli:main",
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "engines.local.replica:main",
     "gpu-check": "kernels.gpu_check.__main__:cli",
-    "keys": "server.keys_cli:main",
+    "keys": "server.tenancy.keys_cli:main",
 }
 
 
@@ -122,11 +122,11 @@ def serve(argv: Sequence[str]) -> int:
         return 1
     import uvicorn
 
-    from server import logs
     from server.app import create_app
-    from server.draining import DrainingServer
-    from server.http_timeouts import header_timeout_protocol
-    from server.lifecycle import Lifecycle
+    from server.process import logs
+    from server.process.draining import DrainingServer
+    from server.process.http_timeouts import header_timeout_protocol
+    from server.process.lifecycle import Lifecycle
 
     logs.configure(settings.log_level, json=settings.log_json)
     _cpu_host_defaults(settings)

@@ -1,5 +1,5 @@
 """The one error handler: every failure leaves as the OpenAI envelope, except on
-``/v1/messages``, whose errors use Anthropic's (``server.messages_errors``).
+``/v1/messages``, whose errors use Anthropic's (``server.apis.messages.errors``).
 
 ``GatewayError`` carries its own status and envelope; FastAPI's request validation
 errors become a 400 naming the field; unknown routes a 404; anything unexpected a 500.
@@ -30,8 +30,9 @@ from core.errors import (
     RequestTimeout,
     Unauthorized,
 )
-from server import messages_errors, sdk_fields
-from server.metrics import record_end, route_label
+from server.apis.messages import errors as messages_errors
+from server.apis.openai import sdk_fields
+from server.process.metrics import record_end, route_label
 
 log = structlog.get_logger("thinkgate.http")
 

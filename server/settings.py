@@ -509,7 +509,7 @@ class Settings(BaseSettings):
         return Path(base) / "thinkgate"
 
     def effort_share(self, effort: Effort) -> float:
-        """The share of the model's context that ``effort`` thinks for (server.effort)."""
+        """The share of the model's context that ``effort`` thinks for (server.pipeline.effort)."""
         value: float = getattr(self, f"effort_{effort}")
         return value
 

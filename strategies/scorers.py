@@ -12,7 +12,7 @@ Three kinds, configured per server and chosen per request by name (body ``scorer
 * ``verifier`` -- :class:`VerifierScorer`: an external service,
   ``POST {"prompt", "responses", "reasoning"} -> {"scores"}``, behind a
   :class:`Verifier` (``engines.remote.scorer_clients.VerifierClient``).
-* ``prm`` -- ``strategies.prm_scorer.PrmScorer``: the step searches' process reward
+* ``prm`` -- ``strategies.sampling.prm_scorer.PrmScorer``: the step searches' process reward
   model, each sample's lowest step reward (attached where a PRM is, not in this set).
 
 Failures of a scorer's backend are ``BackendError``s (the client sees a 5xx); a scorer

@@ -71,7 +71,7 @@ class SearchOptions:
     # logprob of its sampled tokens), the generator's own certainty, and no PRM is used.
     reward: str
     # particle filtering only: draw the next step while the PRM scores this one
-    # (strategies.step_ahead): the PRM's wait hidden, dropped particles' steps wasted.
+    # (strategies.search.step_ahead): the PRM's wait hidden, dropped particles' steps wasted.
     speculate: bool
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.base import JSON  # noqa: E402
-from server.batch_api.runner import Answer, BatchRunner  # noqa: E402
-from server.batch_api.store import BatchStore  # noqa: E402
+from server.batches.runner import Answer, BatchRunner  # noqa: E402
+from server.batches.store import BatchStore  # noqa: E402
 
 
 async def main(target: str, owner: str, lease_s: float, delay_s: float) -> None:

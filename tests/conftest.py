@@ -3,7 +3,7 @@ end-to-end test of the project: ``python -m server.cli serve`` on 127.0.0.1 (a f
 port) with the testbed ``base`` model and the server's default settings.
 
 Whatever a strategy needs (reward model, predictor, processors) is attached by the
-server's own defaults (``server/resources.py``, ``Settings``), so this fixture does not
+server's own defaults (``server/resources/builders.py``, ``Settings``), so this fixture does not
 change when strategies are added; ``SERVER_FLAGS`` is for the rare flag the test suite
 needs beyond the defaults. Fixtures: ``live_server``, ``base_url``, ``served_model``,
 ``openai_client``, ``async_openai_client``, ``model_dir``, ``hf_tokenizer``, and for the

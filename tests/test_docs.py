@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.registry import GROUP
-from server.budgets import HEADERS, STRATEGY_HEADER
+from server.pipeline.budgets import HEADERS, STRATEGY_HEADER
 from server.settings_doc import settings_page
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -46,7 +46,7 @@ def test_the_runtime_does_not_import_the_testbed() -> None:
 def test_http_layer_imports_without_torch_or_vllm() -> None:
     code = (
         "import sys\n"
-        "import server.app, server.cli, server.serving, engines, server.routes\n"
+        "import server.app, server.cli, server.pipeline.serving, engines, server.routes\n"
         "heavy = sorted(m for m in ('torch', 'vllm') if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )

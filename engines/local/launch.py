@@ -32,7 +32,7 @@ E = TypeVar("E", bound=_Closable)
 async def start_in_thread(start: Callable[[], E]) -> E:
     """``start()`` (an engine's blocking start: its processes' imports, tens of seconds on
     a CPU) in a worker thread, so that the gateway's other engines can start beside it
-    (the PRM's and the reward model's: ``server.resources`` builds them side by side).
+    (the PRM's and the reward model's: ``server.resources.builders`` builds them side by side).
     Cancelled meanwhile (another one failed), it lets the start finish and closes the
     engine, instead of leaving its processes to outlive the start-up."""
     task = asyncio.ensure_future(asyncio.to_thread(start))

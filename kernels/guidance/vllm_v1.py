@@ -89,7 +89,7 @@ class _Track:
 class BudgetGuidanceLogitsProcessor(RowArgs[guidance_args.GuidanceArgs], LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
 
-    # The name the gateway reports in Engine.processors (strategies.budget_guidance).
+    # The name the gateway reports in Engine.processors (strategies.thinking.budget_guidance).
     name: ClassVar[str] = guidance_args.PROCESSOR_NAME
     label: ClassVar[str] = "budget guidance"
     parse_args = staticmethod(guidance_args.parse)

@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 class BudgetGuidanceLogitsProcessorV2(RowArgs[guidance_args.GuidanceArgs], LogitsProcessor):
     """Steers thinking toward a budget B with the Gamma predictor, in the same step."""
 
-    # The name the gateway reports in Engine.processors (strategies.budget_guidance).
+    # The name the gateway reports in Engine.processors (strategies.thinking.budget_guidance).
     name: ClassVar[str] = guidance_args.PROCESSOR_NAME
 
     label: ClassVar[str] = "budget guidance"

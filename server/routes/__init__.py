@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server.pets_batches import routes as batches
 from server.routes import (
     batch_api,
     chat,
@@ -17,6 +16,7 @@ from server.routes import (
     token_counts,
     ui,
 )
+from server.routes import pets_batches as batches
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,

@@ -1,5 +1,5 @@
 """The OpenAI Batch API: ``/v1/files`` (upload, list, retrieve, content, delete) and
-``/v1/batches`` (create, list, retrieve, cancel), per tenant (server.batch_api)."""
+``/v1/batches`` (create, list, retrieve, cancel), per tenant (server.batches)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge
-from server.auth import authorize
-from server.batch_api.service import Batches, listed, page_limit
+from server.apis.openai.protocol import validate_json
+from server.batches.service import Batches, listed, page_limit
 from server.errors import response_headers
 from server.gateway import gateway
-from server.protocol import validate_json
-from server.serving import read_body
+from server.pipeline.serving import read_body
+from server.tenancy.auth import authorize
 
 router = APIRouter()
 MULTIPART_SLACK = 64 * 1024  # the form's own bytes around the file

@@ -6,9 +6,9 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import openapi
-from server.protocol import ChatCompletionRequest
-from server.serving import serve
+from server.apis.openai.protocol import ChatCompletionRequest
+from server.pipeline.serving import serve
+from server.routes import openapi
 
 router = APIRouter()
 

@@ -8,10 +8,10 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import openapi
+from server.apis.messages.request import MessagesRequest, translate
 from server.gateway import gateway
-from server.messages_request import MessagesRequest, translate
-from server.serving import serve_translated
+from server.pipeline.serving import serve_translated
+from server.routes import openapi
 
 router = APIRouter()
 

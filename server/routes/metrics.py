@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.gateway import gateway
-from server.metrics import CONTENT_TYPE
+from server.process.metrics import CONTENT_TYPE
 
 router = APIRouter()
 

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server import presets
-from server.auth import authorize
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
+from server.tenancy.auth import authorize
 
 router = APIRouter()
 

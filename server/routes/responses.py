@@ -11,13 +11,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import NotFound
-from server import openapi
-from server.auth import api_key, authorize, is_batch_line
+from server.apis.responses.request import ResponsesRequest, Stored, translate
+from server.apis.responses.store import owner_of, tenant_owner
 from server.errors import response_headers
 from server.gateway import gateway
-from server.response_store import owner_of, tenant_owner
-from server.responses_request import ResponsesRequest, Stored, translate
-from server.serving import serve_translated
+from server.pipeline.serving import serve_translated
+from server.routes import openapi
+from server.tenancy.auth import api_key, authorize, is_batch_line
 
 router = APIRouter()
 

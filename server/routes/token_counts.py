@@ -16,11 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import InvalidRequest
-from server import messages_request, responses_request
-from server.auth import authorize
+from server.apis.messages import request as messages_request
+from server.apis.responses import request as responses_request
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
-from server.serving import chat_prompt_ids, read_body
+from server.pipeline.serving import chat_prompt_ids, read_body
+from server.tenancy.auth import authorize
 
 router = APIRouter()
 

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import NotFound
-from server.auth import authorize
-from server.budgets import HEADERS
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
+from server.pipeline.budgets import HEADERS
+from server.tenancy.auth import authorize
 
 router = APIRouter(include_in_schema=False)
 

@@ -5,5 +5,5 @@ samples, looks the warm-up's answer pattern up in a calibrated allocation table
 (:mod:`strategies.pets.table`), draws the extra samples of that bucket, and votes.
 Offline (a batch with one total budget): :mod:`strategies.pets.okg` allocates samples
 one round at a time by the optimistic knowledge gradient over Dirichlet posteriors;
-:mod:`strategies.pets.batches.job` runs it against an engine.
+:mod:`server.batches.pets.job` runs it against an engine.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.overhead import stall_counters
-from server.metrics import Metrics
+from server.process.metrics import Metrics
 
 
 def test_counters_from_a_rendered_registry() -> None:

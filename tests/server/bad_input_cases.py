@@ -150,7 +150,7 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "tools.0.function",
     ),
-    # Every field has a place (server/protocol.py); anything else is named.
+    # Every field has a place (server/apis/openai/protocol.py); anything else is named.
     ("unknown field", {"model": M, "messages": MSG, "colour": "red"}, {}, 400, "colour"),
     (
         "misspelt option",

@@ -10,11 +10,11 @@ from starlette.requests import Request
 
 from core.base import Result, Usage
 from core.errors import Overloaded, Unauthorized
-from server.admission import Admission
-from server.auth import authorize
-from server.metrics import Metrics
+from server.process.metrics import Metrics
 from server.settings import Settings
-from server.tenants import Keyring, Tenant, TenantLimits
+from server.tenancy.admission import Admission
+from server.tenancy.auth import authorize
+from server.tenancy.tenants import Keyring, Tenant, TenantLimits
 
 A = Tenant(name="a")
 B = Tenant(name="b")

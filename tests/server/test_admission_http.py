@@ -19,7 +19,7 @@ from conftest import uvicorn_in_thread
 from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
-from server.http_timeouts import header_timeout_protocol
+from server.process.http_timeouts import header_timeout_protocol
 from server.settings import Settings
 
 CHAT = {"model": "testbed-base", "messages": [{"role": "user", "content": "Compute 1+2 mod 10."}]}

@@ -23,7 +23,7 @@ from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
 from server.settings import Settings
-from server.tenants import hashed
+from server.tenancy.tenants import hashed
 
 ANSWER = "3\n</think>\\boxed{3}"
 KEYS = {"alpha": "tg-batch-alpha", "beta": "tg-batch-beta"}

@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from core.base import JSON
-from server.batch_api.lines import read_lines
-from server.batch_api.records import BatchRecord, Line, new_id
-from server.batch_api.runner import Answer, BatchRunner
-from server.batch_api.store import BatchStore
+from server.batches.lines import read_lines
+from server.batches.records import BatchRecord, Line, new_id
+from server.batches.runner import Answer, BatchRunner
+from server.batches.store import BatchStore
 
 
 @pytest.fixture

@@ -1,15 +1,15 @@
-"""server/pets_batches/wire.py renders a PETS job as OpenAI's batch object and list (no engine)."""
+"""server/batches/pets_wire.py renders a PETS job as OpenAI's batch object and list (no engine)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from core.base import JSON
-from server.pets_batches.wire import batch_list, batch_object, output_lines
-from strategies.pets.batches.input import BatchOptions
-from strategies.pets.batches.job import BatchView
-from strategies.pets.batches.result import AnswerVotes, QuestionOutcome
-from strategies.pets.batches.store import JobRecord
+from server.batches.pets.input import BatchOptions
+from server.batches.pets.job import BatchView
+from server.batches.pets.result import AnswerVotes, QuestionOutcome
+from server.batches.pets.store import JobRecord
+from server.batches.pets_wire import batch_list, batch_object, output_lines
 
 RECORD = JobRecord(
     id="batch_1",

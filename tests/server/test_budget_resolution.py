@@ -1,4 +1,4 @@
-"""server/budgets.py: precedence, default strategies, and every refusal (no engine)."""
+"""server/pipeline/budgets.py: precedence, default strategies, and every refusal (no engine)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from core.budget import Budget
 from core.errors import InvalidBudget, InvalidRequest, UnknownStrategy
-from server.budgets import resolve
+from server.pipeline.budgets import resolve
 from server.settings import Settings
 
 HONOURED = {
@@ -65,7 +65,7 @@ def test_effort_is_its_configured_share_of_the_models_context(effort: str, setti
 
 
 def test_effort_table_defaults_and_cap() -> None:
-    from server.effort import table
+    from server.pipeline.effort import table
 
     assert table(Settings(), 512) == {
         "none": 0,
@@ -77,7 +77,7 @@ def test_effort_table_defaults_and_cap() -> None:
         "max": 448,
     }
     assert table(Settings(), 32768)["medium"] == 8192
-    from server.effort import EFFORT_SAMPLES, ceiling
+    from server.pipeline.effort import EFFORT_SAMPLES, ceiling
 
     # The 2026 levels spend more samples as well as more thinking (an auto plan).
     assert [EFFORT_SAMPLES[e] for e in ("high", "xhigh", "max")] == [8, 12, 16]

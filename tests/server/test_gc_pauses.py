@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from server.gc_pauses import GcPauses
+from server.process.gc_pauses import GcPauses
 
 
 def _count(registry: CollectorRegistry, generation: str) -> float:

@@ -13,7 +13,7 @@ import pytest
 
 from core.errors import BackendUnavailable
 from engines.local.supervised import SupervisedEngine
-from server.lifecycle import ENGINE_DEAD_EXIT, Lifecycle
+from server.process.lifecycle import ENGINE_DEAD_EXIT, Lifecycle
 
 
 async def test_drain_waits_for_in_flight_then_stops_without_aborting() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.base import Choice, Result, Usage
-from server.metrics import Metrics
+from server.process.metrics import Metrics
 
 
 def test_record_final_counts_phases_samples_and_cutins() -> None:

@@ -10,8 +10,8 @@ import pytest
 
 import testbed
 from core.engine import ServedModel
-from server import model_match
-from server.pets import _table, made_for_served
+from server.resources import model_match
+from server.resources.pets import _table, made_for_served
 from server.settings import Settings
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
 

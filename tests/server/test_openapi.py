@@ -12,7 +12,7 @@ import jsonschema_rs
 import pytest
 
 from server.app import create_app
-from server.budgets import HEADERS, STRATEGY_HEADER
+from server.pipeline.budgets import HEADERS, STRATEGY_HEADER
 from server.settings import Settings
 
 GENERATION = ("/v1/chat/completions", "/v1/completions")

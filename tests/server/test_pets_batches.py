@@ -101,7 +101,7 @@ def test_cancel_stops_a_running_batch(base_url: str) -> None:
 def test_batch_cli_round_trips_a_file(base_url: str, tmp_path: object) -> None:
     from pathlib import Path
 
-    from strategies.pets.batches.cli import main
+    from server.batches.pets.cli import main
 
     src, dst = Path(str(tmp_path)) / "in.jsonl", Path(str(tmp_path)) / "out.jsonl"
     src.write_text("\n".join(JSONL.splitlines()[:3]) + "\n")

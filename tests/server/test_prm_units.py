@@ -19,9 +19,10 @@ from core.errors import BackendError
 from engines.local import prm as prm_engines
 from engines.local.prm import RemotePrm, rewards_from_rows, step_tag_of
 from engines.local.replica import build_prm_command
-from server import model_match, prm_resources
 from server.cli import settings_parser
-from server.prm_resources import prm_model_path, process_reward_model
+from server.resources import model_match
+from server.resources import prm as prm_resources
+from server.resources.prm import prm_model_path, process_reward_model
 from server.settings import Settings
 from strategies.prm import RESOURCE_KEY, ProcessRewardModel
 from testbed.tokenizer import CharCodec
@@ -261,7 +262,7 @@ def test_the_vllm_prm_replica_runs_step_pooling_at_the_prms_tag() -> None:
 async def test_default_scorer_prm_is_left_to_each_request(testbed_tokens: Any) -> None:
     """``--default-scorer prm``: the scorer set keeps logprob as its own default (the
     fallback) and the sampling defaults name the PRM, which another builder attaches."""
-    from server.scoring import sampling_resources
+    from server.resources.scoring import sampling_resources
     from strategies.pool import DEFAULTS_KEY, SamplingDefaults
     from strategies.scorers import RESOURCE_KEY, ScorerSet
 

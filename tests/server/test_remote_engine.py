@@ -81,11 +81,11 @@ def test_ready_and_metrics_list_every_server(remote_stack: RemoteStack) -> None:
 def test_a_vllm_servers_tokenizer_is_checked_over_its_tokenize_route(
     remote_stack: RemoteStack,
 ) -> None:
-    """What ``--reward-url`` start-up compares (server.model_match): the probe's ids
+    """What ``--reward-url`` start-up compares (server.resources.model_match): the probe's ids
     under vLLM's own server and under the model directory agree, and differ from
     another tokenizer's."""
     import testbed
-    from server import model_match
+    from server.resources import model_match
 
     seen = model_match.remote_probe(remote_stack.replicas[0].url, timeout_s=30)
     assert seen is not None, "vLLM's server answered no /tokenize"

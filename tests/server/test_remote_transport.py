@@ -26,7 +26,7 @@ from core.errors import BackendError
 from engines.calls import AiohttpCalls, CallFailed, Timeouts, Transport
 from engines.local.prm import RemotePrm
 from engines.remote.scorer_clients import RemoteClassify
-from server.model_match import remote_probe
+from server.resources.model_match import remote_probe
 from server.settings import Settings
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from core.base import Attached, ResourceKey, Resources
-from server import resources
+from server.resources import builders as resources
 from server.settings import Settings
 
 

@@ -10,8 +10,8 @@ import pytest
 from core.budget import Budget
 from core.engine import SamplingConfig
 from core.errors import InvalidRequest
-from server.protocol import ChatCompletionRequest, parse_body
-from strategies.pets.batches.store import sampling_from_json, sampling_json
+from server.apis.openai.protocol import ChatCompletionRequest, parse_body
+from server.batches.pets.store import sampling_from_json, sampling_json
 from strategies.search_options import check_budgets
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]'

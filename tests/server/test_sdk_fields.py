@@ -1,4 +1,4 @@
-"""Every field the installed SDKs send is decided (``server.sdk_fields``), and the 2026
+"""Every field the installed SDKs send is decided (``server.apis.openai.sdk_fields``), and the 2026
 knobs do what they say, through the real SDKs on the app over a scripted engine (fast).
 
 A field a new SDK release adds fails ``test_every_sdk_field_is_decided`` until it is
@@ -28,11 +28,11 @@ import openai.types.shared_params as oshared
 import pytest
 from openai.types.chat import completion_create_params as ccp
 
-import server.messages_request as mr
-import server.responses_request as rr
+import server.apis.messages.request as mr
+import server.apis.responses.request as rr
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.protocol import (
+from server.apis.openai.protocol import (
     ChatMessage,
     FunctionDef,
     JsonObjectFormat,
@@ -44,7 +44,7 @@ from server.protocol import (
     TextPart,
     ToolDef,
 )
-from server.sdk_fields import APIS, HEADER, MESSAGES, PART_FIELDS, PARTS
+from server.apis.openai.sdk_fields import APIS, HEADER, MESSAGES, PART_FIELDS, PARTS
 
 THOUGHT = "3+4=7\n"
 ANSWER = f"{THOUGHT}</think>\\boxed{{7}}"
@@ -72,7 +72,7 @@ def test_every_sdk_field_is_decided() -> None:
     for api, create in CREATE.items():
         sent = set(inspect.signature(create).parameters) - SKIP
         undecided = sorted(sent - set(APIS[api]))
-        assert not undecided, f"{api}: decide {undecided} in server/sdk_fields.py"
+        assert not undecided, f"{api}: decide {undecided} in server/apis/openai/sdk_fields.py"
     # Harnesses send the beta namespace's fields too (``betas`` is a header).
     beta = set(inspect.signature(beta_messages.Messages.create).parameters) - SKIP - {"betas"}
     assert not sorted(beta - set(MESSAGES)), "decide the beta Messages fields"

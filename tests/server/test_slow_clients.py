@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server import errors
-from server.http_timeouts import header_timeout_protocol
-from server.metrics import Metrics
-from server.serving import read_body
+from server.pipeline.serving import read_body
+from server.process.http_timeouts import header_timeout_protocol
+from server.process.metrics import Metrics
 from server.settings import Settings
 
 LIMIT_S = 0.6

@@ -1,4 +1,4 @@
-"""The engine and the resources at start-up (server.start_up): side by side on a CPU host,
+"""The engine and the resources at start-up (server.resources.start_up): side by side on a CPU host,
 with a failure of either stopping the other, and torn down resources first. The engine
 here is a stand-in that takes its time to start; the live servers of the slow tier start
 the real ones this way."""
@@ -15,7 +15,7 @@ import pytest
 
 from core.base import Attached, ResourceKey
 from core.engine import ServedModel
-from server import start_up
+from server.resources import start_up
 from server.settings import Settings
 
 ENGINE_KEY = ResourceKey("test_engine_seen", object)

@@ -1,4 +1,4 @@
-"""Stored responses (``server.response_store``) through the real ``openai`` SDK on the app
+"""Stored responses (``server.apis.responses.store``) through the real ``openai`` SDK on the app
 over a scripted engine (fast): kept by default, continued with ``previous_response_id``
 (the model sees the earlier turn), retrieved, listed, deleted, per tenant (and per key
 for rows from before tenants), expired."""
@@ -14,8 +14,8 @@ import pytest
 
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.response_store import owner_of
-from server.tenants import hashed
+from server.apis.responses.store import owner_of
+from server.tenancy.tenants import hashed
 
 THOUGHT = "3+4=7\n"
 Q = "Compute 3+4 mod 10."

@@ -11,8 +11,8 @@ import orjson
 from core.base import Choice, ChoiceDelta, Progress, Result, StrategyEvent, Usage
 from core.budget import Budget
 from core.errors import BackendUnavailable
-from server.render import Envelope
-from server.streaming import StreamEncoder
+from server.apis.openai.render import Envelope
+from server.pipeline.streaming import StreamEncoder
 
 USAGE = Usage(prompt_tokens=10, completion_tokens=30, reasoning_tokens=20)
 
@@ -188,11 +188,11 @@ async def _events_then_failure() -> AsyncGenerator[StrategyEvent, None]:
 def _gateway(**settings: Any) -> Any:
     from core.base import Resources
     from core.registry import Registry
-    from server.admission import Admission
     from server.gateway import Gateway
-    from server.lifecycle import Lifecycle
-    from server.metrics import Metrics
+    from server.process.lifecycle import Lifecycle
+    from server.process.metrics import Metrics
     from server.settings import Settings
+    from server.tenancy.admission import Admission
 
     metrics = Metrics()
     return Gateway(
@@ -218,7 +218,7 @@ async def _body(
     *,
     announce: bool = True,
 ) -> list[bytes]:
-    from server.streaming import StreamRun, sse_body
+    from server.pipeline.streaming import StreamRun, sse_body
 
     run = StreamRun(
         events,
@@ -319,7 +319,7 @@ async def test_drain_time_up_ends_a_stream_with_an_error_frame_and_stops_the_str
 
 
 async def test_frames_queued_while_the_client_was_written_to_go_in_one_send() -> None:
-    from server.streaming import StreamRun
+    from server.pipeline.streaming import StreamRun
 
     async def burst() -> AsyncGenerator[StrategyEvent, None]:
         for i in range(5):

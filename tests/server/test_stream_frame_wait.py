@@ -9,7 +9,7 @@ from typing import Any
 
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.streaming import FIRST_EVENT_WAIT_S
+from server.pipeline.streaming import FIRST_EVENT_WAIT_S
 
 ANSWER = "3\n</think>\\boxed{3}"
 NAME = "thinkgate_stream_frame_wait_seconds"

@@ -9,10 +9,17 @@ from pathlib import Path
 import pytest
 
 from core.errors import OverTenantLimit, Unauthorized
-from server import budgets
-from server.keys_cli import main as keys_cli
+from server.pipeline import budgets
 from server.settings import Settings
-from server.tenants import Keyring, KeysFileError, Tenant, TenantLimits, hashed, parse_keys_file
+from server.tenancy.keys_cli import main as keys_cli
+from server.tenancy.tenants import (
+    Keyring,
+    KeysFileError,
+    Tenant,
+    TenantLimits,
+    hashed,
+    parse_keys_file,
+)
 
 KEY_A, KEY_B = "tg-alpha-secret", "tg-beta-secret"
 

@@ -21,7 +21,7 @@ from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
 from server.settings import Settings
-from server.tenants import hashed
+from server.tenancy.tenants import hashed
 
 KEYS = {"alpha": "tg-alpha", "beta": "tg-beta", "rated": "tg-rated", "metered": "tg-metered"}
 LIMITS = {

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from conftest import REMOTE_FLAGS, LiveServer, RemoteStack
 
-from server.tenants import hashed
+from server.tenancy.tenants import hashed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -43,7 +43,7 @@ def gateway(
 
 
 def billed(server: LiveServer, tenant: str) -> float:
-    return server.metrics().get(
+    return server.process.metrics().get(
         f'thinkgate_tenant_tokens_total{{kind="completion",tenant="{tenant}"}}', 0.0
     )
 

@@ -13,7 +13,7 @@ import pytest
 from core.base import Choice, ChoiceDelta, Result, Usage
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.blocks import Blocks, Closed, Opened, Text, of_result
+from server.apis.blocks import Blocks, Closed, Opened, Text, of_result
 
 ANSWER = "3+4=7\n</think>\\boxed{7}"
 MSG = [{"role": "user", "content": "Compute 3+4 mod 10."}]
@@ -66,7 +66,7 @@ async def test_responses_answer_with_reasoning_and_message_items(
     assert usage["output_tokens"] == len(testbed_tokens.encode(ANSWER)) + 1  # EOS
     assert usage["output_tokens_details"]["reasoning_tokens"] == 6
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
-    assert r["metadata"] == {"a": "b"} and r["store"] is True  # kept (server.response_store)
+    assert r["metadata"] == {"a": "b"} and r["store"] is True  # kept (server.apis.responses.store)
     assert r["thinkgate"]["strategy"] == "plain"
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from strategies.answers import equivalent
-from strategies.tree_vote import lead_probability
+from strategies.tree.vote import lead_probability
 from testbed.task import make_questions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.engines("local", "remote")]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from benchmarks.live_view import CHROMIUM, browser_page, first_render_ms, run_in_view
-from server.budgets import HEADERS
+from server.pipeline.budgets import HEADERS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from server.budgets import HEADERS
+from server.pipeline.budgets import HEADERS
 from server.routes.ui import FILES, STATIC
 
 

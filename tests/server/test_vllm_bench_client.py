@@ -20,8 +20,8 @@ from conftest import uvicorn_in_thread
 from core.engine import GenerateRequest, Sample
 from engines.scripted import ScriptedEngine, samples_of
 from server.app import create_app
+from server.pipeline.streaming import FIRST_EVENT_WAIT_S
 from server.settings import Settings
-from server.streaming import FIRST_EVENT_WAIT_S
 
 pytestmark = pytest.mark.vllm  # imports vLLM's benchmark client (no engine starts)
 

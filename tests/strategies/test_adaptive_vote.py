@@ -16,11 +16,11 @@ from core.engine import GenerateRequest, Sample, SamplingConfig
 from core.errors import InvalidRequest
 from engines.scripted import ScriptedEngine
 from engines.tokens import TokenizerTokens
-from strategies.adaptive_vote import AdaptiveStop, adaptive_stop, settled
-from strategies.best_of_n import BestOfN
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import thinking_open_after
+from strategies.sampling.adaptive_vote import AdaptiveStop, adaptive_stop, settled
+from strategies.sampling.best_of_n import BestOfN
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 from strategies.selection import build_classes
 from tests.strategies.test_prm_scorer import NL, LinePrm

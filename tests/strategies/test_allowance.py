@@ -20,7 +20,7 @@ import pytest
 from core.allowance import Allowance, BudgetSpent, DecodeSpeed, Limits
 from core.engine import GenerateRequest, Sample, SamplingConfig
 from kernels.elastic import args as ea
-from server.call_fit import fit_call
+from server.pipeline.call_fit import fit_call
 
 QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
 THOUGHT = "3+4=7\n3+4=7 check\n" * 12  # a long thought: budgets have something to cut
@@ -388,7 +388,7 @@ async def test_a_far_deadline_sends_calls_whole_and_a_near_one_streams(
 async def test_the_cut_ends_a_stalled_call_and_spares_a_cancellation_of_its_own() -> None:
     import asyncio
 
-    from server.request_engine import _Cut
+    from server.pipeline.request_engine import _Cut
 
     async def stalled() -> Any:
         await asyncio.sleep(10)

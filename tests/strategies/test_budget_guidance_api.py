@@ -17,7 +17,7 @@ from core.base import StrategyRequest
 from core.budget import Budget
 from core.engine import SamplingConfig
 from core.errors import BackendUnavailable
-from strategies.budget_guidance import BudgetGuidance
+from strategies.thinking.budget_guidance import BudgetGuidance
 from testbed.task import make_questions
 
 HARD = make_questions("test", 6, seed=21, min_ops=8, max_ops=12)

@@ -1,5 +1,5 @@
 """The DeepConf replay that chooses deepconf's settings (benchmarks/deepconf_sim.py): it
-must cut, vote and count tokens the way strategies/deepconf.py and the processor do."""
+must cut, vote and count tokens the way strategies/sampling/deepconf.py and the processor do."""
 
 from __future__ import annotations
 

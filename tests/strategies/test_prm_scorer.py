@@ -17,14 +17,14 @@ from core.engine import GenerateRequest, Sample, SamplingConfig
 from core.errors import BackendUnavailable, InvalidRequest
 from engines.scripted import ScriptedEngine
 from engines.tokens import TokenizerTokens
-from strategies.best_of_n import BestOfN
 from strategies.pool import DEFAULTS_KEY as SAMPLING_KEY
 from strategies.pool import SamplingDefaults
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
-from strategies.prm_scorer import PrmScorer, cut, sample_steps
 from strategies.reasoning import thinking_open_after
-from strategies.sampling import resolve_scorer
+from strategies.sampling.base import resolve_scorer
+from strategies.sampling.best_of_n import BestOfN
+from strategies.sampling.prm_scorer import PrmScorer, cut, sample_steps
 from strategies.scorers import MeanLogprob, ScoreQuery
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 

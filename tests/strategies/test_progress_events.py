@@ -15,10 +15,10 @@ import pytest
 from core.base import JSON
 from core.engine import SampleDelta
 from strategies import pool as pool_module
-from strategies.adaptive_draw import in_whole_pool
 from strategies.pool import Draw, Pool, draw
-from strategies.search_paths import Path
-from strategies.step_search import SearchState, step_tree
+from strategies.sampling.adaptive_draw import in_whole_pool
+from strategies.search.paths import Path
+from strategies.search.step_search import SearchState, step_tree
 
 
 async def _deltas(pause_s: float) -> AsyncGenerator[SampleDelta, None]:

@@ -1,5 +1,5 @@
 """Particle filtering's ``speculate``: the next step drawn while the PRM scores this one
-(strategies.step_ahead), on the scripted engine and PRM of test_step_search."""
+(strategies.search.step_ahead), on the scripted engine and PRM of test_step_search."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from core.base import Result
 from core.errors import InvalidRequest
-from strategies.particle_filtering import ParticleFiltering
+from strategies.search.particle_filtering import ParticleFiltering
 from tests.strategies.test_step_search import RIGHT, ArithmeticPrm, World, _ctx, _run
 
 

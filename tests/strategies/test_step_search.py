@@ -30,15 +30,15 @@ from core.budget import Budget
 from core.engine import GenerateRequest, Sample, SamplingConfig, StructuredOutput, TokenLogprob
 from core.errors import BackendUnavailable, InvalidBudget, InvalidRequest
 from engines.scripted import ScriptedEngine
-from strategies.beam_search import BeamSearch
-from strategies.dvts import Dvts
-from strategies.particle_filtering import ParticleFiltering, change, resample, weights
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import thinking_open_after
+from strategies.search.beam import BeamSearch
+from strategies.search.dvts import Dvts
+from strategies.search.particle_filtering import ParticleFiltering, change, resample, weights
+from strategies.search.step_rejection import StepRejection
+from strategies.search.step_search import SearchState, StepSearch
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults, search_options
-from strategies.step_rejection import StepRejection
-from strategies.step_search import SearchState, StepSearch
 from testbed.traces import line_is_correct
 
 QUESTION = "Compute 3+8-5+7 mod 10."
@@ -330,7 +330,7 @@ def test_resampling_properties() -> None:
     assert weights([0.2, 0.9, 0.9], 0.0) == [0.0, 1.0, 0.0]  # T = 0: greedy, first best
     w = weights([0.9, 0.1], 1.0)
     assert w[0] == pytest.approx(81 / 82, rel=1e-3)  # softmax of logits: odds 9 / (1/9)
-    from strategies.search_paths import Path
+    from strategies.search.paths import Path
 
     particles = [Path(ids=(i,), rewards=(r,)) for i, r in enumerate([0.9, 0.1, 0.5])]
     drawn = resample(particles, 1.0, random.Random(0))
@@ -353,7 +353,7 @@ def test_resampling_properties() -> None:
 
 
 def test_ratio_weights_follow_the_change_of_the_reward(testbed_tokens: Any) -> None:
-    from strategies.search_paths import Path
+    from strategies.search.paths import Path
 
     assert change(Path()) == 0.0
     assert change(Path(ids=(1,), rewards=(0.9,))) == pytest.approx(math.log(0.9))
@@ -772,7 +772,7 @@ async def test_a_request_ceiling_holds_and_the_search_answers(
     """Under the request's total-token ceiling (held by its engine) a search stops
     expanding when the next step would not fit, and still answers from its best path."""
     from core.allowance import Allowance, Limits
-    from server.request_engine import RequestEngine, Tally, with_tally
+    from server.pipeline.request_engine import RequestEngine, Tally, with_tally
 
     world = World(testbed_tokens)
     ctx = _ctx(testbed_tokens, world, samples=4, prm=ArithmeticPrm(testbed_tokens), options=options)

@@ -26,8 +26,8 @@ from engines.scripted import ScriptedEngine
 from strategies.reasoning import thinking_open_after
 from strategies.search_options import DEFAULTS_KEY, SearchDefaults
 from strategies.selection import AnswerClass
-from strategies.tree import TreeSampling
-from strategies.tree_vote import VoteStop, could_settle, lead_probability, settle_chance, settled
+from strategies.tree.sampler import TreeSampling
+from strategies.tree.vote import VoteStop, could_settle, lead_probability, settle_chance, settled
 
 QUESTION = "Compute 3+8-5+7 mod 10."
 THINKING = "3+8=1\n1-5=6\n6+7=3\n"
@@ -738,9 +738,9 @@ def test_an_earlier_waves_branches_never_fork_and_stop_among_their_own() -> None
     """Once the next wave has started, the free leaves are its own: an earlier wave's
     live branch, however unsure, continues as one; and each wave's branches are weighed
     for the early stop against their own wave's, not the deeper (weaker) earlier one's."""
-    from strategies.search_paths import Path
-    from strategies.tree import ROOT, Node, Tree, allocate, stop_weak
-    from strategies.tree_options import TreeOptions
+    from strategies.search.paths import Path
+    from strategies.tree.options import TreeOptions
+    from strategies.tree.sampler import ROOT, Node, Tree, allocate, stop_weak
 
     def node(parent: int, surprisal: float, worst: float) -> Node:
         return Node(

@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         b_max=args.b_max,
         calibration={
             # Which model the table belongs to: a server attaches a table by default
-            # only in front of this model (server.pets).
+            # only in front of this model (server.resources.pets).
             "model": _served_model(args.server, args.api_key)
             if args.server
             else str(args.model or defaults.installed().model),

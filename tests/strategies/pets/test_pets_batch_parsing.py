@@ -9,7 +9,7 @@ import pytest
 
 from core.engine import SamplingConfig
 from core.errors import InvalidBudget, InvalidRequest
-from server.pets_batches.wire import options_from, parse_lines
+from server.batches.pets_wire import options_from, parse_lines
 
 
 def line(cid: str, **body: object) -> str:

@@ -24,11 +24,11 @@ from core.engine import (
     SamplingConfig,
 )
 from core.errors import BackendUnavailable
-from strategies.pets.batches.input import BatchOptions, BatchQuestion
-from strategies.pets.batches.job import BatchJob, BatchView
-from strategies.pets.batches.result import QuestionOutcome
-from strategies.pets.batches.service import BatchJobs
-from strategies.pets.batches.sql_store import SqlBatchStore
+from server.batches.pets.input import BatchOptions, BatchQuestion
+from server.batches.pets.job import BatchJob, BatchView
+from server.batches.pets.result import QuestionOutcome
+from server.batches.pets.service import BatchJobs
+from server.batches.pets.sql_store import SqlBatchStore
 from testbed.tokenizer import CharCodec, chat_prompt
 
 LEASE_S = 30.0  # real-time renewals never fire within a test; the clock decides

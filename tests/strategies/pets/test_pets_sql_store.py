@@ -14,10 +14,10 @@ import pytest_asyncio
 
 from core.base import JSON
 from core.engine import Sample, SamplingConfig
-from strategies.pets.batches import sql_store
-from strategies.pets.batches.input import BatchOptions, BatchQuestion
-from strategies.pets.batches.sql_store import SqlBatchStore
-from strategies.pets.batches.store import JobRecord, StoredSample
+from server.batches.pets import sql_store
+from server.batches.pets.input import BatchOptions, BatchQuestion
+from server.batches.pets.sql_store import SqlBatchStore
+from server.batches.pets.store import JobRecord, StoredSample
 
 LEASE_S = 10.0
 

@@ -1,0 +1,3 @@
+"""Anthropic's Messages API: requests translated into the chat pipeline, answers and errors
+rendered back.
+"""

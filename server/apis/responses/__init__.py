@@ -1,0 +1,3 @@
+"""The Responses API: requests translated into the chat pipeline, answers rendered back,
+stored responses.
+"""

@@ -1,0 +1,188 @@
+"""What the routes call: files and batches of one tenant, checked as OpenAI checks them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Final
+
+from core.base import JSON
+from core.errors import BackendUnavailable, InvalidRequest, NotFound, PayloadTooLarge
+from server.batches.allocation import PetsAllocations
+from server.batches.allocation import check as allocation_check
+from server.batches.lines import read_lines
+from server.batches.records import (
+    ENDPOINTS,
+    WINDOW_S,
+    BatchRecord,
+    BatchStatus,
+    Counts,
+    FileRecord,
+    new_id,
+)
+from server.batches.runner import BatchRunner
+from server.batches.store import BatchStore
+
+MAX_PAGE: Final = 100
+PURPOSES: Final = ("batch",)
+
+
+@dataclass(frozen=True, slots=True)
+class Batches:
+    store: BatchStore
+    runner: BatchRunner
+    max_file_bytes: int
+    allocations: PetsAllocations | None = None  # None: allocation batches are refused
+
+    async def upload(self, owner: str, purpose: str, filename: str, content: bytes) -> FileRecord:
+        if purpose not in PURPOSES:
+            raise InvalidRequest(
+                f"purpose is {purpose!r}; this server keeps files for 'batch' only",
+                param="purpose",
+            )
+        if len(content) > self.max_file_bytes:
+            raise PayloadTooLarge(
+                f"the file is {len(content)} bytes; the limit is {self.max_file_bytes}"
+            )
+        record = FileRecord(
+            id=new_id("file-"),
+            owner=owner,
+            purpose=purpose,
+            filename=filename or "upload.jsonl",
+            bytes=len(content),
+            created_at=int(time.time()),
+        )
+        await self.store.create_file(record, content)
+        return record
+
+    async def file(self, owner: str, file_id: str) -> FileRecord:
+        record = await self.store.file(file_id)
+        if record is None or record.owner != owner:
+            raise NotFound(f"no file with id {file_id!r}", param="file_id")
+        return record
+
+    async def content(self, owner: str, file_id: str) -> bytes:
+        await self.file(owner, file_id)
+        content = await self.store.content(file_id)
+        if content is None:
+            raise NotFound(f"no file with id {file_id!r}", param="file_id")
+        return content
+
+    async def delete(self, owner: str, file_id: str) -> None:
+        if not await self.store.delete_file(file_id, owner):
+            raise NotFound(f"no file with id {file_id!r}", param="file_id")
+
+    async def create(self, owner: str, body: Mapping[str, object]) -> tuple[BatchRecord, Counts]:
+        endpoint = _string(body, "endpoint")
+        if endpoint not in ENDPOINTS:
+            raise InvalidRequest(
+                f"endpoint is {endpoint!r}; this server batches {', '.join(ENDPOINTS)}",
+                param="endpoint",
+            )
+        if _string(body, "completion_window") != "24h":
+            raise InvalidRequest("completion_window must be '24h'", param="completion_window")
+        metadata = _metadata(body.get("metadata"))
+        allocation = None
+        if body.get("allocation") is not None:
+            allocation = allocation_check(body["allocation"], endpoint)
+            if self.allocations is None:
+                raise BackendUnavailable("offline allocation (PETS batches) is off on this server")
+        file_id = _string(body, "input_file_id")
+        source = await self.store.file(file_id)
+        if source is None or source.owner != owner:
+            raise NotFound(f"no file with id {file_id!r}", param="input_file_id")
+        if source.purpose != "batch":
+            raise InvalidRequest(
+                f"file {file_id!r} has purpose {source.purpose!r}; a batch reads a file "
+                "uploaded with purpose 'batch'",
+                param="input_file_id",
+            )
+        content = await self.store.content(file_id) or b""
+        lines, errors = read_lines(content, endpoint)
+        if allocation is not None and self.allocations is not None and not errors:
+            job_id = await self.allocations.submit(allocation, lines, tenant=owner)
+            allocation = {**allocation, "job_id": job_id}
+        now = int(time.time())
+        status: BatchStatus = "failed" if errors else "in_progress"
+        record = BatchRecord(
+            id=new_id("batch_"),
+            owner=owner,
+            endpoint=endpoint,
+            input_file_id=file_id,
+            status=status,
+            created_at=now,
+            expires_at=now + WINDOW_S,
+            metadata=metadata,
+            errors=tuple(errors),
+            times={status: now},
+            allocation=allocation,
+        )
+        await self.store.create_batch(record, [] if errors else lines)
+        self.runner.wake()
+        return record, Counts(total=0 if errors else len(lines))
+
+    async def batch(self, owner: str, batch_id: str) -> tuple[BatchRecord, Counts]:
+        found = await self.store.batch(batch_id)
+        if found is None or found[0].owner != owner:
+            raise NotFound(f"no batch with id {batch_id!r}", param="batch_id")
+        record, counts = found
+        job_id = (record.allocation or {}).get("job_id")
+        if isinstance(job_id, str) and self.allocations is not None:
+            progress = await self.allocations.progress(job_id)
+            record = replace(record, allocation={**(record.allocation or {}), **progress})
+        return record, counts
+
+    async def cancel(self, owner: str, batch_id: str) -> tuple[BatchRecord, Counts]:
+        record, _ = await self.batch(owner, batch_id)
+        if not await self.store.cancel(batch_id) and record.status != "cancelling":
+            raise InvalidRequest(
+                f"batch {batch_id!r} is {record.status}; only a batch in progress can be cancelled",
+                param="batch_id",
+            )
+        job_id = (record.allocation or {}).get("job_id")
+        if isinstance(job_id, str) and self.allocations is not None:
+            await self.allocations.cancel(job_id)
+        self.runner.wake()
+        return await self.batch(owner, batch_id)
+
+
+def page_limit(raw: str | None) -> int:
+    if raw is None:
+        return 20
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", param="limit")
+    return int(raw)
+
+
+def listed(items: list[dict[str, JSON]], limit: int) -> dict[str, JSON]:
+    """An OpenAI list page of ``items`` (fetched ``limit + 1`` to know if more follow)."""
+    data = items[:limit]
+    return {
+        "object": "list",
+        "data": list(data),
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(items) > limit,
+    }
+
+
+def _string(body: Mapping[str, object], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{name} must be a non-empty string", param=name)
+    return value
+
+
+def _metadata(value: object) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > 16:
+        raise InvalidRequest("metadata must be an object of at most 16 pairs", param="metadata")
+    for key, item in value.items():
+        if not isinstance(item, str) or len(key) > 64 or len(item) > 512:
+            raise InvalidRequest(
+                "metadata keys are at most 64 characters and values strings of at most 512",
+                param=f"metadata.{key}",
+            )
+    return dict(value)

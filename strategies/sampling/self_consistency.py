@@ -1,0 +1,32 @@
+"""``self-consistency``: N samples in one engine request, majority vote on their answers.
+
+Wang et al. 2022 (docs/specs.md §5): the largest answer class wins, ties to the
+class seen first; with ``k > 1`` the ``k`` largest classes are returned, best first.
+Body option ``vote`` (``strategies.voting``): ``confidence`` or ``confidence-top`` weigh
+each sample by its trace confidence (DeepConf offline) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from core.base import JSON, StrategyContext
+from strategies.json_answers import ANSWER_FIELD
+from strategies.sampling.base import SamplingStrategy
+from strategies.selection import AnswerClass, Selection, select_majority
+from strategies.voting import OPTIONS as VOTE_OPTIONS
+
+
+class SelfConsistency(SamplingStrategy):
+    name: ClassVar[str] = "self-consistency"
+    uses_scorer: ClassVar[bool] = False
+    uses_vote: ClassVar[bool] = True
+    body_options: ClassVar[frozenset[str]] = frozenset(
+        {"elastic_mode", ANSWER_FIELD, *VOTE_OPTIONS}
+    )
+
+    def select(
+        self, ctx: StrategyContext, classes: Sequence[AnswerClass], k: int, total: int
+    ) -> tuple[Selection, Mapping[str, JSON]]:
+        return select_majority(classes, k), {}

@@ -1,0 +1,1 @@
+"""Strategies that shape one trajectory's thinking: Elastic Reasoning and budget guidance."""
