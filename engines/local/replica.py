@@ -51,6 +51,7 @@ from typing import Literal
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS
 from engines.local import cpu_host, engine_wait, executor
+from engines.local.context import STEP_TOKENS
 from engines.local.grammar import GRAMMAR_CONFIG
 from engines.local.prefix_cache import CPU_BLOCK
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
@@ -94,6 +95,28 @@ def default_model_flags() -> tuple[tuple[str, str], ...]:
 
 def _has(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _flag_int(args: Sequence[str], flag: str) -> int | None:
+    """The last integer value given to ``flag`` (``--flag N`` or ``--flag=N``), if any."""
+    found: int | None = None
+    for i, a in enumerate(args):
+        raw = a.partition("=")[2] if a.startswith(flag + "=") else None
+        if a == flag and i + 1 < len(args):
+            raw = args[i + 1]
+        if raw is not None and raw.isdigit():
+            found = int(raw)
+    return found
+
+
+def _config_context(model: str) -> int | None:
+    """A local model directory's own context (``max_position_embeddings``), which vLLM
+    serves when no ``--max-model-len`` is given; None for a hub id."""
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    value = json.loads(config.read_text()).get("max_position_embeddings")
+    return value if isinstance(value, int) else None
 
 
 def detect_runner(model: str, passthrough: Sequence[str]) -> Runner:
@@ -149,7 +172,10 @@ def build_command(
         if not _has(rest, "--enable-chunked-prefill"):
             cmd.append("--no-enable-chunked-prefill")
         if not _has(rest, "--max-num-batched-tokens"):
-            cmd += ["--max-num-batched-tokens", "32768"]
+            # Prefills are not chunked on CPU, so vLLM refuses a step smaller than the
+            # context: the default model's 65,536 positions need a step of as many.
+            context = _flag_int([*cmd, *rest], "--max-model-len") or _config_context(path)
+            cmd += ["--max-num-batched-tokens", str(max(STEP_TOKENS, context or 0))]
         if not _has(rest, "--block-size"):
             cmd += ["--block-size", str(CPU_BLOCK)]
     return [*cmd, *rest]

@@ -11,7 +11,9 @@
 //   STRATEGIES                    a comma list drawn uniformly per request (default
 //                                 plain,elastic,self-consistency); budgets go to the
 //                                 strategies that honour them:
-//   THINKING, SOLUTION            per-sample budgets (elastic, budget-guidance)
+//   THINKING, SOLUTION            per-sample budgets (elastic, budget-guidance); THINKING
+//                                 defaults to 256, since the server refuses elastic
+//                                 without a thinking budget
 //   SAMPLES                       samples or paths (sampling and search strategies)
 //   TOKENS, DEADLINE_MS           the request's own ceiling and deadline (every strategy)
 //   MAX_TOKENS                    the body's max_tokens (unset: the server's default)
@@ -33,7 +35,8 @@ const STRATEGIES = (__ENV.STRATEGIES || "plain,elastic,self-consistency")
   .map((s) => s.trim())
   .filter((s) => s.length > 0);
 const int = (name) => (__ENV[name] ? Number(__ENV[name]) : null);
-const THINKING = int("THINKING");
+// elastic is refused without a thinking budget, and it is in the default mix.
+const THINKING = __ENV.THINKING ? Number(__ENV.THINKING) : 256;
 const SOLUTION = int("SOLUTION");
 const SAMPLES = int("SAMPLES");
 const TOKENS = int("TOKENS");

@@ -88,3 +88,19 @@ def test_k6_smoke_against_the_live_server(base_url: str, served_model: str, tmp_
     strict = {**env, "DURATION": "2s", "P95_MS": "1"}
     missed = run_k6(base_url, strict, tmp_path / "strict", timeout_s=120)
     assert missed.returncode == 99, missed.output[-2000:]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_k6_with_its_documented_defaults_is_answered(
+    base_url: str, served_model: str, tmp_path: Path
+) -> None:
+    """The documented command sets only BASE_URL, RATE and DURATION: the default mix
+    (plain, elastic, self-consistency) with the default budgets must be accepted. RATE and
+    DURATION are shortened here (they set how much is sent, not what)."""
+    env = {"MODEL": served_model, "RATE": "2", "DURATION": "4s", "P95_MS": "60000"}
+    run = run_k6(base_url, env, tmp_path / "defaults", timeout_s=240)
+    refused = [r for r in run.records if not r["ok"]]
+    assert not refused, refused[:3]
+    assert run.summary["metrics"]["checks"]["fails"] == 0, run.output[-3000:]
+    assert run.returncode == 0, run.output[-3000:]

@@ -45,6 +45,9 @@ def test_testbed_replica_on_cpu_loads_our_v1_processors_and_the_guidance_wrapper
     # The prefix cache in 32-token blocks (vLLM's CPU default, 128, reuses half as much).
     assert _after(cmd, "--block-size") == ["32"]
     assert _after(cmd, "--served-model-name") == ["testbed-base"]
+    # Unchunked prefills: vLLM refuses a step smaller than the default's 65,536 positions.
+    assert _after(cmd, "--max-model-len") == ["65536"]
+    assert _after(cmd, "--max-num-batched-tokens") == ["65536"]
     # JSON answers: the grammar waits for </think>, and is compact as the gateway's own.
     assert _after(cmd, "--reasoning-parser") == ["deepseek_r1"]
     assert json.loads(_after(cmd, "--structured-outputs-config")[0]) == {
@@ -87,8 +90,19 @@ def test_user_flags_win_and_no_processors_means_none() -> None:
     assert cmd.count("--max-model-len") == 1 and _after(cmd, "--max-model-len") == ["256"]
     assert cmd.count("--dtype") == 1 and _after(cmd, "--dtype") == ["bfloat16"]
     assert cmd.count("--block-size") == 1 and _after(cmd, "--block-size") == ["128"]
+    assert _after(cmd, "--max-num-batched-tokens") == ["32768"]  # a full batch of prompts
     mine = build_command(None, ["--shutdown-timeout", "5"], runner="v1", cpu=True)
     assert mine.count("--shutdown-timeout") == 1 and _after(mine, "--shutdown-timeout") == ["5"]
+
+
+def test_a_step_holds_the_whole_context_a_model_declares(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 131072}))
+    cmd = build_command(str(tmp_path), [], runner="v1", cpu=True)
+    assert _after(cmd, "--max-num-batched-tokens") == ["131072"]
+    given = build_command(str(tmp_path), ["--max-model-len=40000"], runner="v1", cpu=True)
+    assert _after(given, "--max-num-batched-tokens") == ["40000"]
+    mine = build_command(str(tmp_path), ["--max-num-batched-tokens", "8192"], runner="v1", cpu=True)
+    assert mine.count("--max-num-batched-tokens") == 1
 
 
 @pytest.mark.slow  # a `thinkgate replica --print` subprocess (imports vLLM): ~5 s
