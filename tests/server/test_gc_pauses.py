@@ -1,4 +1,4 @@
-"""server/gc_pauses: the start-up heap is frozen once the app is up, and collections are
+"""server/process/gc_pauses: the start-up heap is frozen once the app is up, and collections are
 timed into /metrics (the fast tier: a scripted engine, no vLLM)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a PETS batch job is asked: its questions and its options.
 
-Both are validated before any engine work (``server/batch_input.py`` parses them from
+Both are validated before any engine work (``server/batches/pets_wire.py`` parses them from
 the request), so bad input is a 400 and never a failed job. The values are frozen: a
 job's store keeps them as they were submitted (a resumed job runs on exactly these).
 """
