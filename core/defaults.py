@@ -6,8 +6,10 @@ the testbed: without a provider, ``--model`` is simply required. A provider is a
 callable returning a mapping with ``model`` (directory or hub id), ``served_name`` and
 optionally ``reward_model``, ``prm_model`` (a process reward model for the step search),
 ``step_delimiter`` (where a reasoning step of that model ends), ``max_model_len`` (a
-replica's vLLM flag) and ``effort_context`` (the length reasoning efforts are shares of,
-where the model was trained on less than it is served with).
+replica's vLLM flag), ``effort_context`` (the length reasoning efforts are shares of,
+where the model was trained on less than it is served with) and
+``calibration_questions`` (a JSONL file of questions with their answers, one a line:
+what ``thinkgate calibrate auto`` measures the model's plans on by default).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ class ModelDefaults:
     prm_model: str | None = None
     step_delimiter: str | None = None
     effort_context: int | None = None
+    calibration_questions: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, object], source: str) -> ModelDefaults:
         model, name = raw.get("model"), raw.get("served_name")
         reward, length = raw.get("reward_model"), raw.get("max_model_len")
         prm, delimiter = raw.get("prm_model"), raw.get("step_delimiter")
-        effort = raw.get("effort_context")
+        effort, questions = raw.get("effort_context"), raw.get("calibration_questions")
         if not isinstance(model, str | Path) or not isinstance(name, str) or not name:
             raise NoDefaultModel(f"{source} must give 'model' and 'served_name'")
         if reward is not None and not isinstance(reward, str | Path):
@@ -54,6 +57,8 @@ class ModelDefaults:
             raise NoDefaultModel(f"{source}: 'step_delimiter' must be a non-empty string")
         if effort is not None and (isinstance(effort, bool) or not isinstance(effort, int)):
             raise NoDefaultModel(f"{source}: 'effort_context' must be an integer")
+        if questions is not None and (not isinstance(questions, str | Path) or not questions):
+            raise NoDefaultModel(f"{source}: 'calibration_questions' must be a path")
         return cls(
             str(model),
             name,
@@ -62,6 +67,7 @@ class ModelDefaults:
             None if prm is None else str(prm),
             delimiter,
             effort,
+            None if questions is None else str(questions),
         )
 
     def is_default_model(self, model: str | Path) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["auto"]:
-        from benchmarks.auto_calibrate import main as auto_main
+        from server.calibrate.auto import main as auto_main
 
         return auto_main(args[1:])
     from strategies.pets.calibration.cli import main as pets_main

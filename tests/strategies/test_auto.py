@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from test_reasoning_sequences import CharTokens
 
-from benchmarks.budget_plans import Outcome, summary
 from benchmarks.budgets import envelope
 from core.allowance import Allowance, Limits
 from core.base import Resources, StrategyContext, StrategyRequest
@@ -17,6 +16,7 @@ from core.budget import Budget
 from core.engine import SamplingConfig
 from core.registry import REGISTRY_KEY, Registry
 from engines.scripted import ScriptedEngine
+from server.calibrate.plans import Outcome, summary
 from strategies.auto import (
     DEFAULT_TABLE,
     MAX_SAMPLES,
@@ -233,7 +233,7 @@ def test_deadline_rows_round_trip_through_json(tmp_path: Path) -> None:
 def test_calibrating_some_deadlines_keeps_the_other_rows_with_their_question_counts(
     tmp_path: Path,
 ) -> None:
-    from benchmarks.auto_calibrate import _kept
+    from server.calibrate.auto import _kept
 
     rows = [
         {

@@ -66,3 +66,18 @@ def test_the_first_provider_by_name_wins_and_bad_offers_are_named(
         _providers(monkeypatch, _EntryPoint("c", bad))
         with pytest.raises(defaults.NoDefaultModel, match="pkg:c"):
             defaults.installed()
+
+
+def test_calibration_questions_are_an_optional_path(
+    fresh: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from testbed.defaults import CALIBRATION_QUESTIONS
+
+    assert defaults.installed().calibration_questions == str(CALIBRATION_QUESTIONS)
+    parse = defaults.ModelDefaults.parse
+    assert parse({"model": "/m", "served_name": "m"}, "p").calibration_questions is None
+    offered = parse({"model": "/m", "served_name": "m", "calibration_questions": Path("/q")}, "p")
+    assert offered.calibration_questions == "/q"
+    for bad in (5, "", ["/q"]):
+        with pytest.raises(defaults.NoDefaultModel, match="p: 'calibration_questions'"):
+            parse({"model": "/m", "served_name": "m", "calibration_questions": bad}, "p")
