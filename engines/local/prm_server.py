@@ -120,60 +120,77 @@ def build_app(
     prm: PrmEngine, *, served_name: str, tokenizer: Tokenizer, owns_engine: bool = True
 ) -> Starlette:
     """The server's routes over ``prm``; ``owns_engine``: the app stops it on shutdown."""
-    counters = Counters()
-    created = int(time.time())
+    routes = _Routes(prm, served_name=served_name, tokenizer=tokenizer)
 
-    async def pooling(request: Request) -> Response:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owns_engine:
+                await prm.aclose()
+
+    return Starlette(
+        routes=[
+            Route("/pooling", routes.pooling, methods=["POST"]),
+            Route("/tokenize", routes.tokenize, methods=["POST"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/metrics", routes.metrics, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+
+
+class _Routes:
+    """The server's endpoints over one ``PrmEngine`` and the counters they keep."""
+
+    def __init__(self, prm: PrmEngine, *, served_name: str, tokenizer: Tokenizer) -> None:
+        self._prm = prm
+        self._served_name = served_name
+        self._tokenizer = tokenizer
+        self._counters = Counters()
+        self._created = int(time.time())
+
+    async def pooling(self, request: Request) -> Response:
         try:
             body = await _body(request)
-            model = body.get("model")
-            if model is not None and model != served_name:
-                raise InvalidRequest(f"this server serves {served_name!r}", param="model")
-            task = body.get("task", "token_classify")
-            if task != "token_classify":
-                raise InvalidRequest(
-                    "this PRM server answers task token_classify (a row per step tag)",
-                    param="task",
-                )
-            sequences = _inputs(body, tokenizer)
-            for seq in sequences:
-                if not seq:
-                    raise InvalidRequest("an input has no tokens", param="input")
-                if len(seq) > prm.max_model_len:
-                    raise InvalidRequest(
-                        f"an input has {len(seq)} tokens; the PRM's context is {prm.max_model_len}",
-                        param="input",
-                    )
+            sequences = self._sequences(body)
             tally = Tally()
-            rewards = await prm.step_rewards(sequences, tally)
+            rewards = await self._prm.step_rewards(sequences, tally)
         except GatewayError as exc:
             return _error(exc)
+        counters = self._counters
         counters.requests += 1
         counters.sequences += len(sequences)
         counters.asked_tokens += tally.asked
         counters.scored_tokens += tally.scored
-        data = [
-            {"index": i, "object": "pooling", "data": [_row(r) for r in per_tag]}
-            for i, per_tag in enumerate(rewards)
-        ]
-        tokens = sum(len(s) for s in sequences)
-        return JSONResponse(
-            {
-                "id": f"pool-{uuid.uuid4().hex}",
-                "object": "list",
-                "created": int(time.time()),
-                "model": served_name,
-                "data": data,
-                "usage": {
-                    "prompt_tokens": tokens,
-                    "total_tokens": tokens,
-                    "completion_tokens": 0,
-                    "prompt_tokens_details": {"cached_tokens": max(0, tally.asked - tally.scored)},
-                },
-            }
-        )
+        return JSONResponse(_pooling_answer(self._served_name, sequences, rewards, tally))
 
-    async def tokenize(request: Request) -> Response:
+    def _sequences(self, body: dict[str, Any]) -> list[list[int]]:
+        """The sequences a ``/pooling`` body asks to score, checked against the PRM."""
+        model = body.get("model")
+        if model is not None and model != self._served_name:
+            raise InvalidRequest(f"this server serves {self._served_name!r}", param="model")
+        task = body.get("task", "token_classify")
+        if task != "token_classify":
+            raise InvalidRequest(
+                "this PRM server answers task token_classify (a row per step tag)",
+                param="task",
+            )
+        sequences = _inputs(body, self._tokenizer)
+        max_model_len = self._prm.max_model_len
+        for seq in sequences:
+            if not seq:
+                raise InvalidRequest("an input has no tokens", param="input")
+            if len(seq) > max_model_len:
+                raise InvalidRequest(
+                    f"an input has {len(seq)} tokens; the PRM's context is {max_model_len}",
+                    param="input",
+                )
+        return sequences
+
+    async def tokenize(self, request: Request) -> Response:
         try:
             body = await _body(request)
             prompt = body.get("prompt")
@@ -186,33 +203,36 @@ def build_app(
                 )
         except GatewayError as exc:
             return _error(exc)
-        ids = tokenizer.encode(prompt, add_special_tokens=add_special)
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": prm.max_model_len})
+        ids = self._tokenizer.encode(prompt, add_special_tokens=add_special)
+        return JSONResponse(
+            {"tokens": ids, "count": len(ids), "max_model_len": self._prm.max_model_len}
+        )
 
-    async def models(_: Request) -> Response:
+    async def models(self, _: Request) -> Response:
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": served_name,
+                        "id": self._served_name,
                         "object": "model",
-                        "created": created,
+                        "created": self._created,
                         "owned_by": "thinkgate",
-                        "max_model_len": prm.max_model_len,
+                        "max_model_len": self._prm.max_model_len,
                     }
                 ],
             }
         )
 
-    async def health(_: Request) -> Response:
+    async def health(self, _: Request) -> Response:
         try:
-            await prm.health()
+            await self._prm.health()
         except GatewayError as exc:
             return _error(exc)
         return Response(status_code=200)
 
-    async def metrics(_: Request) -> Response:
+    async def metrics(self, _: Request) -> Response:
+        counters = self._counters
         lines = []
         for name, value, what in (
             ("requests", counters.requests, "pooling requests answered"),
@@ -224,24 +244,29 @@ def build_app(
             lines += [f"# HELP {metric} {what}", f"# TYPE {metric} counter", f"{metric} {value}"]
         return PlainTextResponse("\n".join(lines) + "\n")
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            if owns_engine:
-                await prm.aclose()
 
-    return Starlette(
-        routes=[
-            Route("/pooling", pooling, methods=["POST"]),
-            Route("/tokenize", tokenize, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-        ],
-        lifespan=lifespan,
-    )
+def _pooling_answer(
+    served_name: str, sequences: list[list[int]], rewards: list[list[float]], tally: Tally
+) -> dict[str, Any]:
+    """vLLM's ``/pooling`` answer: a ``[p_wrong, p_right]`` row per step tag."""
+    data = [
+        {"index": i, "object": "pooling", "data": [_row(r) for r in per_tag]}
+        for i, per_tag in enumerate(rewards)
+    ]
+    tokens = sum(len(s) for s in sequences)
+    return {
+        "id": f"pool-{uuid.uuid4().hex}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": served_name,
+        "data": data,
+        "usage": {
+            "prompt_tokens": tokens,
+            "total_tokens": tokens,
+            "completion_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": max(0, tally.asked - tally.scored)},
+        },
+    }
 
 
 def _row(right: float) -> list[float]:

@@ -29,25 +29,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import httpx
-import orjson
 import structlog
 
 from core.engine import EngineLoad, GenerateRequest, ModelTokens, Sample, SampleDelta, all_of
-from core.errors import (
-    BackendUnavailable,
-    GatewayError,
-    InvalidRequest,
-    UpstreamError,
-)
-from engines.calls import AiohttpCalls, CallFailed, Calls, HttpxCalls, Timeouts, Transport
-from engines.http_errors import transport_error
+from core.errors import BackendUnavailable, GatewayError, UpstreamError
+from engines.calls import AiohttpCalls, Calls, HttpxCalls, Timeouts, Transport
 from engines.remote import joint
 from engines.remote.balancer import PrefixIndex, block_hashes, choose
-from engines.remote.upstream import ServerFacts, ServerMismatch, Upstream, probe_text, verify
-from engines.remote.wire import PATHS, Protocol, body, deltas, samples, upstream_error
+from engines.remote.health import FleetHealth
+from engines.remote.server_call import UpstreamFailed, generate_on, joint_on, stream_on
+from engines.remote.upstream import ServerFacts, Upstream, probe_text
 from engines.settings import EngineSettings, RemoteEngineSettings
 from engines.tokens import TokenizerTokens
 from kernels.processors import wanted_by
@@ -55,29 +50,13 @@ from kernels.processors import wanted_by
 log = structlog.get_logger("thinkgate.remote")
 T = TypeVar("T")
 
-AFFINITY_HEADER: Final = "X-Session-ID"
-FAIRNESS_HEADER: Final = "x-llm-d-inference-fairness-id"
-OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
-# A connection that breaks as it opens can surface from httpcore's anyio backend as an
-# AttributeError (it reads the peer name of a socket already gone: ``'NoneType' object
-# has no attribute 'getpeername'``, seen with a replica SIGKILLed under load): a broken
-# connection like any httpx error, not a crash of the health check.
-BROKEN: Final = (httpx.HTTPError, AttributeError)
 RETRY_PAUSE_S: Final = 0.25  # before placing a failed call again where it failed
 RETRY_PAUSE_MAX_S: Final = 2.0
 
 
-class UpstreamFailed(Exception):
-    """A call failed on one server in a way another server may not (retry elsewhere)."""
-
-    def __init__(self, error: GatewayError, *, eject: bool) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.eject = eject
-
-
-class RemoteEngine:
-    """The ``Engine`` protocol over one or more vLLM OpenAI servers."""
+class RemoteEngine(FleetHealth):
+    """The ``Engine`` protocol over one or more vLLM OpenAI servers (admission and
+    health checks: ``FleetHealth``; one call on one server: ``server_call``)."""
 
     def __init__(
         self,
@@ -102,11 +81,6 @@ class RemoteEngine:
         self._watcher: asyncio.Task[None] | None = None
         self.failovers = 0
         self.redraws = 0  # samples drawn again after their server failed mid-way
-
-    @property
-    def sole(self) -> bool:
-        """One URL: the only route to the fleet (a router, or a single replica)."""
-        return len(self.upstreams) == 1
 
     # --- life cycle
 
@@ -137,141 +111,6 @@ class RemoteEngine:
             raise
         engine._watcher = asyncio.get_running_loop().create_task(engine._watch())
         return engine
-
-    async def _first_admission(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.start_timeout_s
-        while True:
-            # In URL order, so the first server is the reference the others must match;
-            # a mismatch refuses start-up (ServerMismatch propagates), naming the URL.
-            for up in self.upstreams:
-                if up.state != "up":
-                    await self._admit(up, at_start=True)
-            if any(u.state == "up" for u in self.upstreams):
-                break
-            if loop.time() >= deadline:
-                errors = "; ".join(f"{u.url}: {u.last_error}" for u in self.upstreams)
-                raise RuntimeError(
-                    f"no vLLM server answered in {self._settings.start_timeout_s:g} s ({errors})"
-                )
-            await asyncio.sleep(min(1.0, self._settings.health_interval_s))
-        log.info("remote.ready", servers=[u.status() for u in self.upstreams])
-
-    async def _admit(self, up: Upstream, *, at_start: bool = False) -> None:
-        """Verify ``up`` and mark it up, or record why not."""
-        try:
-            facts = await verify(
-                self._client,
-                up.url,
-                tokens=self.tokens,
-                probe=self._probe,
-                protocol=self._settings.protocol,
-                timeout_s=self._settings.connect_timeout_s + 10.0,
-            )
-            self._check_same(up.url, facts)
-        except ServerMismatch as exc:
-            repeated = up.state == "mismatch" and up.last_error == str(exc)
-            up.set_state("mismatch", str(exc))
-            if at_start:
-                raise
-            if not repeated:  # once per cause, not every health interval
-                log.error("remote.mismatch", server=up.url, error=str(exc))
-            return
-        except httpx.HTTPError as exc:
-            up.set_state("down", f"{type(exc).__name__}: {exc}")
-            return
-        except (KeyError, TypeError, ValueError) as exc:
-            # Answers that are not what a vLLM server sends (a proxy's error page...).
-            up.set_state("down", f"unexpected answer: {type(exc).__name__}: {exc}")
-            return
-        was = up.state
-        up.facts = facts
-        self._prefixes.forget(up.url)  # a server coming (back) up has a cold cache
-        up.set_state("up")
-        if was != "starting" or not at_start:
-            log.info("remote.admitted", server=up.url, was=was, processors=sorted(facts.processors))
-
-    def _check_same(self, url: str, facts: ServerFacts) -> None:
-        ref = self._reference
-        if ref is None:
-            self._reference = facts
-            return
-        if facts.model_id != ref.model_id or facts.max_model_len != ref.max_model_len:
-            raise ServerMismatch(
-                f"{url}: serves {facts.model_id!r} with max_model_len {facts.max_model_len}; "
-                f"the others serve {ref.model_id!r} with {ref.max_model_len}"
-            )
-
-    async def _watch(self) -> None:
-        """Health checks: eject a server that stops answering, re-admit one that verifies.
-
-        Nothing a server answers may end this loop: a check that fails unexpectedly is
-        logged and the loop goes on (without it no server would ever come back)."""
-        while True:
-            await asyncio.sleep(self._settings.health_interval_s)
-            results = await asyncio.gather(
-                *(self._check(u) for u in self.upstreams), return_exceptions=True
-            )
-            for up, result in zip(self.upstreams, results, strict=True):
-                if isinstance(result, Exception):
-                    log.error("remote.check_failed", server=up.url, error=repr(result))
-
-    async def _check(self, up: Upstream) -> None:
-        if self.sole:
-            await self._check_sole(up)
-            return
-        if up.state != "up":
-            await self._admit(up)
-            return
-        ok, reason = await self._healthy(up, "/health")
-        if not ok:
-            self._eject(up, reason)
-
-    async def _healthy(self, up: Upstream, path: str) -> tuple[bool, str]:
-        try:
-            answer = await self._client.get(
-                f"{up.url}{path}", timeout=self._settings.connect_timeout_s
-            )
-        except BROKEN as exc:
-            return False, f"{path}: {type(exc).__name__}: {exc}"
-        if path == "/readiness":
-            up.fleet = _fleet(answer)
-        return answer.status_code == 200, f"{path} answered {answer.status_code}"
-
-    async def _check_sole(self, up: Upstream) -> None:
-        """The only route: up while it says it can serve. A router's ``/readiness`` (ready
-        while one worker is healthy; its ``/health`` turns 503 as soon as any one is not),
-        else ``/health`` (one vLLM server). Coming back, it is verified again; a
-        verification that cannot finish through a router whose fleet is still settling
-        (its ``/v1/models`` placed on a dead worker) keeps the facts it had."""
-        if up.health_path is None:
-            ok, _ = await self._healthy(up, "/readiness")
-            up.health_path = "/readiness" if ok else "/health"
-            if not ok:
-                up.fleet = None
-        ok, reason = await self._healthy(up, up.health_path)
-        if up.state == "up":
-            if not ok:
-                log.warning("remote.not_ready", server=up.url, reason=reason)
-                up.set_state("down", reason)
-            return
-        if not ok:
-            up.last_error = reason
-            return
-        if up.facts is None or up.state == "mismatch":
-            await self._admit(up)
-            return
-        facts = up.facts
-        await self._admit(up)
-        if up.state == "down":  # verification failed without a mismatch: serve on
-            up.facts = facts
-            up.set_state("up")
-            log.info("remote.admitted", server=up.url, was="down", verified=False)
-
-    def _eject(self, up: Upstream, reason: str) -> None:
-        if up.state == "up":
-            log.warning("remote.ejected", server=up.url, reason=reason)
-            up.set_state("down", reason)
 
     async def aclose(self) -> None:
         if self._watcher is not None:
@@ -320,7 +159,7 @@ class RemoteEngine:
     # --- Engine protocol
 
     async def generate(self, request: GenerateRequest) -> list[Sample]:
-        return await self._retried(request, self._generate_on)
+        return await self._retried(request, partial(generate_on, self._calls))
 
     async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[list[Sample]]:
         """Requests that can share a call go as one ``/v1/completions`` call with all
@@ -344,7 +183,7 @@ class RemoteEngine:
         call = joint.JointCall.of(parts, group.max_tokens)
 
         async def on(up: Upstream, lead: GenerateRequest) -> list[list[Sample]]:
-            return await self._joint_on(up, lead, call)
+            return await joint_on(self._calls, up, lead, call)
 
         return await self._retried(call.lead(), on)
 
@@ -391,7 +230,9 @@ class RemoteEngine:
                 # (vLLM aborts when the connection goes), not whenever the GC runs.
                 async with (
                     self._lease(up, part),
-                    contextlib.aclosing(self._stream_on(up, _rekeyed(part, attempt))) as deltas_,
+                    contextlib.aclosing(
+                        stream_on(self._calls, up, _rekeyed(part, attempt))
+                    ) as deltas_,
                 ):
                     async for delta in deltas_:
                         arrived = True
@@ -508,156 +349,6 @@ class RemoteEngine:
             up.outstanding_samples -= n
             up.outstanding_requests -= 1
 
-    # --- one call on one server
-
-    def _body(
-        self,
-        up: Upstream,
-        request: GenerateRequest,
-        *,
-        stream: bool,
-        protocol: Protocol | None = None,
-    ) -> dict[str, Any]:
-        assert up.facts is not None
-        room = up.facts.max_model_len - len(request.prompt_token_ids)
-        if room < 1:
-            raise InvalidRequest(
-                f"the prompt has {len(request.prompt_token_ids)} tokens; the model's context "
-                f"is {up.facts.max_model_len}"
-            )
-        max_tokens = room if request.sampling.max_tokens is None else request.sampling.max_tokens
-        return body(
-            protocol or up.facts.protocol,
-            request,
-            max_tokens=max_tokens,
-            upstream_model=up.facts.model_id,
-            stream=stream,
-        )
-
-    async def _post(
-        self, up: Upstream, protocol: Protocol, payload: dict[str, Any], request: GenerateRequest
-    ) -> dict[str, Any]:
-        """A non-streamed call's answer, read as JSON; raises for a failed status."""
-        try:
-            answer = await self._calls.post(
-                f"{up.url}{PATHS[protocol]}", orjson.dumps(payload), _headers(request)
-            )
-            data = orjson.loads(answer.content) if answer.content else {}
-        except (CallFailed, ValueError) as exc:
-            raise _transport_failure(up, exc) from exc
-        _raise_for_status(up, answer.status, data)
-        return data
-
-    async def _generate_on(self, up: Upstream, request: GenerateRequest) -> list[Sample]:
-        assert up.facts is not None
-        payload = self._body(up, request, stream=False)
-        data = await self._post(up, up.facts.protocol, payload, request)
-        s = request.sampling
-        return samples(
-            up.facts.protocol,
-            data,
-            s.n,
-            top_k=s.top_logprobs,
-            client_k=s.token_logprobs,
-            prompt=(
-                None if s.prompt_logprobs is None else (s.prompt_logprobs, request.prompt_token_ids)
-            ),
-        )
-
-    async def _joint_on(
-        self, up: Upstream, lead: GenerateRequest, call: joint.JointCall
-    ) -> list[list[Sample]]:
-        # The body of the longest prompt checks that every prompt fits the context.
-        longest = replace(
-            lead,
-            prompt_token_ids=max(call.prompts, key=len),
-            sampling=replace(lead.sampling, n=call.n),
-        )
-        payload = self._body(up, longest, stream=False, protocol="completions")
-        payload["prompt"] = [list(p) for p in call.prompts]
-        data = await self._post(up, "completions", payload, lead)
-        s = lead.sampling
-        got = samples(
-            "completions", data, call.samples, top_k=s.top_logprobs, client_k=s.token_logprobs
-        )
-        return call.split(got)
-
-    async def _stream_on(
-        self, up: Upstream, request: GenerateRequest
-    ) -> AsyncGenerator[SampleDelta, None]:
-        assert up.facts is not None
-        protocol = up.facts.protocol
-        payload = self._body(up, request, stream=True)
-        finished: set[int] = set()
-        try:
-            async with self._calls.stream(
-                f"{up.url}{PATHS[protocol]}", orjson.dumps(payload), _headers(request)
-            ) as answer:
-                if answer.status != 200:
-                    raw = await answer.read()
-                    _raise_for_status(up, answer.status, _loads(raw))
-                async for line in answer.lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    frame = _loads(data.encode())
-                    if frame.get("error") is not None:
-                        failure = upstream_error(500, frame)
-                        if isinstance(failure, InvalidRequest):
-                            raise failure  # the request's fault: no server would take it
-                        raise UpstreamFailed(failure, eject=False)
-                    for delta in deltas(
-                        protocol,
-                        frame,
-                        top_k=request.sampling.top_logprobs,
-                        client_k=request.sampling.token_logprobs,
-                    ):
-                        if delta.finish_reason is not None:
-                            finished.add(delta.index)
-                        yield delta
-        except CallFailed as exc:
-            raise _transport_failure(up, exc) from exc
-        if len(finished) != request.sampling.n:
-            raise UpstreamFailed(
-                UpstreamError(
-                    f"vLLM server {up.url} ended the stream with {len(finished)} of "
-                    f"{request.sampling.n} samples finished"
-                ),
-                eject=False,
-            )
-
-
-def _fleet(answer: httpx.Response) -> dict[str, int] | None:
-    """A router's own view of its workers, from its ``/readiness`` body
-    (``{"healthy_workers": n, "total_workers": m}`` from vLLM's router)."""
-    try:
-        data = answer.json()
-        return {
-            "healthy_workers": int(data["healthy_workers"]),
-            "total_workers": int(data["total_workers"]),
-        }
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _headers(request: GenerateRequest) -> dict[str, str]:
-    """A call's headers: with its affinity key as the session key a router places by
-    (vLLM's router: the first of ``X-Session-ID``, ``X-User-ID``... is its
-    ``consistent_hash`` / ``sticky_least_loaded`` key; otherwise it hashes the prompt)."""
-    headers = {"content-type": "application/json"}
-    if request.affinity:
-        headers[AFFINITY_HEADER] = request.affinity
-    if request.tenant:
-        # llm-d's endpoint picker weighs requests by tenant: all samples of one request
-        # carry their tenant's id, so a 16-sample request is one tenant, not 16.
-        headers[FAIRNESS_HEADER] = request.tenant
-    if request.objective:
-        # Its objective (an InferenceObjective's name): interactive calls before batch.
-        headers[OBJECTIVE_HEADER] = request.objective
-    return headers
-
 
 def _rekeyed(request: GenerateRequest, attempt: int) -> GenerateRequest:
     """The call for a retry: a fresh affinity key, so that a router hashing the key does
@@ -666,35 +357,3 @@ def _rekeyed(request: GenerateRequest, attempt: int) -> GenerateRequest:
     if attempt == 0 or not request.affinity:
         return request
     return replace(request, affinity=f"{request.affinity}-retry{attempt}")
-
-
-def _loads(raw: bytes) -> dict[str, Any]:
-    try:
-        value = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        return {"error": {"message": raw[:300].decode(errors="replace")}}
-    return value if isinstance(value, dict) else {"data": value}
-
-
-def _raise_for_status(up: Upstream, status: int, data: dict[str, Any]) -> None:
-    if status == 200:
-        return
-    error = upstream_error(status, data)
-    if isinstance(error, InvalidRequest):
-        raise error  # the request's fault (whatever the status): no other server would take it
-    if status >= 500 or status == 429:
-        # The server (not the request) failed: another server may serve it. A 503 is
-        # vLLM's dead engine: take the server out until it verifies again.
-        raise UpstreamFailed(error, eject=status == 503)
-    raise error
-
-
-def _transport_failure(up: Upstream, exc: Exception) -> UpstreamFailed:
-    """A connection that could not open or broke, or an answer that is not JSON: the
-    server is gone or going (503, ejected), whatever the wire error's own status."""
-    source = f"vLLM server {up.url}"
-    if isinstance(exc, CallFailed):
-        message = transport_error(source, exc).message
-    else:
-        message = f"{source} answered with invalid JSON: {exc}"
-    return UpstreamFailed(BackendUnavailable(message), eject=True)

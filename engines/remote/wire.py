@@ -24,6 +24,7 @@ from core.engine import (
     GenerateRequest,
     Sample,
     SampleDelta,
+    SamplingConfig,
     TokenLogprob,
 )
 from core.errors import (
@@ -55,7 +56,14 @@ def body(
     stream: bool,
 ) -> dict[str, Any]:
     """The JSON body of ``request`` for ``protocol`` (``max_tokens`` already resolved)."""
-    s = request.sampling
+    params = _sampling_params(protocol, request.sampling, max_tokens)
+    if protocol == "generate":
+        return _generate_body(request, params, stream=stream)
+    return _completions_body(request, params, upstream_model=upstream_model, stream=stream)
+
+
+def _sampling_params(protocol: Protocol, s: SamplingConfig, max_tokens: int) -> dict[str, Any]:
+    """vLLM's ``SamplingParams`` for ``s``, as both protocols carry them."""
     params: dict[str, Any] = {
         "n": s.n,
         "max_tokens": max_tokens,
@@ -83,17 +91,9 @@ def body(
         params["stop"] = list(s.stop)
     if s.stop_token_ids:
         params["stop_token_ids"] = list(s.stop_token_ids)
-    wanted = max(s.top_logprobs, s.token_logprobs or 0)
-    if wanted > 0:
-        # The top-k candidates per token (confidences, the client's alternatives); the
-        # sampled token's logprob and so cumulative_logprob come with them.
-        # ``generate`` lists only the first ``logprobs`` entries of vLLM's per-token dict,
-        # the sampled token first: one more than k keeps the true top k listed when the
-        # sampled token is not among them (exact up to vLLM's cap of MAX_TOP_K).
-        extra_one = protocol == "generate" and wanted < MAX_TOP_K
-        params["logprobs"] = wanted + 1 if extra_one else wanted
-    elif s.logprobs or s.token_logprobs is not None:
-        params["logprobs"] = 0  # the sampled token's logprob only
+    logprobs = _logprobs(protocol, s)
+    if logprobs is not None:
+        params["logprobs"] = logprobs
     if s.prompt_logprobs is not None:
         params["prompt_logprobs"] = s.prompt_logprobs
     if s.structured is not None:
@@ -104,22 +104,57 @@ def body(
             if s.structured.kind == "json_object"
             else {"json": json.loads(s.structured.schema or "{}")}
         )
+    return params
+
+
+def _wanted(s: SamplingConfig) -> int:
+    """The top-k candidates asked for per token (confidences, the client's alternatives)."""
+    return max(s.top_logprobs, s.token_logprobs or 0)
+
+
+def _logprobs(protocol: Protocol, s: SamplingConfig) -> int | None:
+    """vLLM's ``logprobs`` for ``s``; None: not asked for."""
+    wanted = _wanted(s)
+    if wanted > 0:
+        # The top-k candidates per token (confidences, the client's alternatives); the
+        # sampled token's logprob and so cumulative_logprob come with them.
+        # ``generate`` lists only the first ``logprobs`` entries of vLLM's per-token dict,
+        # the sampled token first: one more than k keeps the true top k listed when the
+        # sampled token is not among them (exact up to vLLM's cap of MAX_TOP_K).
+        extra_one = protocol == "generate" and wanted < MAX_TOP_K
+        return wanted + 1 if extra_one else wanted
+    if s.logprobs or s.token_logprobs is not None:
+        return 0  # the sampled token's logprob only
+    return None
+
+
+def _generate_body(
+    request: GenerateRequest, params: dict[str, Any], *, stream: bool
+) -> dict[str, Any]:
+    """The scale-out route's body: the prompt's ids and vLLM's ``SamplingParams``."""
+    s = request.sampling
     extra = dict(s.extra_args)
-    if protocol == "generate":
-        if extra:
-            params["extra_args"] = extra
-        # Text is decoded in the gateway; the server detokenizes only for stop strings.
-        params["detokenize"] = bool(s.stop)
-        if stream and not request.visible:
-            # Fewer frames through every hop (a router included) for a stream nobody
-            # reads token by token (the scale-out route takes vLLM's SamplingParams).
-            params["stream_interval"] = QUIET_STREAM_INTERVAL
-        return {
-            "request_id": request.request_id,
-            "token_ids": list(request.prompt_token_ids),
-            "sampling_params": params,
-            "stream": stream,
-        }
+    if extra:
+        params["extra_args"] = extra
+    # Text is decoded in the gateway; the server detokenizes only for stop strings.
+    params["detokenize"] = bool(s.stop)
+    if stream and not request.visible:
+        # Fewer frames through every hop (a router included) for a stream nobody
+        # reads token by token (the scale-out route takes vLLM's SamplingParams).
+        params["stream_interval"] = QUIET_STREAM_INTERVAL
+    return {
+        "request_id": request.request_id,
+        "token_ids": list(request.prompt_token_ids),
+        "sampling_params": params,
+        "stream": stream,
+    }
+
+
+def _completions_body(
+    request: GenerateRequest, params: dict[str, Any], *, upstream_model: str, stream: bool
+) -> dict[str, Any]:
+    """``/v1/completions``' body: a token-id prompt, the params at the top level."""
+    s = request.sampling
     out: dict[str, Any] = {
         "model": upstream_model,
         "prompt": list(request.prompt_token_ids),
@@ -127,9 +162,10 @@ def body(
         "stream": stream,
         **params,
     }
+    extra = dict(s.extra_args)
     if extra:
         out["vllm_xargs"] = extra
-    if wanted > 0 or s.token_logprobs is not None or s.prompt_logprobs is not None:
+    if _wanted(s) > 0 or s.token_logprobs is not None or s.prompt_logprobs is not None:
         # Key top_logprobs by "token_id:N", not by decoded text: distinct tokens that
         # decode alike (byte-fallback pieces) would collapse into one candidate.
         out["return_tokens_as_token_ids"] = True

@@ -15,7 +15,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from kernels.gpu_check.checks import Result
+    from kernels.gpu_check.timing import Timing
 
 SKIPPED = 3
 
@@ -37,6 +43,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    refused = _refusal(args)
+    if refused is not None:
+        return refused
+    import torch
+
+    from kernels.gpu_check.vllm_standin import install
+
+    standin = install()
+    t0 = time.monotonic()
+    device = torch.device(args.device)
+    name = (
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
+    )
+    _progress(f"device: {name}; vLLM {'stand-ins' if standin else 'installed'}", t0)
+    quick = args.interpret
+    results = _run_checks(_steps(device, quick), t0)
+    timings: list[Timing] = []
+    peak_source = ""
+    if not args.no_timings:
+        timings, peak_source = _run_timings(device, name, quick, t0)
+    failed = [r for r in results if not r.ok]
+    out = Path(args.out)
+    text = _write_report(out, name, results, timings, peak_source)
+    print(text)
+    _progress(
+        f"{len(results) - len(failed)}/{len(results)} checks passed; wrote {out}/gpu-check.md", t0
+    )
+    return 1 if failed else 0
+
+
+def _refusal(args: argparse.Namespace) -> int | None:
+    """The exit status when the check cannot run as asked (None: it can). Sets
+    ``TRITON_INTERPRET`` for ``--interpret`` before torch (and so Triton) is imported."""
     if args.interpret:
         if args.device != "cpu":
             print("--interpret needs --device cpu", file=sys.stderr)
@@ -50,19 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu" and not args.interpret:
         print("--device cpu needs --interpret (Triton has no CPU backend)", file=sys.stderr)
         return 2
+    return None
 
-    from kernels.gpu_check.vllm_standin import install
 
-    standin = install()
-    from kernels.gpu_check import bench, checks
+def _steps(device: torch.device, quick: bool) -> list[tuple[str, Callable[[], Any]]]:
+    """The correctness checks, labelled; ``quick``: the interpreter's small shapes.
+    Each reads its check from ``checks`` when it runs (tests replace some)."""
+    from kernels.gpu_check import checks
 
-    t0 = time.monotonic()
-    device = torch.device(args.device)
-    name = (
-        torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)"
-    )
-    _progress(f"device: {name}; vLLM {'stand-ins' if standin else 'installed'}", t0)
-    quick = args.interpret
     big = 4099 if quick else checks.LARGE_VOCAB
     mask_shapes = (
         [(1, big), (3, 2049), (5, 1000)]
@@ -70,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         else [(1, big), (3, 2049), (8, 32000), (64, big), (256, big)]
     )
     gamma_shapes = [(1, 300), (3, 1025)] if quick else [(1, big), (4, 2049), (8, 32000), (16, big)]
-    steps: list[tuple[str, Callable[[], Any]]] = [
+    return [
         ("elastic mask (Triton vs torch)", lambda: checks.check_elastic_mask(device, mask_shapes)),
         (
             "elastic track (Triton vs torch)",
@@ -84,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("guidance V2 adapter", lambda: checks.check_guidance_v2(device, 300 if quick else 32000)),
     ]
+
+
+def _run_checks(steps: list[tuple[str, Callable[[], Any]]], t0: float) -> list[Result]:
+    """Every step's result; a step that raises is a failed check, and the others run."""
+    from kernels.gpu_check import checks
+
     results = []
     for label, run in steps:
         _progress(f"{label} ...", t0)
@@ -93,26 +133,39 @@ def main(argv: list[str] | None = None) -> int:
             res = checks.Result(label, False, f"raised {type(exc).__name__}: {exc}")
         results.append(res)
         _progress(f"{'PASS' if res.ok else 'FAIL'} {res.name}: {res.detail}", t0)
+    return results
+
+
+def _run_timings(
+    device: torch.device, name: str, quick: bool, t0: float
+) -> tuple[list[Timing], str]:
+    """The kernels' timings against the device's peak bandwidth, and where that peak
+    came from."""
+    from kernels.gpu_check import bench
 
     timings = []
-    peak_source = ""
-    if not args.no_timings:
-        _progress("timings ...", t0)
-        peak, peak_source = bench.peak_bandwidth(device, name)
-        _progress(f"peak bandwidth {peak / 1e12:.2f} TB/s ({peak_source})", t0)
-        for label, fn in bench.cases(device, quick):
-            t = fn(peak)
-            timings.append(t)
-            _progress(
-                f"{label}: {t.median_us:.1f} us, {t.achieved_gbps:.0f} GB/s, "
-                f"floor {t.floor_us:.2f} us ({t.of_floor:.0%})",
-                t0,
-            )
+    _progress("timings ...", t0)
+    peak, peak_source = bench.peak_bandwidth(device, name)
+    _progress(f"peak bandwidth {peak / 1e12:.2f} TB/s ({peak_source})", t0)
+    for label, fn in bench.cases(device, quick):
+        t = fn(peak)
+        timings.append(t)
+        _progress(
+            f"{label}: {t.median_us:.1f} us, {t.achieved_gbps:.0f} GB/s, "
+            f"floor {t.floor_us:.2f} us ({t.of_floor:.0%})",
+            t0,
+        )
+    return timings, peak_source
+
+
+def _write_report(
+    out: Path, name: str, results: list[Result], timings: list[Timing], peak_source: str
+) -> str:
+    """Writes ``gpu-check.md`` and ``gpu-check.json`` under ``out``; the markdown."""
+    import torch
 
     from kernels.gpu_check.timing import markdown_table
 
-    failed = [r for r in results if not r.ok]
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# GPU check: {name}", "", f"torch {torch.__version__}", ""]
     md += ["## Correctness", "", "| check | result | detail |", "|---|---|---|"]
@@ -132,11 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             indent=2,
         )
     )
-    print(text)
-    _progress(
-        f"{len(results) - len(failed)}/{len(results)} checks passed; wrote {out}/gpu-check.md", t0
-    )
-    return 1 if failed else 0
+    return text
 
 
 def cli(argv: list[str]) -> int:
