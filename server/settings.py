@@ -2,31 +2,37 @@
 and passed in. Nothing else in thinkgate reads ``os.environ``.
 
 List settings accept JSON (``'["a:B"]'``) or a comma-separated string (``a:B,c:D``).
+The HTTP group is ``server.settings_http``; how values are read, ``server.settings_values``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from core import defaults
 from core.reasoning_formats import DEFAULT_FORMAT, REASONING_FORMATS, reasoning_format
 from engines.calls import Transport
 from engines.settings import ExecutorChoice, LocalEngineSettings, RemoteEngineSettings
 from kernels.processors import DEFAULT as DEFAULT_PROCESSORS
+from server.settings_http import HttpSettings
+from server.settings_values import (
+    StrList,
+    checked_urls,
+    header_pair,
+    split_list,
+    with_format_strings,
+)
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 EFFORTS: tuple[Effort, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
-StrList = Annotated[tuple[str, ...], NoDecode]
 
-
-class Settings(BaseSettings):
+class Settings(HttpSettings):
     """Every knob of the gateway. Field descriptions are the reference (docs/settings.md
     is generated from them)."""
 
@@ -38,38 +44,7 @@ class Settings(BaseSettings):
         use_attribute_docstrings=True,  # the docstrings below are the --help texts
     )
 
-    # --- HTTP
-    host: str = "127.0.0.1"
-    """Interface to listen on."""
-    port: int = Field(default=8000, ge=0, le=65535)
-    """TCP port."""
-    api_keys: StrList = ()
-    """Keys accepted on /v1/* and /ui (``Authorization: Bearer <key>``, or HTTP Basic with
-    the key as the password, which a browser asks for on /ui); empty: no authentication."""
-    keys_file: str | None = None
-    """TOML file of tenants: each with hashed API keys, a weight and optional limits
-    (rates, budgets, body and prompt sizes); read again when it changes, so keys are
-    added and revoked without a restart (docs/tenants.md). The plain ``api_keys`` keep
-    working, each key a tenant of its own."""
-    log_content: bool = False
-    """Put prompt and answer text in the logs (debugging only); off, no prompt, answer
-    or key text is ever logged."""
-    max_body_bytes: int = Field(default=1_000_000, ge=1024)
-    """Larger request bodies are a 413."""
-    body_read_timeout_s: float = Field(default=30.0, gt=0)
-    """A request body not fully received this long after the handler starts reading it is
-    a 408 (``code: request_timeout``) and the connection is closed."""
-    header_read_timeout_s: float = Field(default=10.0, gt=0)
-    """Time a client has to send a request's head (request line and headers), from the
-    connection's opening or from the first byte of a later request on a kept-alive
-    connection; then the connection is closed (after a 408 if part of a head came)."""
-    log_level: str = "info"
-    """debug, info, warning or error."""
-    log_json: bool = True
-    """JSON log lines (structlog); false: console format."""
-    ui: bool = True
-    """Serve the live view at /ui (a page that runs one request and draws its samples,
-    search steps, votes and usage as they stream); false: /ui is a 404."""
+    # --- HTTP: in the base, HttpSettings (server/settings_http.py), so it comes first
 
     # --- engine: which one, and the remote engine's knobs
     engine: Literal["local", "remote"] = "local"
@@ -372,7 +347,7 @@ class Settings(BaseSettings):
     @classmethod
     def _headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
-            _header(item)
+            header_pair(item)
         return value
 
     @field_validator(
@@ -380,14 +355,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _split(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                import json
-
-                return tuple(json.loads(text))
-            return tuple(part.strip() for part in text.split(",") if part.strip())
-        return value
+        return split_list(value)
 
     @field_validator("reasoning_format", mode="after")
     @classmethod
@@ -398,29 +366,12 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _format_strings(cls, data: object) -> object:
-        """Think strings not given explicitly come from the ``reasoning_format`` preset
-        (before validation: afterwards an explicit ``<think>`` looks like the default)."""
-        if not isinstance(data, dict):
-            return data
-        name = data.get("reasoning_format", DEFAULT_FORMAT)
-        if not isinstance(name, str) or name not in REASONING_FORMATS:
-            return data  # the field validator reports it
-        preset = REASONING_FORMATS[name]
-        filled = dict(data)
-        if filled.get("think_start") is None:
-            filled["think_start"] = preset.think_start
-        if filled.get("think_end") is None:
-            filled["think_end"] = preset.think_end
-        return filled
+        return with_format_strings(data)
 
     @field_validator("vllm_urls", mode="after")
     @classmethod
     def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for url in value:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"vllm_urls: {url!r} is not an http(s)://host:port URL")
-        return tuple(url.rstrip("/") for url in value)
+        return checked_urls(value)
 
     @model_validator(mode="after")
     def _engine_needs(self) -> Settings:
@@ -478,7 +429,7 @@ class Settings(BaseSettings):
             server_rows=self.remote_server_rows,
             joint_calls=self.remote_joint_calls,
             ca_bundle=self.remote_ca_bundle,
-            headers=tuple(_header(h) for h in self.remote_headers),
+            headers=tuple(header_pair(h) for h in self.remote_headers),
         )
 
     @property
@@ -512,11 +463,3 @@ class Settings(BaseSettings):
         """The share of the model's context that ``effort`` thinks for (server.pipeline.effort)."""
         value: float = getattr(self, f"effort_{effort}")
         return value
-
-
-def _header(item: str) -> tuple[str, str]:
-    """``Name: value`` as a header pair; a ValueError naming the form otherwise."""
-    name, sep, value = item.partition(":")
-    if not sep or not name.strip() or not value.strip() or any(c in name for c in " \t\r\n"):
-        raise ValueError("a remote header is 'Name: value' (e.g. 'Authorization: Bearer t')")
-    return name.strip(), value.strip()

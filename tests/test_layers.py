@@ -38,6 +38,8 @@ ALLOWED: dict[str, set[str]] = {
 # Lowest floor first. A room is a folder, or a module directly in the package; rooms on
 # one floor do not import each other.
 SERVER_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("settings_values",),
+    ("settings_http",),
     ("settings", "presets"),
     ("settings_doc", "process"),
     ("tenancy", "apis"),

@@ -16,7 +16,8 @@ from typing import Final
 from pydantic import JsonValue, ValidationError
 
 from core.errors import GatewayError, InvalidRequest
-from server.apis.openai.protocol import UNSUPPORTED, ChatCompletionRequest, invalid
+from server.apis.openai.protocol import UNSUPPORTED, ChatCompletionRequest
+from server.apis.openai.validation import invalid
 
 # Chat fields a route may also take under the same name (thinkgate's and vLLM's).
 SHARED: Final = frozenset(

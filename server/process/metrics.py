@@ -28,9 +28,18 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 
 
 class Metrics:
+    """The app's metrics, in its own registry (created in this order, the order
+    ``/metrics`` lists them in)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._request_metrics(self.registry)
+        self._tenant_metrics(self.registry)
+        self._process_metrics(self.registry)
+
+    def _request_metrics(self, r: CollectorRegistry) -> None:
+        """Requests, their latency, tokens and samples, budget cut-ins, aborts and
+        admission."""
         self.requests = Counter(
             "thinkgate_requests", "Requests answered", ["route", "strategy", "status"], registry=r
         )
@@ -61,8 +70,10 @@ class Metrics:
         self.rejected = Counter(
             "thinkgate_rejected_requests", "Requests refused by admission control", registry=r
         )
-        # Per tenant (server.tenancy.tenants): the label's values are the keys file's tenants,
-        # never anything a client chooses.
+
+    def _tenant_metrics(self, r: CollectorRegistry) -> None:
+        """The same per tenant (server.tenancy.tenants): the label's values are the keys
+        file's tenants, never anything a client chooses."""
         self.tenant_requests = Counter(
             "thinkgate_tenant_requests",
             "Requests answered, by tenant and status",
@@ -96,12 +107,15 @@ class Metrics:
             ["tenant"],
             registry=r,
         )
+
+    def _process_metrics(self, r: CollectorRegistry) -> None:
+        """The engine's unfinished requests, deaths and restarts, and how long the event
+        loop, streamed frames and garbage collections keep the gateway waiting."""
         self.engine_unfinished = Gauge(
             "thinkgate_engine_unfinished_requests",
             "Requests the engine still holds (-1: not known)",
             registry=r,
         )
-
         self.loop_lag = Histogram(
             "thinkgate_event_loop_lag_seconds",
             "How late the event loop woke a 50 ms sleep (server.process.loop_lag)",

@@ -28,22 +28,25 @@ import openai.types.shared_params as oshared
 import pytest
 from openai.types.chat import completion_create_params as ccp
 
+import server.apis.messages.content as mc
 import server.apis.messages.request as mr
+import server.apis.responses.input_items as ri
 import server.apis.responses.request as rr
+import server.apis.responses.tools as rt
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.apis.openai.protocol import (
+from server.apis.openai.chat_parts import (
     ChatMessage,
     FunctionDef,
     JsonObjectFormat,
     JsonSchemaFormat,
     JsonSchemaSpec,
     NamedToolChoice,
-    StreamOptions,
     TextFormat,
     TextPart,
     ToolDef,
 )
+from server.apis.openai.protocol import StreamOptions
 from server.apis.openai.sdk_fields import APIS, HEADER, MESSAGES, PART_FIELDS, PARTS
 
 THOUGHT = "3+4=7\n"
@@ -123,7 +126,7 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
         "messages.role",
         at.MessageParam,
         "role",
-        dict.fromkeys(("user", "assistant", "system"), mr.Message),
+        dict.fromkeys(("user", "assistant", "system"), mc.Message),
         None,
     ),
     (
@@ -131,11 +134,11 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
         at.ContentBlockParam,
         "type",
         {
-            "text": mr.TextBlock,
-            "thinking": mr.ThinkingBlock,
-            "redacted_thinking": mr.RedactedThinking,
-            "tool_use": mr.ToolUseBlock,
-            "tool_result": mr.ToolResultBlock,
+            "text": mc.TextBlock,
+            "thinking": mc.ThinkingBlock,
+            "redacted_thinking": mc.RedactedThinking,
+            "tool_use": mc.ToolUseBlock,
+            "tool_result": mc.ToolResultBlock,
         },
         None,
     ),
@@ -180,10 +183,10 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
         orr.ResponseInputItemParam,
         "type",
         {
-            "message": rr.InputMessage,
-            "function_call": rr.FunctionCallInput,
-            "function_call_output": rr.FunctionCallOutput,
-            "reasoning": rr.ReasoningInput,
+            "message": ri.InputMessage,
+            "function_call": ri.FunctionCallInput,
+            "function_call_output": ri.FunctionCallOutput,
+            "reasoning": ri.ReasoningInput,
         },
         None,
     ),
@@ -191,28 +194,28 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
         "responses.content",
         orr.ResponseInputContentParam,
         "type",
-        {"input_text": rr.InputText},
+        {"input_text": ri.InputText},
         None,
     ),
     (
         "responses.content",
         orr.response_output_message_param.Content,
         "type",
-        {"output_text": rr.InputText},
+        {"output_text": ri.InputText},
         None,
     ),
     (
         "responses.tools",
         orr.ToolParam,
         "type",
-        {"function": rr.FunctionTool, "namespace": rr.NamespaceTool},
+        {"function": rt.FunctionTool, "namespace": rt.NamespaceTool},
         "hosted",
     ),
     (
         "responses.tool_choice",
         orr.response_create_params.ToolChoice,
         "type",
-        {"function": rr.NamedFunctionChoice},
+        {"function": rt.NamedFunctionChoice},
         "hosted",
     ),
 ]

@@ -26,11 +26,13 @@ tool, ``mcp_servers``, ``container``, ``thread``, other blocks (images,
 documents), a last turn from the assistant (prefill), ``budget_tokens`` not below
 ``max_tokens`` (as Anthropic's API refuses it), and ``thinking`` together with a body
 ``budget.thinking``.
+
+Here: the request and its translation; the conversation's content blocks are in
+``server.apis.messages.content``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Final, Literal
 
@@ -47,91 +49,17 @@ from pydantic import (
 
 from core.errors import InvalidRequest
 from server.apis.chat_translation import to_chat
+from server.apis.messages.content import Message, TextBlock, chat_messages
 from server.apis.messages.render import MessagesCall
 from server.apis.openai import sdk_fields
-from server.apis.openai.protocol import (
-    BUDGET_SCHEMA,
-    PositiveInt,
-    TopP,
-    set_fields,
-    validate,
-    validate_json,
-)
+from server.apis.openai.protocol import BUDGET_SCHEMA, PositiveInt, TopP
+from server.apis.openai.validation import Strict, set_fields, validate, validate_json
 from server.apis.reasoning_seal import Seal
 
 ROUTE: Final = "/v1/messages"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TextBlock(_Strict):
-    type: Literal["text"]
-    text: str
-    cache_control: JsonValue = None  # a caching hint: nothing to cache here
-    citations: list[JsonValue] | None = None
-
-
-class ThinkingBlock(_Strict):
-    type: Literal["thinking"]
-    thinking: str
-    # This server's seal of the thinking (server.apis.reasoning_seal): opened, it is the
-    # thinking (a block shown with display omitted carries no text of its own).
-    signature: str | None = None
-
-    def text(self, seal: Seal | None, *, where: str) -> str:
-        if not self.signature or seal is None:
-            return self.thinking  # unsigned (an older client's, a hand-written turn)
-        sealed = seal.open(self.signature, "messages.thinking", param=f"{where}.signature")
-        if self.thinking and self.thinking != sealed:
-            raise InvalidRequest(
-                f"{where}.thinking: the thinking differs from what its signature seals "
-                "(give the block back as this server returned it)",
-                param=f"{where}.thinking",
-            )
-        return sealed
-
-
-class ToolUseBlock(_Strict):
-    """A call the assistant made, given back: chat's ``tool_calls``."""
-
-    type: Literal["tool_use"]
-    id: Annotated[str, Field(min_length=1)]
-    name: str
-    input: dict[str, JsonValue]
-    cache_control: JsonValue = None
-    # Who called it and from which tool set (programmatic calling, tool search): the
-    # call is the call either way.
-    caller: JsonValue = None
-    toolset_name: str | None = None
-
-    def as_chat(self) -> dict[str, object]:
-        arguments = json.dumps(self.input, ensure_ascii=False)
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": arguments},
-        }
-
-
-class ToolResultBlock(_Strict):
-    """A tool's result in a user turn: a chat ``tool`` message."""
-
-    type: Literal["tool_result"]
-    tool_use_id: Annotated[str, Field(min_length=1)]
-    content: str | list[TextBlock] = ""
-    is_error: bool | None = None  # the model reads the text either way
-    cache_control: JsonValue = None
-    toolset_name: str | None = None
-
-    def as_chat(self) -> dict[str, object]:
-        c = self.content
-        text = c if isinstance(c, str) else "".join(b.text for b in c)
-        return {"role": "tool", "tool_call_id": self.tool_use_id, "content": text}
-
-
-class Tool(_Strict):
+class Tool(Strict):
     """A client tool (Anthropic's ``custom`` type): chat's function tool."""
 
     type: Literal["custom"] | None = None
@@ -188,7 +116,7 @@ AnyTool = Annotated[
 ]
 
 
-class ToolChoice(_Strict):
+class ToolChoice(Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None  # true: at most one tool_use block
@@ -203,34 +131,10 @@ class ToolChoice(_Strict):
         return {"auto": "auto", "any": "required", "none": "none"}[self.type]
 
 
-class RedactedThinking(_Strict):
-    type: Literal["redacted_thinking"]
-    data: str
-
-
-_BLOCK_SCHEMA: Final[dict[str, JsonValue]] = {
-    "type": "object",
-    "description": (
-        "A content block: text (any turn), thinking and tool_use (assistant turns), "
-        "tool_result (user turns)."
-    ),
-    "properties": {
-        "type": {"type": "string", "enum": ["text", "thinking", "tool_use", "tool_result"]}
-    },
-}
-Block = Annotated[dict[str, JsonValue], WithJsonSchema(_BLOCK_SCHEMA)]
-
-
-class Message(_Strict):
-    # A system turn inside the conversation (the 2026 API): a system message there.
-    role: Literal["user", "assistant", "system"]
-    content: str | list[Block]
-
-
 Display = Literal["summarized", "omitted"]
 
 
-class ThinkingEnabled(_Strict):
+class ThinkingEnabled(Strict):
     type: Literal["enabled"]
     budget_tokens: Annotated[int, Field(ge=0)]
     # omitted: thinking blocks carry no text (the thinking is billed, and sealed in the
@@ -238,7 +142,7 @@ class ThinkingEnabled(_Strict):
     display: Display | None = None
 
 
-class ThinkingAdaptive(_Strict):
+class ThinkingAdaptive(Strict):
     """The server plans the thinking: ``output_config.effort`` (an auto plan) or the
     strategy's own."""
 
@@ -246,18 +150,18 @@ class ThinkingAdaptive(_Strict):
     display: Display | None = None
 
 
-class ThinkingOff(_Strict):
+class ThinkingOff(Strict):
     type: Literal["disabled"]
 
 
-class OutputFormat(_Strict):
+class OutputFormat(Strict):
     type: Literal["json_schema"]
     json_schema: Annotated[dict[str, JsonValue], Field(alias="schema")]
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Strict):
     """Anthropic's effort knob (the effort table, alone an auto plan) and structured
     output (an answer held to the schema by the grammar)."""
 
@@ -265,12 +169,12 @@ class OutputConfig(_Strict):
     format: OutputFormat | None = None
 
 
-class KeepTurns(_Strict):
+class KeepTurns(Strict):
     type: Literal["thinking_turns"]
     value: Annotated[int, Field(ge=0)]
 
 
-class ClearThinking(_Strict):
+class ClearThinking(Strict):
     """``context_management``'s thinking-clearing edit: earlier assistant turns lose
     their thinking, the last ``keep`` keep it (default 1; ``all``: nothing cleared)."""
 
@@ -283,7 +187,7 @@ class ClearThinking(_Strict):
         return 1 if self.keep is None else self.keep.value
 
 
-class ContextManagement(_Strict):
+class ContextManagement(Strict):
     edits: list[dict[str, JsonValue]] = []
 
     def clear_thinking(self) -> ClearThinking | None:
@@ -388,52 +292,9 @@ class MessagesRequest(BaseModel):
             )
 
     def chat_messages(self, seal: Seal | None = None) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
-        if self.system is not None:
-            system = self.system
-            text = system if isinstance(system, str) else "".join(b.text for b in system)
-            out.append({"role": "system", "content": text})
-        for i, msg in enumerate(self.messages):
-            if isinstance(msg.content, str):
-                out.append({"role": msg.role, "content": msg.content})
-                continue
-            texts: list[str] = []
-            thinking: list[str] = []
-            calls: list[dict[str, object]] = []
-            for j, raw in enumerate(msg.content):
-                where = f"messages.{i}.content.{j}"
-                kind = raw.get("type")
-                if kind == "text":
-                    texts.append(validate(TextBlock, raw, prefix=where).text)
-                elif kind in ("thinking", "redacted_thinking") and msg.role == "assistant":
-                    if kind == "thinking":
-                        block = validate(ThinkingBlock, raw, prefix=where)
-                        thinking.append(block.text(seal, where=where))
-                    else:
-                        validate(RedactedThinking, raw, prefix=where)  # opaque: dropped
-                elif kind == "tool_use" and msg.role == "assistant":
-                    calls.append(validate(ToolUseBlock, raw, prefix=where).as_chat())
-                elif kind == "tool_result" and msg.role == "user":
-                    # Results answer the turn before; chat puts them ahead of new text.
-                    out.append(validate(ToolResultBlock, raw, prefix=where).as_chat())
-                else:
-                    why = sdk_fields.part_refused("messages.content", kind)
-                    raise InvalidRequest(
-                        f"{where}: {kind!r} blocks are not supported in {msg.role} turns"
-                        + (f": {why}" if why else "")
-                        + " (text; thinking and tool_use in assistant turns; tool_result in "
-                        "user turns; text in system turns)",
-                        param=f"{where}.type",
-                    )
-            if msg.role == "user" and not texts and out and out[-1]["role"] == "tool":
-                continue  # a turn of tool results only
-            chat: dict[str, object] = {"role": msg.role, "content": "".join(texts)}
-            if thinking:
-                chat["reasoning_content"] = "".join(thinking)
-            if calls:
-                chat["tool_calls"] = calls
-            out.append(chat)
-        return self._cleared(out)
+        """The conversation as chat messages, the thinking-clearing edit applied; signed
+        thinking is opened with ``seal``."""
+        return self._cleared(chat_messages(self.system, self.messages, seal))
 
     def _cleared(self, out: list[dict[str, object]]) -> list[dict[str, object]]:
         """``out`` with the thinking-clearing edit applied: the thinking of all but the

@@ -314,7 +314,7 @@ PARTS: Final[Mapping[str, Mapping[str, Decided]]] = {
         "refusal": _r("refusal parts: thinkgate's answers carry none; send output_text"),
     },
     # Function tools and namespace groups are honoured; every other type is a hosted
-    # tool, left out (server.apis.responses.request.functions_of).
+    # tool, left out (server.apis.responses.tools.functions_of).
     "responses.tools": {
         "function": _h(),
         "namespace": _h("its functions"),

@@ -20,11 +20,13 @@ OpenAI) keeps the response and ``previous_response_id`` continues from a kept on
 (``server.apis.responses.store``). A 400 naming the field: ``conversation``, ``background:
 true``, ``prompt``, ``top_logprobs``, other item types and non-text content parts.
 ``text.format`` (``json_object``, ``json_schema``) becomes chat's ``response_format``.
+
+Here: the request and its translation; its input items are in
+``server.apis.responses.input_items``, its tools in ``server.apis.responses.tools``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
@@ -33,18 +35,18 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, mo
 from core.errors import InvalidRequest
 from server.apis.chat_translation import to_chat
 from server.apis.openai import sdk_fields
-from server.apis.openai.protocol import (
-    BUDGET_SCHEMA,
-    PositiveInt,
-    Temperature,
-    TopP,
-    set_fields,
-    validate,
-    validate_json,
-)
+from server.apis.openai.protocol import BUDGET_SCHEMA, PositiveInt, Temperature, TopP
+from server.apis.openai.validation import Strict, set_fields, validate_json
 from server.apis.reasoning_seal import Seal
+from server.apis.responses.input_items import ITEM_SCHEMA, chat_messages
 from server.apis.responses.render import Echo, ResponsesCall
 from server.apis.responses.store import ResponseStore, with_ids
+from server.apis.responses.tools import (
+    TOOL_SCHEMA,
+    NamedFunctionChoice,
+    chat_tools,
+    functions_of,
+)
 from server.settings import Effort
 
 ROUTE: Final = "/v1/responses"
@@ -58,132 +60,6 @@ RENAMES: Final = {
 ENCRYPTED: Final = "reasoning.encrypted_content"
 _STATELESS: Final = "thinkgate is stateless: send the whole conversation in input"
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class InputText(_Strict):
-    type: Literal["input_text", "output_text"]
-    text: str
-    annotations: list[JsonValue] | None = None  # output_text given back
-    logprobs: list[JsonValue] | None = None
-    prompt_cache_breakpoint: JsonValue = None  # a caching hint (server.apis.openai.sdk_fields)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _offered(cls, value: object) -> object:
-        return sdk_fields.refuse_part("responses.content", value, label="parts")
-
-
-class InputMessage(_Strict):
-    type: Literal["message"] = "message"
-    role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputText]
-    id: str | None = None  # an output message given back ...
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-    phase: Literal["commentary", "final_answer"] | None = None
-    thinkgate: dict[str, JsonValue] | None = None  # ... with our details: ignored
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
-
-
-class FunctionCallInput(_Strict):
-    """A call the model made, given back: the assistant's ``tool_calls`` on chat."""
-
-    type: Literal["function_call"]
-    call_id: Annotated[str, Field(min_length=1)]
-    name: str
-    arguments: str
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-    # Accepted (server.apis.openai.sdk_fields.PART_FIELDS): the call is the call either way.
-    is_async: Annotated[bool | None, Field(alias="async")] = None
-    caller: JsonValue = None
-    namespace: str | None = None
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    def as_chat(self) -> dict[str, object]:
-        return {
-            "id": self.call_id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-class FunctionCallOutput(_Strict):
-    """A tool's result for a call: a ``tool`` message on chat."""
-
-    type: Literal["function_call_output"]
-    call_id: Annotated[str, Field(min_length=1)]
-    output: str | list[InputText]
-    id: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-    # Accepted (server.apis.openai.sdk_fields.PART_FIELDS): the output answers its call_id.
-    caller: JsonValue = None
-    name: str | None = None
-    namespace: str | None = None
-
-    def as_chat(self) -> dict[str, object]:
-        out = self.output
-        text = out if isinstance(out, str) else "".join(part.text for part in out)
-        return {"role": "tool", "tool_call_id": self.call_id, "content": text}
-
-
-class FunctionTool(_Strict):
-    """A function the model may call (the Responses API's flat form of chat's tool)."""
-
-    type: Literal["function"]
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    description: str | None = None
-    parameters: dict[str, JsonValue] | None = None
-    strict: bool | None = None
-    # Accepted: how OpenAI's platform schedules and offers the call (deferred loading,
-    # asynchronous calls, who may call it, its output's schema); the model here sees
-    # the function either way.
-    defer_loading: bool | None = None
-    allowed_callers: list[JsonValue] | None = None
-    output_schema: dict[str, JsonValue] | None = None
-    async_: Annotated[bool | None, Field(alias="async")] = None
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    def as_chat(self) -> dict[str, object]:
-        spec = self.model_dump(
-            include={"name", "description", "parameters", "strict"}, exclude_none=True
-        )
-        return {"type": "function", "function": spec}
-
-    def echo(self) -> dict[str, object]:
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
-class NamespaceTool(_Strict):
-    """A group of functions (coding harnesses send their tools so): its functions are
-    functions, named as in the group."""
-
-    type: Literal["namespace"]
-    name: str
-    description: str | None = None
-    tools: list[FunctionTool]
-
-
-_TOOL_SCHEMA: Final[dict[str, JsonValue]] = {
-    "type": "object",
-    "description": (
-        "A function tool {type: function, name, parameters}, a namespace group of them "
-        "{type: namespace, name, tools}, or a hosted tool (left out: thinkgate runs none)."
-    ),
-    "properties": {"type": {"type": "string"}},
-    "required": ["type"],
-}
-
-
-TOOL_TYPE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # What OpenAI's ``include`` takes (the SDK's ``ResponseIncludable``); any other is a 400.
 INCLUDABLE: Final = frozenset(
     {
@@ -199,75 +75,7 @@ INCLUDABLE: Final = frozenset(
 )
 
 
-def functions_of(raw: list[dict[str, JsonValue]] | None) -> tuple[list[FunctionTool], list[str]]:
-    """(the function tools, flattened out of namespace groups; the hosted tools' types,
-    which are left out)."""
-    functions: list[FunctionTool] = []
-    hosted: list[str] = []
-    for i, tool in enumerate(raw or ()):
-        kind = tool.get("type")
-        if kind == "function":
-            functions.append(validate(FunctionTool, tool, prefix=f"tools.{i}"))
-        elif kind == "namespace":
-            functions += validate(NamespaceTool, tool, prefix=f"tools.{i}").tools
-        elif isinstance(kind, str) and TOOL_TYPE.match(kind):
-            hosted.append(kind)
-        else:
-            raise InvalidRequest(
-                f"tools.{i}: a tool needs its type (function, namespace or a hosted tool's name)",
-                param=f"tools.{i}.type",
-            )
-    return functions, hosted
-
-
-class NamedFunctionChoice(_Strict):
-    type: Literal["function"]
-    name: str
-
-
-class ReasoningText(_Strict):
-    type: Literal["reasoning_text", "summary_text"]
-    text: str
-
-
-class ReasoningInput(_Strict):
-    """A reasoning item given back: its text becomes the next assistant message's
-    thinking, as chat's ``reasoning_content``."""
-
-    type: Literal["reasoning"]
-    id: str | None = None
-    summary: list[ReasoningText] = []
-    content: list[ReasoningText] | None = None
-    # The reasoning as this server sealed it (include reasoning.encrypted_content):
-    # opened, it is the text (server.apis.reasoning_seal).
-    encrypted_content: str | None = None
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
-
-    def text(self, seal: Seal | None, *, param: str) -> str:
-        if self.encrypted_content is not None:
-            if seal is None:
-                raise InvalidRequest(f"{param}: this server seals no reasoning", param=param)
-            return seal.open(self.encrypted_content, "responses.reasoning", param=param)
-        parts = self.content if self.content is not None else self.summary
-        return "".join(p.text for p in parts)
-
-
-_ITEM_SCHEMA: Final[dict[str, JsonValue]] = {
-    "type": "object",
-    "description": (
-        "A message {role, content} (type message), a reasoning item, a function_call "
-        "given back or a function_call_output."
-    ),
-    "properties": {
-        "type": {
-            "type": "string",
-            "enum": ["message", "reasoning", "function_call", "function_call_output"],
-        }
-    },
-}
-
-
-class Reasoning(_Strict):
+class Reasoning(Strict):
     effort: Effort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None  # no summaries: ignored
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
@@ -278,7 +86,7 @@ class Reasoning(_Strict):
     mode: str | None = None
 
 
-class TextFormat(_Strict):
+class TextFormat(Strict):
     """``text.format``: text, any JSON object, or JSON valid against a named schema (the
     Responses API's flat form of chat's ``response_format``)."""
 
@@ -311,7 +119,7 @@ class TextFormat(_Strict):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-class TextConfig(_Strict):
+class TextConfig(Strict):
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
@@ -323,7 +131,7 @@ class ResponsesRequest(BaseModel):
     input: (
         str
         | Annotated[
-            list[Annotated[dict[str, JsonValue], WithJsonSchema(_ITEM_SCHEMA)]], Field(min_length=1)
+            list[Annotated[dict[str, JsonValue], WithJsonSchema(ITEM_SCHEMA)]], Field(min_length=1)
         ]
     )
     instructions: str | None = None
@@ -360,7 +168,7 @@ class ResponsesRequest(BaseModel):
     # X-Thinkgate-Ignored header (``tools.<type>``).
     tools: (
         Annotated[
-            list[Annotated[dict[str, JsonValue], WithJsonSchema(_TOOL_SCHEMA)]],
+            list[Annotated[dict[str, JsonValue], WithJsonSchema(TOOL_SCHEMA)]],
             Field(max_length=128),
         ]
         | None
@@ -407,75 +215,6 @@ class ResponsesRequest(BaseModel):
             if refused:
                 raise InvalidRequest(f"{param}: {why}", param=param)
 
-    def messages(self, seal: Seal | None = None) -> list[dict[str, object]]:
-        """The conversation as chat messages (instructions first); sealed reasoning is
-        opened with ``seal``."""
-        out: list[dict[str, object]] = []
-        if self.instructions is not None:
-            out.append({"role": "system", "content": self.instructions})
-        if isinstance(self.input, str):
-            out.append({"role": "user", "content": self.input})
-            return out
-        thinking: str | None = None
-        for i, raw in enumerate(self.input):
-            kind = raw.get("type", "message")
-            where = f"input.{i}"
-            if kind == "reasoning":
-                item = validate(ReasoningInput, raw, prefix=where)
-                text = item.text(seal, param=f"{where}.encrypted_content")
-                thinking = (thinking or "") + text
-                continue
-            if kind == "function_call":
-                call = validate(FunctionCallInput, raw, prefix=where).as_chat()
-                last = out[-1] if out else None
-                # Calls right after the assistant's text (or its other calls) are that
-                # turn's; after anything else they open an assistant turn of their own.
-                if last is None or last["role"] != "assistant" or thinking is not None:
-                    last = {"role": "assistant", "content": ""}
-                    if thinking is not None:
-                        last["reasoning_content"] = thinking
-                        thinking = None
-                    out.append(last)
-                calls = last.setdefault("tool_calls", [])
-                assert isinstance(calls, list)
-                calls.append(call)
-                continue
-            if kind == "function_call_output":
-                out.append(validate(FunctionCallOutput, raw, prefix=where).as_chat())
-                continue
-            if kind != "message":
-                why = sdk_fields.part_refused("responses.input", kind) or "an unknown item"
-                raise InvalidRequest(
-                    f"{where}: item type {kind!r} is not supported: {why} (messages, "
-                    "reasoning, function_call and function_call_output items are)",
-                    param=f"{where}.type",
-                )
-            msg = validate(InputMessage, raw, prefix=where)
-            chat: dict[str, object] = {"role": msg.role, "content": msg.text()}
-            if msg.role == "assistant" and thinking is not None:
-                chat["reasoning_content"] = thinking
-                thinking = None
-            out.append(chat)
-        return out
-
-    def chat_tools(self) -> tuple[list[dict[str, object]] | None, object]:
-        """(chat's ``tools``, chat's ``tool_choice``)."""
-        functions, _ = functions_of(self.tools)
-        tools = [t.as_chat() for t in functions] if functions else None
-        choice = self.tool_choice
-        if isinstance(choice, dict):
-            kind = choice.get("type")
-            why = sdk_fields.part_refused("responses.tool_choice", kind) or (
-                sdk_fields.PARTS["responses.tool_choice"]["hosted"].note
-            )
-            raise InvalidRequest(
-                f"tool_choice: {kind!r}: {why} (function tools and none/auto/required are chosen)",
-                param="tool_choice",
-            )
-        if isinstance(choice, NamedFunctionChoice):
-            return tools, {"type": "function", "function": {"name": choice.name}}
-        return tools, choice
-
 
 @dataclass(frozen=True, slots=True)
 class Stored:
@@ -502,10 +241,10 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
         body = body.model_copy(update={"input": [*prior, *own]})
     effort = body.reasoning.effort if body.reasoning else None
     fmt = body.text.format if body.text is not None else None
-    tools, tool_choice = body.chat_tools()
+    tools, tool_choice = chat_tools(body.tools, body.tool_choice)
     fields: dict[str, object] = {
         "model": body.model,
-        "messages": body.messages(seal),
+        "messages": chat_messages(body.instructions, body.input, seal),
         "max_completion_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
