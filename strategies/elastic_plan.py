@@ -184,102 +184,140 @@ async def two_pass(
     early finishers overlap the others' thinking. Closing this generator cancels
     every engine call in flight.
     """
-    queue: asyncio.Queue[SampleDelta | None] = asyncio.Queue()
-    base = replace(request.sampling, extra_args={}, stop_token_ids=())
-
-    async def answer(index: int, thought: list[int]) -> None:
-        if p.solution == 0:
-            await queue.put(SampleDelta(index=index, token_ids=(p.eos_id,), finish_reason="stop"))
-            return
-        seed = None if base.seed is None else base.seed + index
-        second = GenerateRequest(
-            request_id=f"{request.request_id}-answer-{index}",
-            prompt_token_ids=request.prompt_token_ids + tuple(thought),
-            sampling=replace(base, n=1, seed=seed, max_tokens=p.solution),
-        )
-        async with aclosing(engine.stream(second)) as deltas:
-            async for d in deltas:
-                await queue.put(replace(d, index=index))
-
-    async def think() -> None:
-        try:
-            async with asyncio.TaskGroup() as group:
-                if not p.thinking_open or p.thinking == 0:
-                    for i in range(request.n):
-                        thought = list(p.think_end_ids) if p.thinking_open else []
-                        if thought:
-                            await queue.put(SampleDelta(index=i, token_ids=tuple(thought)))
-                        group.create_task(answer(i, thought))
-                    return
-                # A one-token </think> stops the call itself; a sequence cannot be a stop
-                # token, so the stream is cut here at its first complete occurrence.
-                closing = SequenceMatcher(p.think_end_ids)
-                stops = p.think_end_ids if len(closing) == 1 else ()
-                first = GenerateRequest(
-                    request_id=f"{request.request_id}-think",
-                    prompt_token_ids=request.prompt_token_ids,
-                    thinking_only=True,
-                    sampling=replace(
-                        base,
-                        n=request.n,
-                        max_tokens=p.thinking,
-                        stop_token_ids=stops,
-                        structured=None,  # the answer's grammar is the second pass's
-                    ),
-                )
-                thoughts: dict[int, list[int]] = {}
-                matched: dict[int, int] = {}  # partial closing each thought ends with
-                closed: set[int] = set()
-                async with aclosing(engine.stream(first)) as thinking_stream:
-                    async for d in thinking_stream:
-                        if d.index in closed:
-                            continue  # tokens past the closing belong to no one
-                        ids = list(d.token_ids)
-                        end, state = closing.find(ids, 0, matched.get(d.index, 0))
-                        if d.finish_reason is None and end < 0:
-                            matched[d.index] = state
-                            thoughts.setdefault(d.index, []).extend(ids)
-                            await queue.put(d)
-                            continue
-                        if d.finish_reason == "abort" and end < 0:
-                            await queue.put(d)
-                            continue
-                        # Confidences survive a cut (a prefix of the engine's tokens), not
-                        # an injection: the injected tokens were never sampled.
-                        conf = d.confidences
-                        if end >= 0:
-                            ids = ids[:end]
-                            conf = None if conf is None else conf[:end]
-                        else:
-                            # Close thinking by injecting only the rest of </think> (a model
-                            # that stopped with EOS while thinking loses that EOS: the
-                            # answer must follow).
-                            while ids and ids[-1] in engine.tokens.eos_token_ids:
-                                ids.pop()
-                            _, state = closing.find(ids, 0, matched.get(d.index, 0))
-                            ids.extend(p.think_end_ids[state:])
-                            conf = None
-                        closed.add(d.index)
-                        thoughts.setdefault(d.index, []).extend(ids)
-                        await queue.put(
-                            SampleDelta(index=d.index, token_ids=tuple(ids), confidences=conf)
-                        )
-                        group.create_task(answer(d.index, thoughts[d.index]))
-                        if len(closed) == request.n:
-                            break  # every thought closed: closing the stream aborts the rest
-        except BaseExceptionGroup as failed:
-            # The engine's own error (a 503, a 400 naming a param), not a group: the error
-            # handler maps GatewayErrors only, so a group would reach the client as a 500.
-            raise first_error(failed) from failed
-        finally:
-            await queue.put(None)
-
-    task = asyncio.create_task(think())
+    run = _TwoPass(
+        engine=engine,
+        request=request,
+        p=p,
+        base=replace(request.sampling, extra_args={}, stop_token_ids=()),
+        queue=asyncio.Queue(),
+    )
+    task = asyncio.create_task(run.passes())
     try:
-        while (item := await queue.get()) is not None:
+        while (item := await run.queue.get()) is not None:
             yield item
         await task  # re-raises an engine error of either phase
     finally:
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _TwoPass:
+    """One two-pass run: its engine calls put on ``queue`` the deltas a one-pass run
+    would give, then None."""
+
+    engine: Engine
+    request: StrategyRequest
+    p: ElasticPlan
+    base: SamplingConfig  # the request's sampling, less the processors' arguments
+    queue: asyncio.Queue[SampleDelta | None]
+
+    async def passes(self) -> None:
+        """Both passes: every thought, and each one's answer as soon as it closed."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                if not self.p.thinking_open or self.p.thinking == 0:
+                    await self._no_thinking(group)
+                else:
+                    await self._first_pass(group)
+        except BaseExceptionGroup as failed:
+            # The engine's own error (a 503, a 400 naming a param), not a group: the error
+            # handler maps GatewayErrors only, so a group would reach the client as a 500.
+            raise first_error(failed) from failed
+        finally:
+            await self.queue.put(None)
+
+    async def _no_thinking(self, group: asyncio.TaskGroup) -> None:
+        """No thinking to draw (none, or a budget of 0): every trajectory answers now,
+        after a closed empty thought where the model thinks."""
+        p = self.p
+        for i in range(self.request.n):
+            thought = list(p.think_end_ids) if p.thinking_open else []
+            if thought:
+                await self.queue.put(SampleDelta(index=i, token_ids=tuple(thought)))
+            group.create_task(self._second_pass(i, thought))
+
+    async def _first_pass(self, group: asyncio.TaskGroup) -> None:
+        """One thinking call of ``n`` trajectories; each thought, once closed, starts its
+        answer (the second pass)."""
+        p = self.p
+        # A one-token </think> stops the call itself; a sequence cannot be a stop
+        # token, so the stream is cut here at its first complete occurrence.
+        closing = SequenceMatcher(p.think_end_ids)
+        stops = p.think_end_ids if len(closing) == 1 else ()
+        first = GenerateRequest(
+            request_id=f"{self.request.request_id}-think",
+            prompt_token_ids=self.request.prompt_token_ids,
+            thinking_only=True,
+            sampling=replace(
+                self.base,
+                n=self.request.n,
+                max_tokens=p.thinking,
+                stop_token_ids=stops,
+                structured=None,  # the answer's grammar is the second pass's
+            ),
+        )
+        thoughts: dict[int, list[int]] = {}
+        matched: dict[int, int] = {}  # partial closing each thought ends with
+        closed: set[int] = set()
+        async with aclosing(self.engine.stream(first)) as thinking_stream:
+            async for d in thinking_stream:
+                if d.index in closed:
+                    continue  # tokens past the closing belong to no one
+                ids = list(d.token_ids)
+                end, state = closing.find(ids, 0, matched.get(d.index, 0))
+                if d.finish_reason is None and end < 0:
+                    matched[d.index] = state
+                    thoughts.setdefault(d.index, []).extend(ids)
+                    await self.queue.put(d)
+                    continue
+                if d.finish_reason == "abort" and end < 0:
+                    await self.queue.put(d)
+                    continue
+                ids, conf = self._closed(closing, d, end, matched.get(d.index, 0))
+                closed.add(d.index)
+                thoughts.setdefault(d.index, []).extend(ids)
+                await self.queue.put(
+                    SampleDelta(index=d.index, token_ids=tuple(ids), confidences=conf)
+                )
+                group.create_task(self._second_pass(d.index, thoughts[d.index]))
+                if len(closed) == self.request.n:
+                    break  # every thought closed: closing the stream aborts the rest
+
+    def _closed(
+        self, closing: SequenceMatcher, d: SampleDelta, end: int, matched: int
+    ) -> tuple[list[int], tuple[float, ...] | None]:
+        """The last delta of a thought, closed: cut at the closing it holds (``end``), or
+        (it finished without one) the rest of the closing added; and its confidences."""
+        ids = list(d.token_ids)
+        # Confidences survive a cut (a prefix of the engine's tokens), not an injection:
+        # the injected tokens were never sampled.
+        conf = d.confidences
+        if end >= 0:
+            return ids[:end], None if conf is None else conf[:end]
+        # Close thinking by injecting only the rest of </think> (a model that stopped
+        # with EOS while thinking loses that EOS: the answer must follow).
+        while ids and ids[-1] in self.engine.tokens.eos_token_ids:
+            ids.pop()
+        _, state = closing.find(ids, 0, matched)
+        ids.extend(self.p.think_end_ids[state:])
+        return ids, None
+
+    async def _second_pass(self, index: int, thought: list[int]) -> None:
+        """Trajectory ``index``'s answer after its closed ``thought``."""
+        p = self.p
+        if p.solution == 0:
+            await self.queue.put(
+                SampleDelta(index=index, token_ids=(p.eos_id,), finish_reason="stop")
+            )
+            return
+        seed = None if self.base.seed is None else self.base.seed + index
+        second = GenerateRequest(
+            request_id=f"{self.request.request_id}-answer-{index}",
+            prompt_token_ids=self.request.prompt_token_ids + tuple(thought),
+            sampling=replace(self.base, n=1, seed=seed, max_tokens=p.solution),
+        )
+        async with aclosing(self.engine.stream(second)) as deltas:
+            async for d in deltas:
+                await self.queue.put(replace(d, index=index))

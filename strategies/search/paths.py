@@ -1,4 +1,5 @@
-"""Paths of a step search and how they grow: one engine round per step, PRM scores, answers.
+"""Paths of a step search and how they grow: one engine round per step, PRM scores (the
+answers after them: ``strategies.search.path_answers``).
 
 A *path* is a prefix of reasoning steps generated after the prompt. Each round extends
 every live path by one step: the live paths are submitted together (one engine request
@@ -11,8 +12,8 @@ With the option ``confidence`` (alpha > 0) a step's reward is the PRM's times
 ``exp(alpha * mean log-probability of the step's tokens)``, the generator's own
 confidence in the step (asked of the engine with the step: its sampled tokens'
 logprobs, no extra call): on the testbed's long questions it marks wrong steps better
-than the PRM alone (benchmarks/results/step-confidence.md), though it did not lift the
-searches there (benchmarks/results/search-confidence.md).
+than the PRM alone (benchmarks/results/step_confidence/step-confidence.md), though it did
+not lift the searches there (benchmarks/results/search/confidence.md).
 
 Budgets hold per path: a step may not take the path's thinking past the thinking
 budget (the step's ``max_tokens``); a path that reaches it is closed by the gateway
@@ -28,10 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from core.base import Choice, StrategyContext, budget_cuts
+from core.base import StrategyContext
 from core.engine import GenerateRequest, ModelTokens, Sample, SamplingConfig
 from core.errors import BackendError
-from strategies.pool import answer_keys
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel
 from strategies.reasoning import Split, split_ids
@@ -136,7 +136,7 @@ def room_after(ctx: StrategyContext, ids: Sequence[int]) -> int:
     return left if limit is None else min(left, limit - len(ids))
 
 
-def room(ctx: StrategyContext, path: Path) -> int:
+def _room(ctx: StrategyContext, path: Path) -> int:
     """What a path's next step may take: the generator's room, and the PRM's (a PRM
     that reads fewer positions than the generator serves, as the default one does)."""
     left = room_after(ctx, path.ids)
@@ -152,7 +152,7 @@ def room(ctx: StrategyContext, path: Path) -> int:
 
 def _step_tokens(ctx: StrategyContext, path: Path, options: SearchOptions) -> int:
     """The next step's ``max_tokens``: the step cap, the context, the thinking budget."""
-    cap = min(options.max_step_tokens, room(ctx, path))
+    cap = min(options.max_step_tokens, _room(ctx, path))
     budget = ctx.request.budget.thinking
     if budget is not None and ctx.engine.tokens.think_end_ids:
         cap = min(cap, budget - thinking_used(ctx, path))
@@ -214,7 +214,7 @@ def settle(ctx: StrategyContext, path: Path, *, reads_prm: bool = True) -> Path:
     if room_after(ctx, path.ids) <= 0:
         return replace(path, state="ended", finish="length")
     end = ctx.engine.tokens.think_end_ids
-    if reads_prm and room(ctx, path) <= 0:
+    if reads_prm and _room(ctx, path) <= 0:
         return (
             replace(path, state="forced") if end else replace(path, state="ended", finish="length")
         )
@@ -432,127 +432,3 @@ async def score_closings(
         return list(paths)
     closing = [replace(p, steps=(*p.steps, end)) if p.state == "forced" else p for p in paths]
     return await score(ctx, prm, closing, ledger, confidence=confidence)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Answered:
-    """A finished path with its answer: ``ids`` = path + (forced ``</think>``) + answer."""
-
-    path: Path
-    ids: tuple[int, ...]
-    answer_ids: tuple[int, ...]
-    finish: Literal["stop", "length", "abort"]
-    solution_cut: bool
-
-
-async def answer(
-    ctx: StrategyContext,
-    paths: Sequence[Path],
-    ledger: Ledger,
-    drawn: Sequence[tuple[int, ...]] | None = None,
-) -> list[Answered]:
-    """The answer of each path (closed or forced ones are continued after ``</think>``
-    under the solution budget; ended ones have what they wrote). Distinct paths are one
-    engine request each, all at once. ``drawn``: per path, the answer's tokens a call
-    that ran on past the end of thinking already wrote (cut by its ``max_tokens``): the
-    answer continues after them, under what is left of the solution budget."""
-    solution = ctx.request.budget.solution
-    drawn = list(drawn) if drawn is not None else [()] * len(paths)
-    heads: list[tuple[int, ...]] = []
-    before: dict[tuple[int, ...], tuple[int, ...]] = {}  # head -> its answer's drawn tokens
-    for p, d in zip(paths, drawn, strict=True):
-        head = answer_head(ctx, p) + d
-        heads.append(head)
-        before[head] = d
-
-    def space(head: tuple[int, ...]) -> int:
-        left = room_after(ctx, head)
-        return left if solution is None else min(left, solution - len(before[head]))
-
-    todo = sorted(
-        {h for h, p in zip(heads, paths, strict=True) if p.state != "ended" and space(h) > 0}
-    )
-    requests = []
-    for g, head in enumerate(todo):
-        requests.append(
-            GenerateRequest(
-                request_id=f"{ctx.request.request_id}-answer-{g}",
-                prompt_token_ids=ctx.request.prompt_token_ids + head,
-                sampling=sampling_of(ctx, ledger, n=1, max_tokens=space(head), extra_args={}),
-            )
-        )
-        ledger.seed_offset += 1
-    t0 = time.perf_counter()
-    results = await ctx.engine.generate_batch(requests)
-    ledger.engine_s += time.perf_counter() - t0
-    got: dict[tuple[int, ...], Sample] = {}
-    for head, req, samples in zip(todo, requests, results, strict=True):
-        if len(samples) != 1:
-            raise BackendError(f"engine returned {len(samples)} answers for one request")
-        ledger.engine_requests += 1
-        ledger.engine_prompt_tokens += len(req.prompt_token_ids)
-        ledger.completion_tokens += len(samples[0].token_ids)
-        ledger.answer_tokens += len(samples[0].token_ids)
-        got[head] = samples[0]
-    out: list[Answered] = []
-    for head, p in zip(heads, paths, strict=True):
-        d = before[head]
-        sample = got.get(head)
-        if sample is None and d:
-            out.append(drawn_answer(ctx, p, d, "length"))  # cut, and no room after it
-        elif sample is None:
-            out.append(
-                Answered(path=p, ids=p.ids, answer_ids=(), finish=p.finish, solution_cut=False)
-            )
-        else:
-            out.append(drawn_answer(ctx, p, d + tuple(sample.token_ids), sample.finish_reason))
-    return out
-
-
-def answer_head(ctx: StrategyContext, path: Path) -> tuple[int, ...]:
-    """What an answer follows: the path, and ``</think>`` after a forced one."""
-    end = ctx.engine.tokens.think_end_ids
-    return path.ids + end if path.state == "forced" and end else path.ids
-
-
-def drawn_answer(
-    ctx: StrategyContext,
-    path: Path,
-    answer_ids: tuple[int, ...],
-    finish: Literal["stop", "length", "abort"],
-) -> Answered:
-    """A closed or forced ``path`` answered by ``answer_ids`` (after its forced
-    ``</think>``), which ended with ``finish``."""
-    solution = ctx.request.budget.solution
-    content = tuple(t for t in answer_ids if t not in ctx.engine.tokens.eos_token_ids)
-    cut = solution is not None and finish == "length" and len(content) >= solution
-    ids = answer_head(ctx, path) + answer_ids
-    return Answered(path=path, ids=ids, answer_ids=answer_ids, finish=finish, solution_cut=cut)
-
-
-def answer_choice(ctx: StrategyContext, answered: Answered) -> Choice:
-    """The response's choice from an answered path: reasoning, content, the budget cuts."""
-    tokens = ctx.engine.tokens
-    split = split_of(ctx, answered.ids)
-    budget = ctx.request.budget
-    cuts = None
-    if budget.thinking is not None or budget.solution is not None:
-        thinking_cut = (
-            budget.thinking is not None
-            and answered.path.state == "forced"
-            and split.reasoning_tokens >= budget.thinking
-        )
-        cuts = budget_cuts(thinking=thinking_cut, solution=answered.solution_cut)
-    content = tokens.decode(split.content_ids)
-    return Choice(
-        index=0,
-        reasoning=tokens.decode(split.reasoning_ids),
-        content=content,
-        finish_reason="length" if answered.solution_cut else answered.finish,
-        info={
-            "answer": answer_keys(ctx.request, [content])[0][0],
-            "path_state": answered.path.state,
-            "steps": len(answered.path.steps),
-        },
-        budget_cut=cuts,
-    )

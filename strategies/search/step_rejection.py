@@ -45,7 +45,8 @@ from strategies.sampling.adaptive_vote import (
     round_event,
     settled,
 )
-from strategies.search.paths import Answered, Path, answer
+from strategies.search.path_answers import Answered, answer
+from strategies.search.paths import Path
 from strategies.search.step_search import COMMON_OPTIONS, SearchState, StepSearch
 from strategies.search_options import SearchDefaults, SearchOptions, search_options
 

@@ -44,13 +44,11 @@ from strategies.pool import SamplingDefaults, answer_keys
 from strategies.pool import defaults_of as sampling_defaults_of
 from strategies.prm import RESOURCE_KEY as PRM_KEY
 from strategies.prm import ProcessRewardModel, aggregate
+from strategies.search.path_answers import Answered, answer, answer_choice
 from strategies.search.paths import (
-    Answered,
     Ledger,
     Path,
     StepPlan,
-    answer,
-    answer_choice,
     expand,
     force_close,
     score,
@@ -105,7 +103,7 @@ class Search:
     rounds: int = 1  # searches run one after another (step-rejection's adaptive draw)
 
 
-def resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:
+def _resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:
     prm = ctx.resources.get(PRM_KEY)
     if prm is None:
         raise BackendUnavailable(
@@ -117,7 +115,7 @@ def resolve_prm(ctx: StrategyContext) -> ProcessRewardModel:
     return prm
 
 
-def samples_of(ctx: StrategyContext) -> int:
+def _samples_of(ctx: StrategyContext) -> int:
     request = ctx.request
     defaults: SamplingDefaults = sampling_defaults_of(ctx)
     return request.budget.samples if request.budget.samples is not None else defaults.samples
@@ -139,7 +137,7 @@ class StepSearch:
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "thinking", "solution"})
     body_options: ClassVar[frozenset[str]] = COMMON_OPTIONS
     streams_live: ClassVar[bool] = False
-    # The answer after thinking is generated on its own (search_paths.answer), under the
+    # The answer after thinking is generated on its own (path_answers.answer), under the
     # grammar; the steps before it never are.
     honours_response_format: ClassVar[bool] = True
     honours_tools: ClassVar[bool] = True
@@ -208,8 +206,8 @@ class StepSearch:
     def begin(self, ctx: StrategyContext) -> Search:
         """The request's search: its PRM, options, N, step plan, seeded draw and ledger."""
         options = search_options(ctx.request, search_defaults_of(ctx))
-        prm = resolve_prm(ctx) if options.reward == "prm" else None
-        n = samples_of(ctx)
+        prm = _resolve_prm(ctx) if options.reward == "prm" else None
+        n = _samples_of(ctx)
         self.check(n, options)
         seed = ctx.request.sampling.seed
         return Search(
@@ -240,21 +238,10 @@ class StepSearch:
                 if steps >= options.max_steps:
                     break
                 began = time.perf_counter()
-                if ahead is None:
-                    rows = len(state.live) * self.per_parent(options)
-                    if (why := ctx.allowance.short(1, rows, seconds=step_s)) is not None:
-                        ctx.allowance.stop(why)  # answer from the paths so far
-                        break
-                    try:
-                        children = await expand(
-                            ctx, search.plan, options, state.live, self.per_parent(options), ledger
-                        )
-                    except BudgetSpent as spent:
-                        ctx.allowance.stop(spent.reason)
-                        break
-                else:
-                    children = await ahead.children(state.live)
-                    ahead = None
+                children = await self._drawn(search, state, ahead, step_s)
+                ahead = None
+                if children is None:
+                    break  # the limits end the search: answer from the paths so far
                 flat = [c for group in children for c in group]
                 scoring = score(ctx, search.prm, flat, ledger, confidence=options.confidence)
                 if self.speculates and options.speculate and steps + 1 < options.max_steps:
@@ -262,30 +249,13 @@ class StepSearch:
                 scored = await scoring
                 if ahead is not None:
                     ahead.scored(scored)
-                regrouped: list[list[Path]] = []
-                at = 0
-                for group in children:
-                    regrouped.append(scored[at : at + len(group)])
-                    at += len(group)
+                regrouped = _regrouped(children, scored)
                 state = self.advance(state, regrouped, n, options, search.rng)
                 step_s = time.perf_counter() - began
                 steps += 1
                 search.steps += 1
                 ledger.survivors.append(len(state.live))
-                best = max(
-                    (path_score(p, options) for p in (*state.live, *state.complete, *finished)),
-                    default=None,
-                )
-                yield Progress(
-                    data={
-                        "step": search.steps,
-                        "candidates": ledger.candidates[-1],
-                        "live": len(state.live),
-                        "complete": len(state.complete) + len(finished),
-                        "best_score": None if best is None else round(best, 6),
-                        "tree": step_tree(ctx, regrouped, state),
-                    }
-                )
+                yield Progress(data=_step_event(search, regrouped, state, finished))
             if ahead is not None:
                 # Drawn for a step that will not come: its tokens were generated, so they
                 # are counted (into the last step), then dropped.
@@ -301,6 +271,26 @@ class StepSearch:
             ledger,
             confidence=options.confidence,
         )
+
+    async def _drawn(
+        self, search: Search, state: SearchState, ahead: Ahead | None, step_s: float
+    ) -> list[list[Path]] | None:
+        """This step's candidates, per live path: drawn now, or (``ahead``) drawn while
+        the PRM scored the last step. None: the request's limits leave no room for it."""
+        ctx, options = search.ctx, search.options
+        if ahead is not None:
+            return await ahead.children(state.live)
+        rows = len(state.live) * self.per_parent(options)
+        if (why := ctx.allowance.short(1, rows, seconds=step_s)) is not None:
+            ctx.allowance.stop(why)  # answer from the paths so far
+            return None
+        try:
+            return await expand(
+                ctx, search.plan, options, state.live, self.per_parent(options), search.ledger
+            )
+        except BudgetSpent as spent:
+            ctx.allowance.stop(spent.reason)
+            return None
 
     def vote(
         self, search: Search, finished: Sequence[Path], every: Sequence[Answered]
@@ -324,43 +314,71 @@ class StepSearch:
         strategy generated them already)."""
         ctx, options, n, ledger = search.ctx, search.options, search.n, search.ledger
         scores = [path_score(p, options) for p in finished]
-        classes_info: list[JSON] | None = None
-        if every is None and (why := ctx.allowance.short(len(finished))) is not None:
-            # The limits leave room for one answer, not one per path: the best path's.
-            ctx.allowance.stop(why)
-            best = best_index(finished, options)
-            answered = (await answer(ctx, [finished[best]], ledger))[0]
-            answers_info: list[JSON] = []
-        elif options.select == "best" and every is None:
-            best = best_index(finished, options)
-            answered = (await answer(ctx, [finished[best]], ledger))[0]
-            answers_info = []
-        else:
-            if every is None:
-                every = await answer(ctx, finished, ledger)
-            texts, classes = self.vote(search, finished, every)
-            if options.select == "vote" and any(a is not None for a in texts):
-                top = top_by_weight(classes, 1)[0]
-                best = top.representative
-            else:
-                best = best_index(finished, options)
-            answered = every[best]
-            answers_info = list(texts)
-            total = sum(scores) or 1.0
-            classes_info = [
-                {
-                    "answer": c.answer,
-                    "count": c.count,
-                    "weight": round(sum(c.rewards) / total, 6),
-                    "selected": best in c.members,
-                }
-                for c in classes
-            ]
+        best, answered, votes = await self._chosen(search, finished, scores, every)
         choice = answer_choice(ctx, answered)
         info: dict[str, JSON] = {
             "strategy": self.name,
             "samples": n,
             **self.trace(n, options),
+            **self._spent(search, finished),
+            "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
+            "chosen_score": round(scores[best], 6),
+            "path_scores": [round(s, 6) for s in scores],
+            **(extra or {}),
+        }
+        if votes is not None:
+            info["path_answers"], info["classes"] = votes
+        usage = Usage(
+            prompt_tokens=len(ctx.request.prompt_token_ids) * search.rounds,
+            completion_tokens=ledger.completion_tokens,
+            reasoning_tokens=ledger.reasoning_tokens,
+        )
+        return Result(
+            choices=(choice,), usage=usage, samples=sum(ledger.candidates) or 1, info=info
+        )
+
+    async def _chosen(
+        self,
+        search: Search,
+        finished: list[Path],
+        scores: Sequence[float],
+        every: Sequence[Answered] | None,
+    ) -> tuple[int, Answered, tuple[list[JSON], list[JSON]] | None]:
+        """The chosen path (its index in ``finished``) and its answer; with a vote, also
+        every path's answer and the classes, for the ``thinkgate`` object."""
+        ctx, options, ledger = search.ctx, search.options, search.ledger
+        if every is None and (why := ctx.allowance.short(len(finished))) is not None:
+            # The limits leave room for one answer, not one per path: the best path's.
+            ctx.allowance.stop(why)
+            best = best_index(finished, options)
+            return best, (await answer(ctx, [finished[best]], ledger))[0], None
+        if options.select == "best" and every is None:
+            best = best_index(finished, options)
+            return best, (await answer(ctx, [finished[best]], ledger))[0], None
+        if every is None:
+            every = await answer(ctx, finished, ledger)
+        texts, classes = self.vote(search, finished, every)
+        if options.select == "vote" and any(a is not None for a in texts):
+            top = top_by_weight(classes, 1)[0]
+            best = top.representative
+        else:
+            best = best_index(finished, options)
+        total = sum(scores) or 1.0
+        classes_info: list[JSON] = [
+            {
+                "answer": c.answer,
+                "count": c.count,
+                "weight": round(sum(c.rewards) / total, 6),
+                "selected": best in c.members,
+            }
+            for c in classes
+        ]
+        return best, every[best], (list(texts), classes_info)
+
+    def _spent(self, search: Search, finished: Sequence[Path]) -> dict[str, JSON]:
+        """The search's options and what it spent, for the ``thinkgate`` object."""
+        options, ledger = search.options, search.ledger
+        return {
             "aggregate": options.aggregate,
             "select": options.select,
             "confidence": options.confidence,
@@ -387,22 +405,39 @@ class StepSearch:
                 if options.speculate and self.speculates
                 else {}
             ),
-            "chosen_step_rewards": [round(r, 6) for r in answered.path.rewards],
-            "chosen_score": round(scores[best], 6),
-            "path_scores": [round(s, 6) for s in scores],
-            **(extra or {}),
         }
-        if classes_info is not None:
-            info["path_answers"] = answers_info
-            info["classes"] = classes_info
-        usage = Usage(
-            prompt_tokens=len(ctx.request.prompt_token_ids) * search.rounds,
-            completion_tokens=ledger.completion_tokens,
-            reasoning_tokens=ledger.reasoning_tokens,
-        )
-        return Result(
-            choices=(choice,), usage=usage, samples=sum(ledger.candidates) or 1, info=info
-        )
+
+
+def _regrouped(children: Sequence[Sequence[Path]], scored: Sequence[Path]) -> list[list[Path]]:
+    """The scored candidates (flat, in order) grouped again by the live path they grew
+    from."""
+    regrouped: list[list[Path]] = []
+    at = 0
+    for group in children:
+        regrouped.append(list(scored[at : at + len(group)]))
+        at += len(group)
+    return regrouped
+
+
+def _step_event(
+    search: Search,
+    regrouped: Sequence[Sequence[Path]],
+    state: SearchState,
+    finished: Sequence[Path],
+) -> dict[str, JSON]:
+    """A step's progress event: the search so far, and the step as the live view draws it."""
+    best = max(
+        (path_score(p, search.options) for p in (*state.live, *state.complete, *finished)),
+        default=None,
+    )
+    return {
+        "step": search.steps,
+        "candidates": search.ledger.candidates[-1],
+        "live": len(state.live),
+        "complete": len(state.complete) + len(finished),
+        "best_score": None if best is None else round(best, 6),
+        "tree": step_tree(search.ctx, regrouped, state),
+    }
 
 
 # The live view shows what a step said; a step is a line or two, this keeps events small.

@@ -53,100 +53,47 @@ and where the tokens went.
 from __future__ import annotations
 
 import asyncio
-import math
-import statistics
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import ClassVar, Final
+from collections.abc import AsyncGenerator, Sequence
+from typing import ClassVar
 
 from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext, StrategyRequest, Usage
-from core.engine import Engine, GenerateRequest, Sample, TokenLogprob
+from core.engine import Engine, GenerateRequest, Sample
 from core.errors import BackendError, InvalidRequest
 from strategies.pool import answer_keys
 from strategies.pool import defaults_of as sampling_defaults_of
+from strategies.search.path_answers import Answered, answer, answer_choice, drawn_answer
 from strategies.search.paths import (
-    Answered,
     Ledger,
-    Path,
     StepPlan,
-    answer,
-    answer_choice,
     count_tokens,
-    drawn_answer,
-    force_close,
-    grow,
-    room_after,
     split_of,
-    step_plan,
     thinking_request,
-    thinking_used,
 )
 from strategies.search_options import check_budgets
 from strategies.search_options import defaults_of as search_defaults_of
 from strategies.selection import AnswerClass, build_classes, top_by_count, top_by_weight
 from strategies.tree.options import BODY_OPTIONS, TreeOptions, tree_options
+from strategies.tree.report import event, tree_info
+from strategies.tree.shape import (
+    ROOT,
+    Grown,
+    Tree,
+    allocate,
+    child,
+    close_leaves,
+    cut_answer,
+    pivot,
+    roots,
+    segment_cap,
+    segment_plan,
+    split,
+    stop_weak,
+    through_plan,
+    wave_of,
+)
 from strategies.tree.vote import could_settle, settle_chance, settled
-
-ROOT: Final = -1  # the parent of the roots: the prompt
-TEXT_CHARS: Final = 120  # the live view shows what a segment said; this keeps events small
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Node:
-    """A node of the tree: a path that grew by one segment from its parent."""
-
-    path: Path
-    parent: int  # index of the parent node; ROOT: grew from the prompt
-    depth: int  # segments from the prompt (1: a root)
-    new_tokens: int  # what its own segment generated
-    surprisal: float  # its segment's mean -logprob per token
-    worst: float  # the lowest mean logprob of any segment on its path
-    logprob_sum: float  # over every token on its path
-    logprob_tokens: int
-    # Its own segment's sampled-token logprobs (fork_at token splits it at the lowest).
-    own_logprobs: tuple[float, ...] = ()
-
-    @property
-    def confidence(self) -> float:
-        """exp(mean token logprob over its path): 1 when nothing was measured."""
-        if not self.logprob_tokens:
-            return 1.0
-        return math.exp(self.logprob_sum / self.logprob_tokens)
-
-
-@dataclass(slots=True)
-class Tree:
-    """One request's tree as it grows: every node drawn, and which are live, leaves, or
-    stopped early."""
-
-    nodes: list[Node] = field(default_factory=list)
-    live: list[int] = field(default_factory=list)
-    leaves: list[int] = field(default_factory=list)
-    stopped: list[int] = field(default_factory=list)
-    surprisals: list[float] = field(default_factory=list)  # every segment's
-    pivots: list[float] = field(default_factory=list)  # every segment's least sure token's
-    segments: int = 0  # engine rounds
-    forks: int = 0  # nodes that drew more than one child
-    fallbacks: int = 0  # segments drawn again from before them (no branch was live)
-    # vote_stop: leaves answered as they finished, and the segment the vote settled in.
-    answered: dict[int, Answered] = field(default_factory=dict)
-    # Leaves whose last segment ran on into the answer and was cut there: the answer so far.
-    drawn: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    within: int = 0  # leaves whose answer began in their last segment's call
-    settled_at: int | None = None
-    abandoned: int = 0  # live branches the settled vote left
-    waves: int = 1
-    wave_start: int = 0  # the segments drawn before this wave's roots
-    # This wave's first node: an earlier wave's live branches finish as one each.
-    wave_first: int = 0
-
-    def path_of(self, parent: int) -> Path:
-        return Path() if parent == ROOT else self.nodes[parent].path
-
-    def depth_of(self, parent: int) -> int:
-        return 0 if parent == ROOT else self.nodes[parent].depth
 
 
 def _samples(ctx: StrategyContext) -> int:
@@ -154,257 +101,12 @@ def _samples(ctx: StrategyContext) -> int:
     return samples if samples is not None else sampling_defaults_of(ctx).samples
 
 
-def _roots(options: TreeOptions, n: int) -> int:
-    """The branches drawn from the prompt for ``n`` leaves (a wave's, with a vote stop)."""
-    if options.fork_depth <= 1:
-        return n  # every leaf placed at the first segment: independent samples
-    if options.roots is not None:
-        return min(n, options.roots)
-    if options.vote_stop != "never":
-        # A wave shares more than a whole tree: 3 / 8 of its leaves start at the prompt
-        # (3 of 8 at N = 16). Measured on validation questions: 0.45x self-consistency's
-        # tokens at its accuracy, against 0.51x and 8.5 points below with half (docs/tree.md).
-        return min(n, math.ceil(3 * n / 8))
-    return min(n, max(1, n // 2))
-
-
-def wave_of(options: TreeOptions, n: int) -> int:
-    """The leaves grown at a time: all N without a vote stop."""
-    if options.vote_stop == "never":
-        return n
-    return min(n, options.wave if options.wave is not None else max(4, n // 2))
-
-
-def _plan_of(ctx: StrategyContext, options: TreeOptions) -> StepPlan:
-    """Segments stop at the end of thinking (and, in steps, at the delimiter)."""
-    delimiter = options.step_delimiter if options.unit == "steps" else None
-    return step_plan(ctx.engine.tokens, delimiter)
-
-
-def _through(ctx: StrategyContext, options: TreeOptions, plan: StepPlan) -> StepPlan | None:
-    """The plan of segments that run on past the end of thinking into the answer, or None
-    where the answer needs a call of its own: a grammar, the client's stop sequences, a
-    minimum length, or steps (their delimiter would end the answer too).
-    A leaf's answer then begins in its last segment's call, in the same engine steps,
-    instead of one more round; sampled the same (the answer call's settings are the
-    segment's then), so the tree draws the same answers in fewer rounds."""
-    s, tokens = ctx.request.sampling, ctx.engine.tokens
-    if options.unit != "tokens" or not tokens.think_end_ids or s.structured is not None:
-        return None
-    if s.stop or s.stop_token_ids or s.min_tokens or s.ignore_eos:
-        return None
-    end = tokens.decode(tokens.think_end_ids)
-    return replace(
-        plan,
-        stop_token_ids=tuple(t for t in plan.stop_token_ids if t != tokens.think_end_id),
-        stop=tuple(x for x in plan.stop if x != end),
-    )
-
-
-def cut_answer(ctx: StrategyContext, before: Path, sample: Sample) -> tuple[Sample, Sample | None]:
-    """A segment's ``sample`` drawn after ``before``, cut where its thinking ended: the
-    thinking (with the end delimiter) and what it wrote after, the answer so far (None:
-    the thinking did not end in it, or nothing came after)."""
-    split = split_of(ctx, before.ids + sample.token_ids)
-    k = split.closed_at - len(before.ids)  # the sample's tokens up to the end delimiter
-    if not split.think_closed or k <= 0 or k >= len(sample.token_ids):
-        return sample, None
-    lps = sample.logprobs
-    thinking = Sample(
-        index=sample.index,
-        token_ids=sample.token_ids[:k],
-        finish_reason="stop",
-        stop_reason=ctx.engine.tokens.think_end_id,  # as if it had stopped there
-        logprobs=None if lps is None else lps[:k],
-    )
-    rest = Sample(
-        index=sample.index,
-        token_ids=sample.token_ids[k:],
-        finish_reason=sample.finish_reason,
-        stop_reason=sample.stop_reason,
-    )
-    return thinking, rest
-
-
-def _cap(ctx: StrategyContext, options: TreeOptions, path: Path) -> int:
-    """The next segment's ``max_tokens``: the segment, the context and ``max_tokens``,
-    the thinking budget."""
-    cap = min(
-        aligned(options, len(ctx.request.prompt_token_ids) + len(path.ids)),
-        room_after(ctx, path.ids),
-    )
-    budget = ctx.request.budget.thinking
-    if budget is not None and ctx.engine.tokens.think_end_ids:
-        cap = min(cap, budget - thinking_used(ctx, path))
-    return cap
-
-
-def aligned(options: TreeOptions, ids: int) -> int:
-    """The next segment's length from ``ids`` tokens: ``segment``, or with ``align`` B (and
-    a segment of B or more) the length nearest ``segment`` that leaves ``ids + length`` at
-    1 past a multiple of B.
-    vLLM caches whole blocks of what it computed, every token of a request but the last
-    one sampled, and a new request recomputes at least its last token: a child sent
-    ``kB + 1`` ids reads ``kB`` of them from the cache."""
-    if options.align <= 0 or options.unit != "tokens" or options.segment < options.align:
-        return options.segment  # shorter segments than a block: as asked, not aligned
-    b = options.align
-    first = (1 - ids) % b or b  # the shortest aligned length (1..b)
-    below = first + b * max(0, (options.segment - first) // b)
-    above = below + b
-    return below if options.segment - below < above - options.segment else above
-
-
-def _child(ctx: StrategyContext, plan: StepPlan, tree: Tree, parent: int, sample: Sample) -> Node:
-    before = tree.path_of(parent)
-    path = grow(ctx, plan, before, sample, reads_prm=False)
-    lps = [t.logprob for t in sample.logprobs or ()]
-    mean = sum(lps) / len(lps) if lps else 0.0
-    above = tree.nodes[parent] if parent != ROOT else None
-    return Node(
-        path=path,
-        parent=parent,
-        depth=tree.depth_of(parent) + 1,
-        new_tokens=len(sample.token_ids),
-        surprisal=-mean,
-        worst=mean if above is None else min(above.worst, mean),
-        logprob_sum=(above.logprob_sum if above else 0.0) + sum(lps),
-        logprob_tokens=(above.logprob_tokens if above else 0) + len(lps),
-        own_logprobs=tuple(lps),
-    )
-
-
-def pivot(node: Node) -> tuple[int, float]:
-    """Where the node's segment was least sure: the index of its least likely sampled
-    token and that token's surprisal (-logprob); (0, 0.0) without logprobs."""
-    lps = node.own_logprobs
-    if not lps:
-        return 0, 0.0
-    k = min(range(len(lps)), key=lambda j: (lps[j], j))
-    return k, -lps[k]
-
-
-def split(ctx: StrategyContext, plan: StepPlan, tree: Tree, i: int) -> int:
-    """Node ``i`` cut before its least sure token: a new *stem* node holds the tokens
-    before it, ``i`` becomes the stem's child with the rest; returns the stem's index (the
-    node's parent when the least sure token is its first). The tokens were generated once
-    and stay counted once, on the two halves."""
-    node = tree.nodes[i]
-    k, _ = pivot(node)
-    if k == 0:
-        return node.parent
-    own = node.path.ids[len(node.path.ids) - node.new_tokens :]
-    lps = node.own_logprobs
-    head = Sample(
-        index=0,
-        token_ids=own[:k],
-        finish_reason="length",
-        logprobs=tuple(TokenLogprob(t, lp) for t, lp in zip(own[:k], lps[:k], strict=True)),
-    )
-    stem = _child(ctx, plan, tree, node.parent, head)
-    tree.nodes.append(stem)
-    at = len(tree.nodes) - 1
-    tree.nodes[i] = replace(node, parent=at, new_tokens=node.new_tokens - k, own_logprobs=lps[k:])
-    return at
-
-
-def stop_weak(tree: Tree, options: TreeOptions) -> list[int]:
-    """The live nodes that stop early this segment (see the module's docstring). Each
-    wave's are weighed against their own: an earlier wave's branches, deeper, have had
-    more segments to be weak in."""
-    if options.stop_margin <= 0:
-        return []
-    out: list[int] = []
-    for earlier in (False, True):
-        live = [i for i in tree.live if (i < tree.wave_first) == earlier]
-        if len(live) < 2:
-            continue
-        worst = {i: tree.nodes[i].worst for i in live}
-        floor = statistics.median(worst.values()) - options.stop_margin
-        weak = sorted((i for i in live if worst[i] < floor), key=lambda i: worst[i])
-        out += weak[: len(live) // 2]
-    return out
-
-
-def allocate(
-    tree: Tree,
-    options: TreeOptions,
-    n: int,
-    cut: Callable[[int], int] | None = None,
-) -> list[tuple[int, int]]:
-    """The next segment's draws: (parent node, children), every live node one child at
-    least, free leaves given as forks to the most uncertain ones; with no live node, the
-    fallback's redraws of the least sure segments so far. ``cut`` (fork_at token) splits
-    a forking node before its least sure token and names the part before it."""
-    free = n - len(tree.live) - len(tree.leaves)
-    draws = dict.fromkeys(tree.live, 1)
-    if free > 0 and tree.live:
-        upcoming = tree.segments - tree.wave_start + 1  # within this wave
-        forced = upcoming >= options.fork_depth
-        quota = free if forced else math.ceil(free / (options.fork_depth - upcoming + 1))
-        by_token = options.fork_at == "token"
-        signals = tree.pivots if by_token else tree.surprisals
-        mean = statistics.fmean(signals) if signals else 0.0
-
-        def unsure(i: int) -> float:
-            return pivot(tree.nodes[i])[1] if by_token else tree.nodes[i].surprisal
-
-        # Stable: equal surprisal goes to the node drawn first.
-        for i in sorted(tree.live, key=lambda i: -unsure(i)):
-            if quota <= 0 or options.branch <= 1:
-                break
-            if i < tree.wave_first:
-                continue  # an earlier wave's branch: the free leaves are this wave's
-            if not forced and unsure(i) < options.fork_above * mean:
-                break  # the rest are surer still: they continue as one
-            extra = min(options.branch - 1, quota)
-            if by_token:
-                # The least sure token drawn again: siblings share every token before it.
-                at = tree.nodes[i].parent if cut is None else cut(i)
-                draws[at] = draws.get(at, 0) + extra
-            elif options.fork_at == "parent":
-                # The unsure segment drawn again beside it: siblings differ where the model
-                # hesitated, instead of children inheriting what it chose there.
-                parent = tree.nodes[i].parent
-                draws[parent] = draws.get(parent, 0) + extra
-            else:
-                draws[i] += extra
-            quota -= extra
-    elif free > 0:
-        # Fallback: no branch is live. Redraw, from the prefix before it, each segment the
-        # model was least sure of (a node whose parent is still a thinking prefix).
-        seen: set[int] = set()
-        order = sorted(range(len(tree.nodes)), key=lambda i: -tree.nodes[i].surprisal)
-        for i in order:
-            if free <= 0:
-                break
-            parent = tree.nodes[i].parent
-            if parent in seen or not tree.path_of(parent).live:
-                continue
-            seen.add(parent)
-            take = min(max(1, options.branch), free)
-            draws[parent] = take
-            free -= take
-        if draws:
-            tree.fallbacks += 1
-    return [(p, c) for p, c in draws.items()]
-
-
-@dataclass(slots=True, kw_only=True)
-class Grown:
-    """What one segment did, for its progress event."""
-
-    parents: list[int]
-    children: list[list[int]]  # per parent, the nodes it grew
-    stops: list[int]
-
-
 class TreeSampling:
     name: ClassVar[str] = "tree"
     budget_fields: ClassVar[frozenset[str]] = frozenset({"samples", "thinking", "solution"})
     body_options: ClassVar[frozenset[str]] = BODY_OPTIONS
     streams_live: ClassVar[bool] = False
-    # The answer after thinking is its own call (search_paths.answer), under the grammar.
+    # The answer after thinking is its own call (path_answers.answer), under the grammar.
     honours_response_format: ClassVar[bool] = True
     honours_tools: ClassVar[bool] = True
 
@@ -438,12 +140,12 @@ class TreeSampling:
         request = ctx.request
         options = tree_options(request, default_delimiter=search_defaults_of(ctx).step_delimiter)
         n = _samples(ctx)
-        plan = _plan_of(ctx, options)
-        through = _through(ctx, options, plan)
+        plan = segment_plan(ctx, options)
+        through = through_plan(ctx, options, plan)
         tree, ledger = Tree(), Ledger()
         wave = wave_of(options, n)
         cap = wave  # the leaves the tree may hold so far
-        draws: list[tuple[int, int]] = [(ROOT, _roots(options, wave))]
+        draws: list[tuple[int, int]] = [(ROOT, roots(options, wave))]
         round_s = 0.0
         while draws:
             if tree.segments >= options.max_segments:
@@ -475,7 +177,7 @@ class TreeSampling:
                     await asyncio.gather(beside, return_exceptions=True)
             round_s = time.perf_counter() - began
             if await self._settled(ctx, options, n, tree, ledger):
-                yield Progress(data=self._event(ctx, tree, grown, []))
+                yield Progress(data=event(ctx, tree, grown, []))
                 break
             if cap < n and self._wave_spent(ctx, options, n, tree, cap):
                 # The vote is open and this wave cannot close it (see _wave_spent): the
@@ -488,10 +190,10 @@ class TreeSampling:
                 tree.waves += 1
                 tree.wave_start = tree.segments
                 tree.wave_first = len(tree.nodes)
-                draws = [*((i, 1) for i in tree.live), (ROOT, min(more, _roots(options, wave)))]
+                draws = [*((i, 1) for i in tree.live), (ROOT, min(more, roots(options, wave)))]
             else:
                 draws = allocate(tree, options, cap, lambda i: split(ctx, plan, tree, i))
-            yield Progress(data=self._event(ctx, tree, grown, draws))
+            yield Progress(data=event(ctx, tree, grown, draws))
         yield await self._result(ctx, options, n, tree, ledger)
 
     async def _segment(
@@ -513,7 +215,7 @@ class TreeSampling:
         runs_on: list[bool] = []  # per request: whether it may run on into answers
         for g, (parent, count) in enumerate(draws):
             path = tree.path_of(parent)
-            cap = _cap(ctx, options, path)
+            cap = segment_cap(ctx, options, path)
             runs_on.append(through is not None and (solution is None or solution >= cap))
             requests.append(
                 thinking_request(
@@ -545,7 +247,7 @@ class TreeSampling:
             for drawn in samples:
                 # Only a call that ran on can hold an answer (the others stop at the end).
                 sample, rest = cut_answer(ctx, tree.path_of(parent), drawn) if on else (drawn, None)
-                node = _child(ctx, plan, tree, parent, sample)
+                node = child(ctx, plan, tree, parent, sample)
                 count_tokens(ctx, ledger, tree.path_of(parent), node.path)
                 tokens += node.new_tokens
                 tree.nodes.append(node)
@@ -662,48 +364,6 @@ class TreeSampling:
             ctx.request, [tokens.decode(split_of(ctx, a.ids).content_ids) for a in answered]
         )
 
-    def _event(
-        self,
-        ctx: StrategyContext,
-        tree: Tree,
-        grown: Grown,
-        draws: Sequence[tuple[int, int]],
-    ) -> dict[str, JSON]:
-        """A segment as the live view draws it (the step searches' shape: per node its
-        parent among the segment's parents, its confidence as the reward, its children
-        next segment as ``kept``: 0 stopped, above 1 forked)."""
-        next_children = dict(draws)
-        stopped = set(grown.stops)
-        nodes: list[JSON] = []
-        for at, group in enumerate(grown.children):
-            for i in group:
-                node = tree.nodes[i]
-                finished = not node.path.live
-                kept = 0 if i in stopped else 1 if finished else next_children.get(i, 0)
-                own = node.path.ids[len(node.path.ids) - node.new_tokens :]
-                text = ctx.engine.tokens.decode(own)
-                nodes.append(
-                    {
-                        "parent": at,
-                        "reward": round(math.exp(-node.surprisal), 6),
-                        "kept": kept,
-                        "finished": finished,
-                        "text": text[:TEXT_CHARS],
-                    }
-                )
-        best = max((tree.nodes[i].confidence for i in (*tree.live, *tree.leaves)), default=None)
-        return {
-            "segment": tree.segments,
-            "step": tree.segments,
-            "live": len(tree.live),
-            "complete": len(tree.leaves),
-            "forks": sum(1 for _, c in draws if c > 1),
-            "stops": len(grown.stops),
-            "best_score": None if best is None else round(best, 6),
-            "settled": tree.settled_at is not None,
-            "tree": nodes,
-        }
-
     async def _result(
         self,
         ctx: StrategyContext,
@@ -712,26 +372,7 @@ class TreeSampling:
         tree: Tree,
         ledger: Ledger,
     ) -> Result:
-        closed = force_close([tree.nodes[i].path for i in tree.live])
-        for i, path in zip(tree.live, closed, strict=True):
-            tree.nodes[i] = replace(tree.nodes[i], path=path)
-        leaves = [*tree.leaves, *tree.live]
-        tree.live = []
-        if not leaves:
-            # Nothing was drawn (the time or tokens ran out before the first segment; early
-            # stops always leave a branch live): the answer comes straight after the prompt.
-            empty = Node(
-                path=force_close([Path()])[0],
-                parent=ROOT,
-                depth=1,
-                new_tokens=0,
-                surprisal=0.0,
-                worst=0.0,
-                logprob_sum=0.0,
-                logprob_tokens=0,
-            )
-            tree.nodes.append(empty)
-            leaves = [len(tree.nodes) - 1]
+        leaves = close_leaves(tree)
         rest = [i for i in leaves if i not in tree.answered]
         short = ctx.allowance.short(len(rest)) if rest else None
         if short is not None and tree.answered:
@@ -750,32 +391,11 @@ class TreeSampling:
         else:
             if rest:
                 await self._answer(ctx, tree, ledger, rest)
-            every = [tree.answered[i] for i in leaves]
-            texts, exact = self._votes(ctx, every)
-            classes = build_classes(texts, confidences, exact=exact)
-            best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
-            if any(t is not None for t in texts):
-                rule = top_by_weight if options.vote == "confidence" else top_by_count
-                top = rule(classes, 1)[0]
-                best = top.representative
-            answered = every[best]
-            total = sum(confidences) or 1.0
-            info_votes = {
-                "leaf_answers": list(texts),
-                "classes": [
-                    {
-                        "answer": c.answer,
-                        "count": c.count,
-                        "weight": round(sum(c.rewards) / total, 6),
-                        "selected": best in c.members,
-                    }
-                    for c in classes
-                ],
-            }
+            best, answered, info_votes = self._vote(ctx, options, tree, leaves, confidences)
         info: dict[str, JSON] = {
             "strategy": self.name,
             "samples": n,
-            "tree": self._shape(options, n, tree, leaves, ledger),
+            "tree": tree_info(options, n, tree, leaves, ledger),
             "vote": options.vote,
             "leaf_confidences": [round(c, 6) for c in confidences],
             "chosen_confidence": round(confidences[best], 6),
@@ -789,61 +409,35 @@ class TreeSampling:
         choice = answer_choice(ctx, answered)
         return Result(choices=(choice,), usage=usage, samples=len(leaves), info=info)
 
-    def _shape(
-        self, options: TreeOptions, n: int, tree: Tree, leaves: Sequence[int], ledger: Ledger
-    ) -> dict[str, JSON]:
-        """The tree's shape and where its tokens went (``usage`` sums ``tokens_per_segment``
-        and ``answer_tokens``)."""
-        depth = max((node.depth for node in tree.nodes), default=0)
-        by_depth = [0] * depth
-        for node in tree.nodes:
-            by_depth[node.depth - 1] += node.new_tokens
-        # Nodes some leaf grew from (its ancestors and itself): what the votes stand on.
-        used: set[int] = set()
-        for leaf in leaves:
-            i = leaf
-            while i != ROOT and i not in used:
-                used.add(i)
-                i = tree.nodes[i].parent
-        on_leaves = sum(tree.nodes[i].new_tokens for i in used)
-        flat = sum(len(tree.nodes[i].path.ids) for i in leaves)
-        return {
-            "segment": options.segment,
-            "segment_unit": options.unit,
-            "roots": _roots(options, wave_of(options, n)),
-            "branch": options.branch,
-            "fork_depth": options.fork_depth,
-            "fork_at": options.fork_at,
-            "align": options.align if options.segment >= options.align else 0,
-            "segments": tree.segments,
-            "nodes": len(tree.nodes),
-            "forks": tree.forks,
-            "stops": len(tree.stopped),
-            "fallbacks": tree.fallbacks,
-            "vote_stop": options.vote_stop,
-            # The segment after which the answered leaves' vote was settled (None: not),
-            # and the live branches it left unfinished (their tokens are in stopped_tokens).
-            "settled_at": tree.settled_at,
-            "abandoned": tree.abandoned,
-            "wave": wave_of(options, n),
-            "waves": tree.waves,
-            "leaves": len(leaves),
-            "depth": depth,
-            "tokens_by_depth": by_depth,
-            "tokens_per_segment": list(ledger.step_tokens),
-            "answer_tokens": ledger.answer_tokens,
-            # Leaves whose answer began in their last segment's call (no call of its own
-            # unless that segment's end cut it).
-            "answered_within": tree.within,
-            # Thinking the leaves hold, as N independent samples would have generated it,
-            # and what the tree generated for it: the difference is the shared prefixes.
-            "leaf_tokens": flat,
-            "shared_tokens": flat - on_leaves,
-            # Generated on branches no leaf grew from (stopped early, and what they grew).
-            "stopped_tokens": sum(
-                node.new_tokens for i, node in enumerate(tree.nodes) if i not in used
-            ),
-            "engine_requests": ledger.engine_requests,
-            "engine_prompt_tokens": ledger.engine_prompt_tokens,
-            "engine_seconds": round(ledger.engine_s, 4),
+    def _vote(
+        self,
+        ctx: StrategyContext,
+        options: TreeOptions,
+        tree: Tree,
+        leaves: Sequence[int],
+        confidences: Sequence[float],
+    ) -> tuple[int, Answered, dict[str, JSON]]:
+        """The answered leaves' vote: the chosen leaf (its index in ``leaves``), its
+        answer, and the vote for the result's info (each leaf's answer, the classes)."""
+        every = [tree.answered[i] for i in leaves]
+        texts, exact = self._votes(ctx, every)
+        classes = build_classes(texts, confidences, exact=exact)
+        best = max(range(len(leaves)), key=lambda j: (confidences[j], -j))
+        if any(t is not None for t in texts):
+            rule = top_by_weight if options.vote == "confidence" else top_by_count
+            top = rule(classes, 1)[0]
+            best = top.representative
+        total = sum(confidences) or 1.0
+        info_votes: dict[str, JSON] = {
+            "leaf_answers": list(texts),
+            "classes": [
+                {
+                    "answer": c.answer,
+                    "count": c.count,
+                    "weight": round(sum(c.rewards) / total, 6),
+                    "selected": best in c.members,
+                }
+                for c in classes
+            ],
         }
+        return best, every[best], info_votes

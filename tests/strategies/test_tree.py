@@ -740,7 +740,7 @@ def test_an_earlier_waves_branches_never_fork_and_stop_among_their_own() -> None
     for the early stop against their own wave's, not the deeper (weaker) earlier one's."""
     from strategies.search.paths import Path
     from strategies.tree.options import TreeOptions
-    from strategies.tree.sampler import ROOT, Node, Tree, allocate, stop_weak
+    from strategies.tree.shape import ROOT, Node, Tree, allocate, stop_weak
 
     def node(parent: int, surprisal: float, worst: float) -> Node:
         return Node(
