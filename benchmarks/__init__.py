@@ -1,1 +1,1 @@
-"""Benchmarks: scripts that print a table and write it under benchmarks/results/."""
+"""Benchmarks: scripts that print a table and write it under benchmarks/results/<module>/."""

@@ -13,7 +13,7 @@ then another, up to 16):
 * the same rule over plain counts (every sample weighs 1; ``weight`` a least count): an
   adaptive majority with no PRM, to tell the stop's saving from the PRM's picking.
 
-Prints the table and writes ``benchmarks/results/adaptive-stop.md``; the samples are
+Prints the table and writes ``benchmarks/results/adaptive_stop/adaptive-stop.md``; the samples are
 kept in ``--cache`` (JSON) so that a rerun replays them without vLLM.
 """
 
@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.out_paths import results_of
 from benchmarks.servers import ROOT, machine
 from testbed import model_path
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("adaptive_stop")
 POOL = 16
 
 
@@ -52,14 +53,14 @@ class Rule:
     weight: float
 
     def settled(self, pool: Sequence[Drawn]) -> bool:
-        sums = votes(pool, self.weighted)
+        sums = _votes(pool, self.weighted)
         if not sums:
             return False
         lead, total = max(sums.values()), sum(sums.values())
         return total > 0 and lead >= self.weight and lead >= self.share * total
 
 
-def votes(pool: Sequence[Drawn], weighted: bool) -> dict[int, float]:
+def _votes(pool: Sequence[Drawn], weighted: bool) -> dict[int, float]:
     out: dict[int, float] = defaultdict(float)
     for d in pool:
         if d.answer is not None:
@@ -67,9 +68,9 @@ def votes(pool: Sequence[Drawn], weighted: bool) -> dict[int, float]:
     return out
 
 
-def pick(pool: Sequence[Drawn], weighted: bool) -> bool:
+def _pick(pool: Sequence[Drawn], weighted: bool) -> bool:
     """Whether the vote's winner (first seen on ties) is right."""
-    sums = votes(pool, weighted)
+    sums = _votes(pool, weighted)
     if not sums:
         return False
     best = max(sums.values())
@@ -85,14 +86,14 @@ def replay(questions: Sequence[Sequence[Drawn]], rule: Rule) -> tuple[float, flo
         while k < POOL and not rule.settled(samples[:k]):
             k = min(POOL, k + rule.round)
         pool = samples[:k]
-        hits += pick(pool, rule.weighted)
+        hits += _pick(pool, rule.weighted)
         tokens += sum(d.tokens for d in pool)
         drawn += k
     n = len(questions)
     return 100.0 * hits / n, tokens / n, drawn / n
 
 
-def draw(args: argparse.Namespace) -> list[list[Drawn]]:
+def _draw(args: argparse.Namespace) -> list[list[Drawn]]:
     from testbed.engine import generate, load_llm
     from testbed.prm import example
     from testbed.prm_eval import load_prm, prm_rewards
@@ -120,7 +121,7 @@ def draw(args: argparse.Namespace) -> list[list[Drawn]]:
     return [out[i : i + POOL] for i in range(0, len(out), POOL)]
 
 
-def report(questions: Sequence[Sequence[Drawn]], args: argparse.Namespace, minutes: float) -> str:
+def _report(questions: Sequence[Sequence[Drawn]], args: argparse.Namespace, minutes: float) -> str:
     full = statistics.fmean(sum(d.tokens for d in q) for q in questions)
     lines = [
         "| rule | round | share | least weight | accuracy % | tokens / question | x SC@16 "
@@ -137,7 +138,7 @@ def report(questions: Sequence[Sequence[Drawn]], args: argparse.Namespace, minut
 
     for n in (4, 8, 16):
         for weighted, name in ((False, "majority"), (True, "PRM vote")):
-            hits = sum(pick(q[:n], weighted) for q in questions)
+            hits = sum(_pick(q[:n], weighted) for q in questions)
             tok = statistics.fmean(sum(d.tokens for d in q[:n]) for q in questions)
             lines.append(row(f"{name} of {n}", None, 100.0 * hits / len(questions), tok, n))
     for weighted in (True, False):
@@ -196,9 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = json.loads(cache.read_text())
         questions = [[Drawn(**d) for d in q] for q in raw]
     else:
-        questions = draw(args)
+        questions = _draw(args)
         cache.write_text(json.dumps([[asdict(d) for d in q] for q in questions]))
-    text = report(questions, args, (time.monotonic() - start) / 60)
+    text = _report(questions, args, (time.monotonic() - start) / 60)
     Path(args.out).write_text(text)
     print(text)
     return 0

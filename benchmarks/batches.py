@@ -18,7 +18,7 @@ Throughput (lines per second, creation to completion) as a ratio of ``postgresql
 ``sqlite``, and the store's own cost per line: the statements a line costs (claiming it,
 recording its answer, writing the output) timed alone on each database.
 
-Writes ``benchmarks/results/batches.{md,json}``.
+Writes ``benchmarks/results/batches/batches.{md,json}``.
 
     .venv/bin/python -m benchmarks.batches [--lines 200] [--kill-at 0.4]
 """
@@ -42,42 +42,41 @@ from typing import Any
 
 import orjson
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.postgres import postgres_server
-from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve
+from benchmarks.servers import ServerUrl, free_port, machine, serve
 from core.base import JSON
 from server.batches.records import BatchRecord, Line, new_id
 from server.batches.store import BatchStore
 from testbed.task import make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("batches")
 MODEL = "testbed-base"
 
 
 @contextmanager
-def replica() -> Iterator[ServerUrl]:
+def _replica() -> Iterator[ServerUrl]:
     port = free_port()
     cmd = [sys.executable, "-m", "server.cli", "replica", "--port", str(port)]
     cmd += ["--served-model-name", MODEL, "--max-model-len", "512"]  # the testbed's context
-    with serve(
-        cmd, ready_path="/health", log=RESULTS / "logs" / "batches-replica.log", port=port
-    ) as url:
+    with serve(cmd, ready_path="/health", log=LOGS / "batches-replica.log", port=port) as url:
         yield url
 
 
 @contextmanager
-def gateway(tag: str, upstream: str, *flags: str) -> Iterator[tuple[ServerUrl, Path]]:
+def _gateway(tag: str, upstream: str, *flags: str) -> Iterator[tuple[ServerUrl, Path]]:
     port = free_port()
     state = tempfile.mkdtemp(prefix=f"thinkgate-bench-batches-{tag}-")
     cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
     cmd += ["--engine", "remote", "--vllm-urls", upstream, "--served-model-name", MODEL]
     cmd += ["--max-model-len", "512"]
     cmd += ["--reward-model", "none", "--prm-model", "none", "--state-dir", state, *flags]
-    log = RESULTS / "logs" / f"batches-gateway-{tag}.log"
+    log = LOGS / f"batches-gateway-{tag}.log"
     with serve(cmd, ready_path="/ready", log=log, port=port) as url:
         yield url, log
 
 
-def owner_of(log: Path) -> str:
+def _owner_of(log: Path) -> str:
     """The batch runner's owner id a gateway logged at start-up."""
     found = re.search(r'"owner": "(gw-[0-9a-f]+)"', log.read_text(errors="replace"))
     if found is None:
@@ -85,7 +84,7 @@ def owner_of(log: Path) -> str:
     return found.group(1)
 
 
-def input_file(lines: int, max_tokens: int) -> bytes:
+def _input_file(lines: int, max_tokens: int) -> bytes:
     questions = make_questions("test", lines, seed=11, min_ops=3, max_ops=5)
     return b"\n".join(
         orjson.dumps(
@@ -106,13 +105,13 @@ def input_file(lines: int, max_tokens: int) -> bytes:
     )
 
 
-def client(url: str) -> Any:
+def _client(url: str) -> Any:
     import openai
 
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=2, timeout=60)
 
 
-def run_batch(
+def _run_batch(
     submit: ServerUrl,
     poll: ServerUrl,
     content: bytes,
@@ -126,9 +125,9 @@ def run_batch(
     gateway) once that share of the lines is answered, and poll through the other."""
     from tqdm import tqdm
 
-    upload = client(submit).files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    upload = _client(submit).files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
     started = time.perf_counter()
-    batch = client(submit).batches.create(
+    batch = _client(submit).batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     total = content.count(b"\n") + 1
@@ -137,7 +136,7 @@ def run_batch(
     before_kill: dict[str, int] = {}
     bar = tqdm(total=total, desc="lines", unit="line", file=sys.stderr, leave=False)
     while True:
-        b = client(poll).batches.retrieve(batch.id)
+        b = _client(poll).batches.retrieve(batch.id)
         answered = b.request_counts.completed + b.request_counts.failed
         bar.n = answered
         bar.refresh()
@@ -160,7 +159,7 @@ def run_batch(
     out["seconds"] = time.perf_counter() - started
     out["status"] = b.status
     out["lines_per_s"] = total / out["seconds"]
-    c = client(poll)
+    c = _client(poll)
     output = c.files.content(b.output_file_id).content.splitlines() if b.output_file_id else []
     errors = c.files.content(b.error_file_id).content.splitlines() if b.error_file_id else []
     ids = [orjson.loads(x)["custom_id"] for x in [*output, *errors]]
@@ -194,7 +193,7 @@ async def _answered_by(target: str | None, batch_id: str) -> dict[str, int]:
         await store.aclose()
 
 
-async def store_cost(target: str, lines: int) -> dict[str, float]:
+async def _store_cost(target: str, lines: int) -> dict[str, float]:
     """The store's statements per line, alone: create (the line's row), claim the batch,
     take the pending lines, record each answer, read the answers back."""
     store = BatchStore(target)
@@ -238,7 +237,7 @@ async def store_cost(target: str, lines: int) -> dict[str, float]:
         await store.aclose()
 
 
-def report(results: dict[str, Any], meta: dict[str, Any]) -> str:
+def _report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     s, p, k = results["sqlite"], results["postgresql"], results["takeover"]
     lines = [
         "# Batches: two gateways on one PostgreSQL, one killed mid-batch",
@@ -290,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lease-s", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "batches")
     args = parser.parse_args(argv)
-    content = input_file(args.lines, args.max_tokens)
+    content = _input_file(args.lines, args.max_tokens)
     meta = {
         "machine": machine(),
         "command": " ".join(["python -m benchmarks.batches", *(argv or sys.argv[1:])]),
@@ -302,30 +301,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {}
     lease = ("--batch-lease-s", str(args.lease_s))
     with ExitStack() as stack:
-        upstream = stack.enter_context(replica())
+        upstream = stack.enter_context(_replica())
         pg = stack.enter_context(postgres_server())
-        with gateway("sqlite", upstream, *lease) as (g0, _):
-            results["sqlite"] = run_batch(g0, g0, content)
+        with _gateway("sqlite", upstream, *lease) as (g0, _):
+            results["sqlite"] = _run_batch(g0, g0, content)
         with tempfile.TemporaryDirectory() as tmp:
             results["store_cost"] = {
-                "sqlite": asyncio.run(store_cost(str(Path(tmp) / "cost.sqlite3"), 1000)),
-                "postgresql": asyncio.run(store_cost(pg, 1000)),
+                "sqlite": asyncio.run(_store_cost(str(Path(tmp) / "cost.sqlite3"), 1000)),
+                "postgresql": asyncio.run(_store_cost(pg, 1000)),
             }
         shared = ("--batch-store", pg, *lease, "--log-level", "info")
         with (
-            gateway("pg-a", upstream, *shared) as (a, _),
-            gateway("pg-b", upstream, *shared) as (b, _),
+            _gateway("pg-a", upstream, *shared) as (a, _),
+            _gateway("pg-b", upstream, *shared) as (b, _),
         ):
-            results["postgresql"] = run_batch(a, b, content, store_url=pg)
+            results["postgresql"] = _run_batch(a, b, content, store_url=pg)
         with (
-            gateway("pg-c", upstream, *shared) as (c, c_log),
-            gateway("pg-d", upstream, *shared) as (d, d_log),
+            _gateway("pg-c", upstream, *shared) as (c, c_log),
+            _gateway("pg-d", upstream, *shared) as (d, d_log),
         ):
-            owners = {owner_of(c_log): c, owner_of(d_log): d}
-            results["takeover"] = run_batch(
+            owners = {_owner_of(c_log): c, _owner_of(d_log): d}
+            results["takeover"] = _run_batch(
                 c, d, content, kill_at=args.kill_at, owners=owners, store_url=pg
             )
-    text = report(results, meta)
+    text = _report(results, meta)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{args.out}.md").write_text(text)

@@ -21,7 +21,7 @@ questions of 8-12 operations, temperature 1, seeded per question. Four parts:
               and optillm on vLLM's own server under the same deadlines, as a client
               timeout (``benchmarks.deadline_peers``)
 
-Writes ``benchmarks/results/budgets.{md,json,png}``.
+Writes ``benchmarks/results/budgets/budgets.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.budgets [--questions 24] [--deadlines 0.5,1,2,4]
 """
@@ -38,12 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.budget_plans import CALIBRATION_GRID, FixedPlan, ask_all, ask_rotated, summary
-from benchmarks.servers import ROOT, machine, thinkgate
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.servers import machine, thinkgate
 from strategies.auto import accuracy_interval
 from testbed import model_path
 from testbed.task import make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("budgets")
 
 # The fixed plans held to the same deadline as auto (None: auto itself).
 DEADLINE_METHODS: tuple[FixedPlan | None, ...] = (
@@ -63,7 +64,7 @@ def _label(plan: FixedPlan | None) -> str:
     return "auto" if plan is None else plan.label
 
 
-async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     import openai
     from tqdm import tqdm
 
@@ -106,17 +107,17 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 got = await ask_all(client, model, qs, plan, limits, c, args.seed, bar)
                 out["deadlines"][f"{c}|{d}|{_label(plan)}"] = summary(got, d)
     if "tokens" in parts:
-        out["grid"], out["tokens"] = await ceilings_part(client, model, qs, ceilings, args, bar)
+        out["grid"], out["tokens"] = await _ceilings_part(client, model, qs, ceilings, args, bar)
     if "minimum" in parts:
-        out["minimum"] = await minimum_part(client, model, qs, args, bar)
+        out["minimum"] = await _minimum_part(client, model, qs, args, bar)
     if "cost" in parts:
-        out["cost"] = await cost_part(client, model, qs, args, bar)
+        out["cost"] = await _cost_part(client, model, qs, args, bar)
     bar.close()
     out["questions"] = n
     return out
 
 
-async def ceilings_part(
+async def _ceilings_part(
     client: Any, model: str, qs: Sequence[Any], ceilings: Sequence[int], args: Any, bar: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     grid: dict[str, Any] = {}
@@ -133,7 +134,7 @@ async def ceilings_part(
     return grid, tokens
 
 
-async def minimum_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
+async def _minimum_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
     out: dict[str, Any] = {}
     for m in (0, 64, 128):
         plan = FixedPlan("elastic", 1, 256)
@@ -143,7 +144,7 @@ async def minimum_part(client: Any, model: str, qs: Sequence[Any], args: Any, ba
     return out
 
 
-async def cost_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
+async def _cost_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: Any) -> Any:
     ratios = []
     arms: tuple[tuple[str, dict[str, int]], ...] = (
         ("none", {}),
@@ -161,7 +162,7 @@ async def cost_part(client: Any, model: str, qs: Sequence[Any], args: Any, bar: 
     return {"ratios": ratios, "median": sorted(ratios)[len(ratios) // 2]}
 
 
-def deadline_peers_rows(peers: dict[str, Any]) -> list[tuple[str, str, str, dict[str, float]]]:
+def _deadline_peers_rows(peers: dict[str, Any]) -> list[tuple[str, str, str, dict[str, float]]]:
     out = []
     for key, s in peers.get("cells", {}).items():
         c, d, name = key.split("|")
@@ -169,7 +170,7 @@ def deadline_peers_rows(peers: dict[str, Any]) -> list[tuple[str, str, str, dict
     return out
 
 
-def auto_against(data: dict[str, Any], n: int) -> list[str]:
+def _auto_against(data: dict[str, Any], n: int) -> list[str]:
     """Per clients and deadline: auto's accuracy, the best fixed plan's and the best
     peer's, and whether auto is at or above each within the 95% interval (auto's upper
     bound at or above the other's accuracy)."""
@@ -224,7 +225,7 @@ def _ci(acc: float, n: int) -> str:
     return f"{acc:.1%} ({lo:.0%}-{hi:.0%})"
 
 
-def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> str:
+def _report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> str:
     n = data["questions"]
     lines = [
         "# Budgets: deadlines, total-token ceilings, the minimum, and auto",
@@ -259,14 +260,14 @@ def report(data: dict[str, Any], args: argparse.Namespace, seconds: float) -> st
             "| p90 s |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for c, d, name, s in deadline_peers_rows(peers):
+        for c, d, name, s in _deadline_peers_rows(peers):
             lines.append(
                 f"| {c} | {d} s | {name} | {s['answered']:.0%} | {s['on_time']:.0%} | "
                 f"{_ci(s['accuracy'], n)} | {s['tokens']:.0f} | {s['p90_seconds']:.2f} |"
             )
         for name, why in peers.get("failed", {}).items():
             lines.append(f"\n{name} did not run: {why}")
-    lines += ["", *auto_against(data, n)]
+    lines += ["", *_auto_against(data, n)]
     if "tokens" not in data:  # --parts deadlines
         return "\n".join(lines) + "\n"
     lines += [
@@ -383,11 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.url:
-        data = asyncio.run(bench(args.url, args))
+        data = asyncio.run(_bench(args.url, args))
     else:
-        log = RESULTS / "logs" / "budgets-server.log"
+        log = LOGS / "budgets-server.log"
         with thinkgate(model_path("base"), "--reward-model", "none", log=log) as url:
-            data = asyncio.run(bench(url, args))
+            data = asyncio.run(_bench(url, args))
     if args.peers_venv:
         from tqdm import tqdm
 
@@ -408,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 data["peers"] = {"cells": {}, "failed": {"all": f"{type(e).__name__}: {e}"}}
     seconds = time.perf_counter() - t0
     (RESULTS / f"{args.out}.json").write_text(json.dumps(data, indent=1) + "\n")
-    text = report(data, args, seconds)
+    text = _report(data, args, seconds)
     (RESULTS / f"{args.out}.md").write_text(text)
     if {"tokens", "minimum", "cost"} <= data.keys():
         plot(data, args, RESULTS / f"{args.out}.png")

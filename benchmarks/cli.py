@@ -1,6 +1,6 @@
 """``thinkgate bench NAME [args]``: run one benchmark (from a checkout of the repo).
 
-Each writes its table (and plot) under ``benchmarks/results/``; ``--help`` after the
+Each writes its table (and plot) under ``benchmarks/results/<module>/``; ``--help`` after the
 name lists its own options.
 """
 
@@ -49,7 +49,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
-def usage() -> str:
+def _usage() -> str:
     rows = "\n".join(f"  {name:18s} {doc}" for name, (_, doc) in BENCHMARKS.items())
     return f"usage: thinkgate bench NAME [args]\n\nbenchmarks:\n{rows}\n"
 
@@ -57,11 +57,11 @@ def usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(usage())
+        print(_usage())
         return 0 if args else 2
     name, rest = args[0], args[1:]
     if name not in BENCHMARKS:
-        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        print(f"unknown benchmark {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(BENCHMARKS[name][0])
     entry = module.main

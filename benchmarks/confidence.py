@@ -27,7 +27,7 @@ throughput relative to the same engine with the processor idle, interleaved repe
 
     .venv/bin/python -m benchmarks.confidence [--questions 24] [--ns 8,16]
 
-Writes ``benchmarks/results/confidence.{md,json,png}``.
+Writes ``benchmarks/results/confidence/confidence.{md,json,png}``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.servers import ROOT, machine, thinkgate
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.servers import machine, thinkgate
 from strategies.answers import equivalent
 from strategies.sampling.deepconf import default_warmup
 from strategies.selection import select_weighted, top_by_count
@@ -48,12 +49,12 @@ from strategies.voting import VoteOptions, voting_classes
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("confidence")
 METHODS = ("sc", "conf-offline", "conf-top", "online", "online-paper", "pets")
 ONLINE = ("online", "online-paper")
 
 
-def online_body(name: str, n: int, window: int) -> dict[str, Any]:
+def _online_body(name: str, n: int, window: int) -> dict[str, Any]:
     """The deepconf body of an online method at budget ``n``."""
     if name == "online":
         # Rounds of one trace: the token-saving schedule this bench measures (the default
@@ -91,7 +92,7 @@ def _answer_of(r: Any) -> str | None:
     return answer if isinstance(answer, str) else None
 
 
-async def run_questions(
+async def _run_questions(
     url: str, questions: Sequence[Question], ns: Sequence[int], window: int, share: float
 ) -> list[dict[str, Any]]:
     import openai
@@ -128,7 +129,7 @@ async def run_questions(
                     model,
                     q,
                     {"X-Strategy": "deepconf", **samples},
-                    online_body(name, n, window),
+                    _online_body(name, n, window),
                 )
                 t = r.model_extra["thinkgate"]
                 row[name] = (_right(_answer_of(r), q), r.usage.completion_tokens)
@@ -145,7 +146,7 @@ async def run_questions(
     return list(rows)
 
 
-def summarise(
+def _summarise(
     rows: Sequence[dict[str, Any]], ns: Sequence[int]
 ) -> dict[str, dict[int, dict[str, float]]]:
     table: dict[str, dict[int, dict[str, float]]] = {}
@@ -166,7 +167,7 @@ def summarise(
     return table
 
 
-def to_reach(
+def _to_reach(
     table: dict[str, dict[int, dict[str, float]]], ns: Sequence[int]
 ) -> dict[str, float | None]:
     """Per method: the fewest mean tokens at which it reaches sc@max(N)'s accuracy,
@@ -181,7 +182,7 @@ def to_reach(
     return out
 
 
-def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, float]:
+def _processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, float]:
     """Decode throughput of one engine with the confidence processor loaded: requests
     that opt in with a threshold no window reaches (every row computed, none stopped)
     vs the same requests not opting in, alternating, ``repeats`` pairs. Also the cost of
@@ -236,7 +237,7 @@ def processor_overhead(prompts: int, tokens: int, repeats: int) -> dict[str, flo
     }
 
 
-def choose_measure(
+def _choose_measure(
     questions: int, samples: int, windows: Sequence[int], ks: Sequence[int]
 ) -> dict[str, float]:
     """How well each trace-confidence definition tells right traces from wrong ones:
@@ -303,7 +304,7 @@ def plot(table: dict[str, dict[int, dict[str, float]]], path: Any) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_report(
+def _write_report(
     args: argparse.Namespace,
     table: dict[str, dict[int, dict[str, float]]],
     reach: dict[str, float | None],
@@ -446,8 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_only:
         saved = json.loads((RESULTS / "confidence.json").read_text())
         table = {m: {int(n): v for n, v in per.items()} for m, per in saved["table"].items()}
-        reach = to_reach(table, ns)
-        report = write_report(
+        reach = _to_reach(table, ns)
+        report = _write_report(
             args, table, reach, saved["overhead"], saved["seconds"], saved["choose"]
         )
         (RESULTS / "confidence.md").write_text(report)
@@ -457,11 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     choose = None
     if not args.skip_choose and not args.overhead_only:
-        choose = choose_measure(args.choose_questions, 8, (8, 16, 32, 64, 128), (1, 5, 20))
+        choose = _choose_measure(args.choose_questions, 8, (8, 16, 32, 64, 128), (1, 5, 20))
         print(json.dumps(choose, indent=1))
     overhead = None
     if not args.skip_overhead:
-        overhead = processor_overhead(
+        overhead = _processor_overhead(
             args.overhead_prompts, args.overhead_tokens, args.overhead_repeats
         )
         print(json.dumps(overhead, indent=1))
@@ -472,20 +473,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "tokens": args.overhead_tokens,
                 "machine": machine(),
             }
-            (RESULTS / "confidence-overhead.json").write_text(json.dumps(record, indent=1))
+            (RESULTS / "overhead.json").write_text(json.dumps(record, indent=1))
             return 0
     t0 = time.perf_counter()
     if args.url:
-        rows = asyncio.run(run_questions(args.url, questions, ns, args.window, args.filter))
+        rows = asyncio.run(_run_questions(args.url, questions, ns, args.window, args.filter))
     else:
-        log = RESULTS / "logs" / "confidence-server.log"
+        log = LOGS / "confidence-server.log"
         # No reward engine: nothing here scores with it, and it would share the 2 cores.
         with thinkgate(model_path("base"), "--reward-model", "none", log=log) as url:
-            rows = asyncio.run(run_questions(url, questions, ns, args.window, args.filter))
+            rows = asyncio.run(_run_questions(url, questions, ns, args.window, args.filter))
     seconds = time.perf_counter() - t0
-    table = summarise(rows, ns)
-    reach = to_reach(table, ns)
-    report = write_report(args, table, reach, overhead, seconds, choose)
+    table = _summarise(rows, ns)
+    reach = _to_reach(table, ns)
+    report = _write_report(args, table, reach, overhead, seconds, choose)
     (RESULTS / "confidence.md").write_text(report)
     (RESULTS / "confidence.json").write_text(
         json.dumps(

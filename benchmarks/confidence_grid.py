@@ -20,7 +20,7 @@ pools:
 
     .venv/bin/python -m benchmarks.confidence_grid [--questions 64] [--pool 32]
 
-Writes ``benchmarks/results/confidence-grid.{md,json,png}``.
+Writes ``benchmarks/results/confidence_grid/confidence-grid.{md,json,png}``.
 """
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ from benchmarks.deepconf_sim import (
     online,
     tokens_at,
 )
-from benchmarks.servers import ROOT, machine
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.servers import machine
 from strategies.sampling.deepconf import default_warmup
 from strategies.voting import DEFAULT_TOP_K, DEFAULT_WINDOW
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("confidence_grid")
 WINDOW = DEFAULT_WINDOW
 TOP_K = DEFAULT_TOP_K
 MAX_TOKENS = 420  # the testbed's 512-token context less the longest prompts
@@ -68,7 +69,7 @@ PREVIOUS = ("low", None, 0.95, 2)  # the defaults before this benchmark (the pap
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class _Rule:
     """Settings as deepconf's defaults would apply them at any budget N: the warm-up is
     a quarter of N, at least ``min_warmup`` (strategies.sampling.deepconf's rule)."""
 
@@ -90,7 +91,7 @@ class Rule:
         )
 
 
-def record_pools(
+def _record_pools(
     questions: Sequence[Question], pool: int, seed: int
 ) -> list[list[tuple[list[float], int | None]]]:
     """Per question, ``pool`` traces: per-token confidences and the parsed answer."""
@@ -125,14 +126,14 @@ def record_pools(
     return pools
 
 
-def rules() -> list[Rule]:
+def _rules() -> list[_Rule]:
     return [
-        Rule(v, r, c, w)
+        _Rule(v, r, c, w)
         for v, r, c, w in itertools.product(VARIANTS, ROUNDS, CONSENSUS, MIN_WARMUPS)
     ]
 
 
-def orders_for(
+def _orders_for(
     pools: Sequence[Sequence[SimTrace]], repeats: int, seed: int
 ) -> list[list[list[int]]]:
     rng = random.Random(seed)
@@ -148,7 +149,7 @@ def orders_for(
 
 
 @dataclass(frozen=True, slots=True)
-class Split:
+class _Split:
     """One split's pools and random orders, and sc's curve on them (n = 1 .. the pool)."""
 
     pools: list[list[SimTrace]]
@@ -157,10 +158,10 @@ class Split:
     sc: list[Point]
 
     @classmethod
-    def of(cls, raw: Any, questions: Sequence[Question], repeats: int) -> Split:
+    def of(cls, raw: Any, questions: Sequence[Question], repeats: int) -> _Split:
         pools = [[SimTrace.of(c, a, WINDOW) for c, a in pool] for pool in raw]
         golds = [q.answer for q in questions]
-        orders = orders_for(pools, repeats, seed=1)
+        orders = _orders_for(pools, repeats, seed=1)
         size = min(len(p) for p in pools)
         sc = [
             expected(pools, golds, orders, functools.partial(majority, n=n))
@@ -168,13 +169,13 @@ class Split:
         ]
         return cls(pools, golds, orders, sc)
 
-    def online(self, rule: Rule, n: int) -> Point:
+    def online(self, rule: _Rule, n: int) -> Point:
         cfg = rule.at(n)
         return expected(
             self.pools, self.golds, self.orders, lambda p, o: online(p, o, n, cfg, WINDOW)
         )
 
-    def row(self, rule: Rule, budgets: Sequence[int]) -> dict[str, Any]:
+    def row(self, rule: _Rule, budgets: Sequence[int]) -> dict[str, Any]:
         """The rule at each budget: its point, and its tokens relative to sc@N and to
         what sc spends for the same accuracy (None: sc never gets there)."""
         curve = sorted(self.sc, key=lambda p: p.tokens)
@@ -191,7 +192,7 @@ class Split:
         return out
 
 
-def admissible(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _admissible(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rules as accurate as sc@N (within TOLERANCE) at every budget of CHOOSE_AT,
     fewest tokens relative to sc@N (mean over CHOOSE_AT) first: the first is chosen."""
     ok = [
@@ -221,7 +222,7 @@ def _header(budgets: Sequence[int]) -> list[str]:
     return ["| setting |" + cols, "|---|" + "---|---|---|---|" * len(budgets)]
 
 
-def report(args: argparse.Namespace, out: dict[str, Any], seconds: float) -> str:
+def _report(args: argparse.Namespace, out: dict[str, Any], seconds: float) -> str:
     val, test = out["validation"], out["test"]
     lines = [
         "# DeepConf settings: chosen on validation, checked on test (thinkgate bench "
@@ -319,9 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=64, help="per split")
     parser.add_argument("--pool", type=int, default=32, help="traces per question")
     parser.add_argument("--orders", type=int, default=12, help="random orders per pool")
-    parser.add_argument(
-        "--cache", type=Path, default=RESULTS / "logs" / "confidence-grid-pools.json"
-    )
+    parser.add_argument("--cache", type=Path, default=LOGS / "confidence-grid-pools.json")
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.pool < max(CHOOSE_AT):
         parser.error(f"--pool must hold the largest budget chosen at ({max(CHOOSE_AT)})")
@@ -335,35 +334,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = {"key": key}
         t_record = time.perf_counter()
         for name, qs in questions.items():
-            saved[name] = record_pools(qs, args.pool, seed=7 if name == "test" else 5)
+            saved[name] = _record_pools(qs, args.pool, seed=7 if name == "test" else 5)
         saved["record_s"] = time.perf_counter() - t_record
         args.cache.parent.mkdir(parents=True, exist_ok=True)
         args.cache.write_text(json.dumps(saved))
     t0 = time.perf_counter()
-    val = Split.of(saved["validation"], questions["validation"], args.orders)
-    test = Split.of(saved["test"], questions["test"], args.orders)
+    val = _Split.of(saved["validation"], questions["validation"], args.orders)
+    test = _Split.of(saved["test"], questions["test"], args.orders)
     from tqdm import tqdm
 
     budgets = [n for n in REPORT_AT if n <= args.pool]
-    rows = [val.row(r, CHOOSE_AT) for r in tqdm(rules(), desc="settings (validation)")]
-    ok = admissible(rows)
+    rows = [val.row(r, CHOOSE_AT) for r in tqdm(_rules(), desc="settings (validation)")]
+    ok = _admissible(rows)
     pick = ok[0] if ok else None
-    previous = Rule(*PREVIOUS)
-    shown = [Rule(**r["rule"]) for r in ([pick] if pick else [])]
+    previous = _Rule(*PREVIOUS)
+    shown = [_Rule(**r["rule"]) for r in ([pick] if pick else [])]
     # The consensus is the dial between tokens and accuracy: the chosen setting at 0.8.
     shown += [replace(rule, consensus=0.8) for rule in shown[:1] if rule.consensus != 0.8]
-    shown += [previous, Rule("high", None, 0.95, 2)]
+    shown += [previous, _Rule("high", None, 0.95, 2)]
     out: dict[str, Any] = {
         "validation": {"sc": [asdict(p) for p in val.sc]},
         "test": {"sc": [asdict(p) for p in test.sc]},
         "chosen": pick,
         "record_s": saved.get("record_s"),
         "validation_rows": rows,
-        "validation_best": ok[:10] + [r for r in rows if Rule(**r["rule"]) == previous],
+        "validation_best": ok[:10] + [r for r in rows if _Rule(**r["rule"]) == previous],
         "test_rows": [test.row(r, budgets) for r in shown],
     }
     seconds = time.perf_counter() - t0
-    text = report(args, out, seconds)
+    text = _report(args, out, seconds)
     (RESULTS / "confidence-grid.md").write_text(text)
     (RESULTS / "confidence-grid.json").write_text(json.dumps(out, indent=1))
     plot(out, RESULTS / "confidence-grid.png")

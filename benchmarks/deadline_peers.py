@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 
 from benchmarks.budget_plans import Outcome, summary
-from benchmarks.peers import ENGINE_FLAGS, LOGS, MAX_TOKENS, its_hub, optillm
+from benchmarks.out_paths import LOGS
+from benchmarks.peers import ENGINE_FLAGS, MAX_TOKENS, its_hub, optillm
 from benchmarks.search_peers import DRIVER, MAX_STEPS, _questions_file, replica
 from benchmarks.servers import ROOT, vllm_server
 from strategies.answers import equivalent, extract_answer

@@ -7,7 +7,7 @@ Compared in ONE run, on the same held-out questions (testbed test split), greedy
   vllm-budget@base    vLLM's own server, ``thinking_token_budget = t``,
                       ``max_tokens = t + 1 + s`` (the peer feature; no solution budget)
 plus each model unconstrained, for reference. Everything goes through HTTP with the
-openai SDK. Writes ``benchmarks/results/elastic.md`` and ``elastic.png``.
+openai SDK. Writes ``benchmarks/results/elastic/elastic.md`` and ``elastic.png``.
 
     .venv/bin/python -m benchmarks.elastic [--per-op 8] [--budgets 0,16,32,64,96,128,192]
 """
@@ -24,18 +24,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.servers import ROOT, machine, thinkgate, vllm_server
+from benchmarks.out_paths import results_of
+from benchmarks.servers import machine, thinkgate, vllm_server
 from strategies.answers import extract_answer
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("elastic")
 SOLUTION = 16
 UNLIMITED = -1  # budget marker for the unconstrained reference rows
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class _Row:
     method: str
     budget: int
     accuracy: float
@@ -44,9 +45,9 @@ class Row:
     mean_thinking: float
 
 
-async def run_method(
+async def _run_method(
     url: str, questions: Sequence[Question], *, method: str, budget: int, concurrency: int
-) -> Row:
+) -> _Row:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
@@ -95,7 +96,7 @@ async def run_method(
     results = await asyncio.gather(*(one(q) for q in questions))
     await client.close()
     n = len(results)
-    return Row(
+    return _Row(
         method=method,
         budget=budget,
         accuracy=sum(r[0] for r in results) / n,
@@ -105,20 +106,20 @@ async def run_method(
     )
 
 
-def sweep(
+def _sweep(
     url: str,
     questions: Sequence[Question],
     methods: Sequence[str],
     budgets: Sequence[int],
     concurrency: int,
-) -> list[Row]:
+) -> list[_Row]:
     from tqdm import tqdm
 
     rows = []
     cells = [(m, b) for m in methods for b in budgets]
     for method, budget in tqdm(cells, desc="methods x budgets", unit="cell", file=sys.stderr):
         row = asyncio.run(
-            run_method(url, questions, method=method, budget=budget, concurrency=concurrency)
+            _run_method(url, questions, method=method, budget=budget, concurrency=concurrency)
         )
         print(
             f"  {method:18s} t={budget:4d} acc={row.accuracy:.3f} tokens={row.mean_tokens:6.1f}",
@@ -128,7 +129,7 @@ def sweep(
     return rows
 
 
-def table(rows: Sequence[Row]) -> str:
+def _table(rows: Sequence[_Row]) -> str:
     lines = [
         "| method | t | accuracy | answered | mean generated tokens | mean thinking tokens |",
         "|---|---:|---:|---:|---:|---:|",
@@ -142,7 +143,7 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[Row], path: Path) -> None:
+def plot(rows: Sequence[_Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     saved = args.out / "elastic.json"
     only = set(args.only or ["base", "elastic", "vllm"])
-    kept = [Row(**r) for r in json.loads(saved.read_text())] if args.only and saved.exists() else []
+    kept = (
+        [_Row(**r) for r in json.loads(saved.read_text())] if args.only and saved.exists() else []
+    )
     groups = {
         "base": ("elastic@base", "truncate@base", "base"),
         "elastic": ("elastic@elastic", "elastic"),
@@ -203,19 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(questions)} questions, budgets {budgets}", flush=True)
     if "base" in only:
         with thinkgate(model_path("base"), log=logs / "elastic-base.log") as url:
-            rows += sweep(
+            rows += _sweep(
                 url, questions, ["elastic@base", "truncate@base"], budgets, args.concurrency
             )
-            rows += sweep(url, questions, ["base"], [UNLIMITED], args.concurrency)
+            rows += _sweep(url, questions, ["base"], [UNLIMITED], args.concurrency)
     if "elastic" in only:
         with thinkgate(model_path("elastic"), log=logs / "elastic-elastic.log") as url:
-            rows += sweep(url, questions, ["elastic@elastic"], budgets, args.concurrency)
-            rows += sweep(url, questions, ["elastic"], [UNLIMITED], args.concurrency)
+            rows += _sweep(url, questions, ["elastic@elastic"], budgets, args.concurrency)
+            rows += _sweep(url, questions, ["elastic"], [UNLIMITED], args.concurrency)
     if "vllm" in only:
         with vllm_server(
             model_path("base"), "--reasoning-parser", "deepseek_r1", log=logs / "vllm-base.log"
         ) as url:
-            rows += sweep(url, questions, ["vllm-budget@base"], budgets, args.concurrency)
+            rows += _sweep(url, questions, ["vllm-budget@base"], budgets, args.concurrency)
     order = [m for g in ("base", "elastic", "vllm") for m in groups[g]]
     rows.sort(key=lambda r: (order.index(r.method), r.budget))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(vLLM's server reports no reasoning-token count, hence 0 in its thinking column).\n"
         "elastic@* and vllm-budget@* force `</think>` after t thinking tokens; truncate@base "
         "cuts the whole response at t+1+s tokens (`answered` = a `\\boxed{}` answer came).\n\n"
-        f"{table(rows)}\n\n"
+        f"{_table(rows)}\n\n"
         f"Machine: {machine()}. Wall time of the last invocation {wall:.0f} s.\n"
         f"Command: `.venv/bin/python -m benchmarks.elastic --per-op {args.per_op} "
         f"--budgets {args.budgets}`\n\n![plot](elastic.png)\n"

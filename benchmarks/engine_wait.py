@@ -8,7 +8,7 @@ clients (half streaming, half JSON, 64 tokens each with ``ignore_eos``). Reporte
 run: latency p50/p99/max, wall time for the batch, and the CPU the vLLM engine processes
 used; then the paired ratios (short spin / vLLM's), median and range.
 
-Writes ``benchmarks/results/engine-wait.{md,json}``.
+Writes ``benchmarks/results/engine_wait/engine-wait.{md,json}``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.out_paths import results_of
 from benchmarks.paired import ratio_rows, run_rows, save
-from benchmarks.reliability import RESULTS, Server, body, pct, running
+from benchmarks.reliability import Server, body, pct, running
 from benchmarks.servers import machine
 
+RESULTS = results_of("engine_wait")
 MD_PATH = RESULTS / "engine-wait.md"
 JSON_PATH = RESULTS / "engine-wait.json"
 SPINS_MS = (1000.0, 1.0)
@@ -68,7 +70,7 @@ def engine_cpu_s(server: Server) -> float:
     return total
 
 
-def measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
+def _measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
     # The spin is that of the ring between an engine core and its worker process, which
     # only ``--executor mp`` has on CPU (engines/local/executor.py).
     flags = (
@@ -97,7 +99,7 @@ def measure(spin_ms: float, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def report(runs: list[dict[str, float]], args: argparse.Namespace, command: str) -> str:
+def _report(runs: list[dict[str, float]], args: argparse.Namespace, command: str) -> str:
     keys = ("alone_p50_s", "alone_p99_s", "p50_s", "p99_s", "max_s", "wall_s", "engine_cpu_share")
     lines = [
         "# vLLM engine spin: 1000 ms (vLLM's own) vs 1 ms (thinkgate's CPU default)",
@@ -121,10 +123,10 @@ def report(runs: list[dict[str, float]], args: argparse.Namespace, command: str)
     return "\n".join(lines) + "\n"
 
 
-def rewrite(args: argparse.Namespace, command: str) -> None:
+def _rewrite(args: argparse.Namespace, command: str) -> None:
     """Rebuild the table from the saved runs (after a change to the report only)."""
     runs = json.loads(JSON_PATH.read_text())["runs"]
-    MD_PATH.write_text(report(runs, args, command))
+    MD_PATH.write_text(_report(runs, args, command))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,11 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bar = tqdm(total=args.pairs * len(SPINS_MS), desc="pairs x spins", unit="run", file=sys.stderr)
     for pair in range(args.pairs):
         for spin in SPINS_MS:
-            runs.append(measure(spin, args))
+            runs.append(_measure(spin, args))
             print(f"pair {pair + 1} spin {spin:g} ms: {runs[-1]}", flush=True)
             bar.update(1)
     bar.close()
-    save(report(runs, args, command.strip()), runs, MD_PATH, JSON_PATH)
+    save(_report(runs, args, command.strip()), runs, MD_PATH, JSON_PATH)
     return 0
 
 

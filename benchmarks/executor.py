@@ -16,7 +16,7 @@ model inside the engine core), pairs A B A B. Each server gets the same load, in
 Reported per run, then the paired ratios (uni / mp), median and range: below 1 is faster
 for latencies and wall times, above 1 for questions per second.
 
-Writes ``benchmarks/results/executor.{md,json}``.
+Writes ``benchmarks/results/executor/executor.{md,json}``.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ from typing import Any
 import httpx
 
 from benchmarks.engine_wait import engine_cpu_s
+from benchmarks.out_paths import results_of
 from benchmarks.paired import ratio_rows, run_rows, save
-from benchmarks.reliability import RESULTS, body, pct, running
+from benchmarks.reliability import body, pct, running
 from benchmarks.servers import machine
 from testbed.task import make_questions
 
+RESULTS = results_of("executor")
 MD_PATH = RESULTS / "executor.md"
 JSON_PATH = RESULTS / "executor.json"
 CHOICES = ("mp", "uni")
@@ -100,7 +102,7 @@ def _strategy(
     return asyncio.run(_gather(clients, payloads, url, headers))
 
 
-def measure(choice: str, args: argparse.Namespace) -> dict[str, Any]:
+def _measure(choice: str, args: argparse.Namespace) -> dict[str, Any]:
     flags = ("--executor", choice, "--max-inflight-requests", "64")
     with running(f"executor-{choice}", *flags) as server:
         model = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -127,7 +129,7 @@ def measure(choice: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
+def _report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
     keys = (*LOWER_IS_BETTER, *HIGHER_IS_BETTER, "engine_cpu_share")
     lines = [
         "# The model in vLLM's engine core (`--executor uni`) against a worker process (`mp`)",
@@ -161,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         for choice in CHOICES:
-            runs.append(measure(choice, args))
+            runs.append(_measure(choice, args))
             print(f"pair {pair + 1} {choice}: {runs[-1]}", flush=True)
-    save(report(runs, args, command), runs, MD_PATH, JSON_PATH)
+    save(_report(runs, args, command), runs, MD_PATH, JSON_PATH)
     return 0
 
 

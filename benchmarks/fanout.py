@@ -12,7 +12,7 @@ interleaved per question so that load drifts hit them alike:
   sequential    N chat requests with ``n = 1``, one after another (optillm)
 
 Reports wall time and completion tokens per second, and their ratios to one-request.
-Writes ``benchmarks/results/fanout.md``.
+Writes ``benchmarks/results/fanout/fanout.md``.
 
     .venv/bin/python -m benchmarks.fanout [--ns 8,16,32] [--questions 4]
 """
@@ -29,16 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.servers import ROOT, machine, thinkgate
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("fanout")
 MODES = ("one-request", "concurrent", "sequential")
 
 
 @dataclass(frozen=True, slots=True)
-class Trial:
+class _Trial:
     mode: str
     n: int
     wall_s: float
@@ -57,9 +58,9 @@ def _content(q: Question, context: int) -> str:
     return (FILLER * (context // len(FILLER) + 1))[:context] + q.prompt
 
 
-async def trial(
+async def _trial(
     client: Any, model: str, q: Question, mode: str, n: int, max_tokens: int, context: int = 0
-) -> Trial:
+) -> _Trial:
     kw: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": _content(q, context)}],
@@ -80,7 +81,7 @@ async def trial(
         responses = [await client.chat.completions.create(**kw) for _ in range(n)]
     wall = time.perf_counter() - t0
     assert sum(len(r.choices) for r in responses) == n
-    return Trial(
+    return _Trial(
         mode=mode,
         n=n,
         wall_s=wall,
@@ -91,29 +92,29 @@ async def trial(
 
 async def run(
     url: str, questions: Sequence[Question], ns: Sequence[int], max_tokens: int, context: int = 0
-) -> list[Trial]:
+) -> list[_Trial]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=900)
     model = (await client.models.list()).data[0].id
     # Warm-up: first requests pay one-off costs (allocation, logits-processor set-up).
-    await trial(client, model, questions[0], "one-request", 4, max_tokens, context)
-    await trial(client, model, questions[0], "concurrent", 4, max_tokens, context)
+    await _trial(client, model, questions[0], "one-request", 4, max_tokens, context)
+    await _trial(client, model, questions[0], "concurrent", 4, max_tokens, context)
     from tqdm import tqdm
 
-    trials: list[Trial] = []
+    trials: list[_Trial] = []
     bar = tqdm(total=len(ns) * len(questions) * len(MODES), desc="trials", file=sys.stderr)
     for n in ns:
         for i, q in enumerate(questions):
             order = MODES[i % 3 :] + MODES[: i % 3]  # rotate which mode goes first
             for mode in order:
-                trials.append(await trial(client, model, q, mode, n, max_tokens, context))
+                trials.append(await _trial(client, model, q, mode, n, max_tokens, context))
                 bar.update(1)
     bar.close()
     return trials
 
 
-def summarise(trials: Sequence[Trial], ns: Sequence[int]) -> list[str]:
+def _summarise(trials: Sequence[_Trial], ns: Sequence[int]) -> list[str]:
     """Medians per mode, and medians of the PAIRED ratios (each trial against the
     one-request trial of the same question, run back to back), which cancel most of
     the load drift of a shared machine."""
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=0,
         help="characters (testbed: tokens) of worked questions before each question; "
-        "then answers are fixed-length (ignore_eos) and the table goes to fanout-long.md",
+        "then answers are fixed-length (ignore_eos) and the table goes to long.md",
     )
     args = parser.parse_args(list(argv) if argv is not None else None)
     ns = [int(x) for x in args.ns.split(",")]
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url:
         trials = asyncio.run(run(args.url, questions, ns, args.max_tokens, args.context))
     else:
-        log = RESULTS / "logs" / "fanout-server.log"
+        log = LOGS / "fanout-server.log"
         # No reward engine: this measures generation only. n up to max(ns) in one request.
         flags = ("--reward-model", "none", "--max-n", str(max(ns)))
         with thinkgate(model_path("base"), *flags, log=log) as url:
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "self-consistency does (a loop). Ratios are against `one-request` at the same N "
         "(wall: lower is better; tok/s: higher is better).",
         "",
-        *summarise(trials, ns),
+        *_summarise(trials, ns),
         "",
         f"Machine: {machine()}, shared with other jobs (load varies; compare within the run). "
         f"Commit {sha}.",
@@ -204,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "requests reuse the prompt's KV blocks after the first prefill, as its_hub "
             "relies on.\n",
         )
-    (RESULTS / ("fanout-long.md" if long else "fanout.md")).write_text("\n".join(lines))
+    (RESULTS / ("long.md" if long else "fanout.md")).write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -16,7 +16,7 @@ processors: budget guidance and Elastic Reasoning) answers the same held-out que
 Hard cut and guidance are compared at matched mean thinking tokens: the hard-cut curve
 is interpolated at each guidance point's mean. "within B" is the share of requests whose
 thinking closed within B tokens. Greedy by default (``--temperature`` for sampling).
-Writes ``benchmarks/results/guidance.{md,png,json}``.
+Writes ``benchmarks/results/guidance/guidance.{md,png,json}``.
 
     .venv/bin/python -m benchmarks.guidance [--per-op 8] [--budgets 16,32,48,64,96,128]
 """
@@ -33,13 +33,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.out_paths import results_of
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("guidance")
 MAX_TOKENS = 440
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class _Row:
     method: str
     budget: int | None
     accuracy: float
@@ -68,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> list[Row]:
+def _run(args: argparse.Namespace) -> list[_Row]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         logits_processors=[BudgetGuidanceLogitsProcessor, ElasticLogitsProcessor],
     )
 
-    def measure(method: str, budget: int | None, extra: dict[str, Any]) -> Row:
+    def measure(method: str, budget: int | None, extra: dict[str, Any]) -> _Row:
         params = SamplingParams(
             temperature=args.temperature,
             max_tokens=MAX_TOKENS,
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> list[Row]:
             checks += codec.decode(ids[:cut]).count("check")
             correct += int(answer == q.answer)
         n = len(questions)
-        return Row(
+        return _Row(
             method=method,
             budget=budget,
             accuracy=correct / n,
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def interpolate(points: Sequence[tuple[float, float]], x: float) -> float | None:
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> float | None:
     """Piecewise-linear y at x over points sorted by x; None outside their range."""
     pts = sorted(points)
     for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
@@ -166,13 +168,13 @@ def interpolate(points: Sequence[tuple[float, float]], x: float) -> float | None
     return None
 
 
-def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
+def _report(rows: Sequence[_Row], args: argparse.Namespace, wall_s: float) -> str:
     hard = [(r.mean_thinking, r.accuracy) for r in rows if r.method == "hard-cut"]
     base = next(r for r in rows if r.method == "unconstrained")
     lines = [
         "# Budget guidance vs hard cut (testbed `base`)",
         "",
-        f"{len(questions_of(args))} test-split questions (difficulty 1..12, {args.per_op} each), "
+        f"{len(_questions_of(args))} test-split questions (difficulty 1..12, {args.per_op} each), "
         f"temperature {args.temperature}, one vLLM engine (CPU) with the budget-guidance "
         "wrapper and both processors; hard cut = the Elastic processor forcing `</think>` "
         "at t. `hard-cut acc @ same tokens` interpolates the hard-cut curve at the "
@@ -187,9 +189,9 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
     for r in rows:
         matched = ""
         if r.method.startswith("guidance"):
-            m = interpolate(hard, r.mean_thinking)
+            m = _interpolate(hard, r.mean_thinking)
             if m is None and r.mean_thinking >= max(h[0] for h in hard):
-                m = interpolate([*hard, (base.mean_thinking, base.accuracy)], r.mean_thinking)
+                m = _interpolate([*hard, (base.mean_thinking, base.accuracy)], r.mean_thinking)
             matched = f"{m:.3f}" if m is not None else "n/a"
         within = f"{r.within_budget:.2f}" if r.within_budget is not None else ""
         lines.append(
@@ -207,11 +209,11 @@ def report(rows: Sequence[Row], args: argparse.Namespace, wall_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def questions_of(args: argparse.Namespace) -> list[object]:
+def _questions_of(args: argparse.Namespace) -> list[object]:
     return [None] * (12 * args.per_op)
 
 
-def plot(rows: Sequence[Row], path: Path) -> None:
+def plot(rows: Sequence[_Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,10 +242,10 @@ def plot(rows: Sequence[Row], path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     t0 = time.perf_counter()
-    rows = run(args)
+    rows = _run(args)
     wall = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
-    md = report(rows, args, wall)
+    md = _report(rows, args, wall)
     (args.out / "guidance.md").write_text(md)
     (args.out / "guidance.json").write_text(
         json.dumps(

@@ -32,11 +32,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.out_paths import results_of
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("guidance_overhead")
 
 
-def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
+def _engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -85,7 +87,7 @@ def engine_part(args: argparse.Namespace) -> dict[str, list[float]]:
     return times
 
 
-def op_part(rows: int, vocab: int, reps: int) -> dict[str, float]:
+def _op_part(rows: int, vocab: int, reps: int) -> dict[str, float]:
     from kernels.guidance.gamma import gamma_reweight_ref
     from kernels.guidance.predictor import BudgetPredictor, PredictorConfig
 
@@ -145,7 +147,7 @@ def op_part(rows: int, vocab: int, reps: int) -> dict[str, float]:
     }
 
 
-def triton_part(rows: int, vocab: int) -> str:
+def _triton_part(rows: int, vocab: int) -> str:
     if not torch.cuda.is_available():
         return (
             "Triton: no GPU in this run; the kernel was not timed (checked for correctness "
@@ -184,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     lines = ["# Budget guidance overhead", ""]
     if not args.skip_engine:
-        times = engine_part(args)
+        times = _engine_part(args)
         med = {k: statistics.median(v) for k, v in times.items()}
         base = med["unguided"]
         lines += [
@@ -203,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Per-round seconds: " + str({k: [round(x, 3) for x in v] for k, v in times.items()}),
             "",
         ]
-    op = op_part(args.op_rows, args.op_vocab, args.op_reps)
+    op = _op_part(args.op_rows, args.op_vocab, args.op_reps)
     lines += [
         f"Op at {args.op_rows} rows x {args.op_vocab} vocab (CPU, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads):",
@@ -218,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{op['predictor_params_m']:.1f} M params) | {op['head_ms']:.1f} "
         f"| {op['head_cpu_ms']:.1f} |",
         "",
-        triton_part(args.op_rows, args.op_vocab) + ".",
+        _triton_part(args.op_rows, args.op_vocab) + ".",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs. Command: "
         "`.venv/bin/python -m benchmarks.guidance_overhead"
@@ -227,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     md = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "guidance_overhead.md").write_text(md)
+    (args.out / "guidance-overhead.md").write_text(md)
     print(md)
     return 0
 

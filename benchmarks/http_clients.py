@@ -5,7 +5,7 @@ in its own process; this process keeps ``C`` calls in flight for ``--seconds`` t
 one ``httpx.AsyncClient`` (64 connections kept alive: the remote engine's client before
 ``engines.calls``) or through ``engines.calls.AiohttpCalls`` (what the remote engine and
 the PRM client use), alternating, and reads its own CPU time per call. Writes
-benchmarks/results/http-clients.md.
+benchmarks/results/http_clients/http-clients.md.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from typing import Any
 import httpx
 import orjson
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import beside, results_of
 from benchmarks.servers import ROOT, free_port, machine
 from engines.calls import AiohttpCalls, Calls, HttpxCalls, Timeouts
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("http_clients")
 KINDS = ("httpx", "aiohttp")
 KEEPALIVE = 64  # the remote engine's httpx pool kept 64 connections alive
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class _Row:
     in_flight: int
     kind: str
     cpu_ms: float  # this process's CPU per call
@@ -56,7 +56,7 @@ async def _echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b'{"token_ids": [1, 2, 3, 4]}'})
 
 
-def serve_echo(port: int, latency_ms: float) -> None:
+def _serve_echo(port: int, latency_ms: float) -> None:
     import uvicorn
 
     global LATENCY_S
@@ -64,7 +64,7 @@ def serve_echo(port: int, latency_ms: float) -> None:
     uvicorn.run(_echo, host="127.0.0.1", port=port, log_level="warning")
 
 
-async def measure(url: str, kind: str, in_flight: int, seconds: float) -> tuple[float, float]:
+async def _measure(url: str, kind: str, in_flight: int, seconds: float) -> tuple[float, float]:
     """(client CPU ms per call, calls per second) with ``in_flight`` calls kept going."""
     calls = 0
     stop = time.monotonic() + seconds
@@ -123,19 +123,19 @@ class _Owned(HttpxCalls):
         await self._own.aclose()
 
 
-def run(args: argparse.Namespace) -> list[Row]:
+def run(args: argparse.Namespace) -> list[_Row]:
     port = free_port()
     code = f"from benchmarks.http_clients import serve_echo; serve_echo({port}, {args.latency_ms})"
     server = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     url = f"http://127.0.0.1:{port}/x"
-    rows: list[Row] = []
+    rows: list[_Row] = []
     try:
         _wait_ready(url)
         for in_flight in (int(c) for c in args.in_flight.split(",")):
             for rnd in range(args.rounds):
                 for kind in KINDS if rnd % 2 == 0 else KINDS[::-1]:
-                    ms, rate = asyncio.run(measure(url, kind, in_flight, args.seconds))
-                    rows.append(Row(in_flight=in_flight, kind=kind, cpu_ms=ms, calls_s=rate))
+                    ms, rate = asyncio.run(_measure(url, kind, in_flight, args.seconds))
+                    rows.append(_Row(in_flight=in_flight, kind=kind, cpu_ms=ms, calls_s=rate))
                     print(f"{in_flight:4d} in flight, {kind}: {ms:.2f} ms CPU per call", flush=True)
     finally:
         server.terminate()
@@ -143,13 +143,13 @@ def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def _cell(rows: Sequence[Row], in_flight: int, kind: str) -> tuple[list[float], float]:
+def _cell(rows: Sequence[_Row], in_flight: int, kind: str) -> tuple[list[float], float]:
     """CPU ms per call of each round, and the median calls per second."""
     mine = [r for r in rows if (r.in_flight, r.kind) == (in_flight, kind)]
     return [r.cpu_ms for r in mine], statistics.median(r.calls_s for r in mine)
 
 
-def report(rows: Sequence[Row], args: argparse.Namespace) -> str:
+def _report(rows: Sequence[_Row], args: argparse.Namespace) -> str:
     lines = [
         "# Client CPU per call: httpx against aiohttp",
         "",
@@ -187,7 +187,7 @@ def _med(xs: Sequence[float]) -> str:
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="thinkgate bench http-clients")
     p.add_argument("--in-flight", default="8,16,32,64")
     p.add_argument("--seconds", type=float, default=5.0)
@@ -200,8 +200,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    text = report(run(args), args)
+    args = _parse(argv)
+    text = _report(run(args), args)
     beside(Path(args.out), ".md").write_text(text)
     print(text)
     return 0

@@ -13,7 +13,7 @@ Sides: ``vllm`` (vLLM's OpenAI server), ``thinkgate`` (default logits processors
 the engine settings of ``bench overhead`` (``benchmarks.overhead.served``). Reported
 per metric: each side's median over its runs, the paired ratio B / A (median,
 interquartile range, min-max) and in how many pairs B measured higher. Writes
-``benchmarks/results/interleaved-<A>-<B>-r<rate>.{md,json}``.
+``benchmarks/results/interleaved/<A>-<B>-r<rate>.{md,json}``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from contextlib import ExitStack
 from typing import Any
 
 import testbed
-from benchmarks.overhead import LOGS, METRICS, RESULTS, SLOW_GAPS, bench_serve, key, served
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.overhead import METRICS, SLOW_GAPS, bench_serve, key, served
 from benchmarks.servers import machine, worker_binding
 from loadtests.report import git_sha
 
+RESULTS = results_of("interleaved")
 SIDES = ("vllm", "thinkgate", "bare")
 SHOWN = (*METRICS, SLOW_GAPS)
 
@@ -116,7 +118,7 @@ def report(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
     model = str(testbed.model_path("base"))
@@ -178,9 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_run_shape(parser, rate=15.0)
     args = parser.parse_args(list(argv) if argv is not None else None)
     command = "thinkgate bench interleaved " + " ".join(sys.argv[1:] if argv is None else argv)
-    result = run(args)
+    result = _run(args)
     text = report(result, command.strip())
-    stem = f"interleaved-{args.a}-{args.b}-r{key(args.rate)}"
+    stem = f"{args.a}-{args.b}-r{key(args.rate)}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2))
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)

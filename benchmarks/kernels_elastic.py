@@ -9,7 +9,7 @@ bandwidth. Triton needs a GPU: none in this run.
 
     .venv/bin/python benchmarks/kernels_elastic.py [--threads 1] [--repeat 20]
 
-Writes benchmarks/results/kernels_elastic.md and prints it.
+Writes benchmarks/results/kernels_elastic/kernels-elastic.md and prints it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from benchmarks.out_paths import results_of
 from kernels.elastic.args import ElasticArgs
 from kernels.elastic.mask import elastic_mask_ref
 from kernels.elastic.state import THINKING, ElasticCol, new_state, row_values
@@ -32,11 +32,11 @@ from kernels.elastic.state import THINKING, ElasticCol, new_state, row_values
 ROWS = 256
 VOCAB = 151_936
 END, EOS = 151_649, 151_643
-OUT = Path(__file__).resolve().parent / "results" / "kernels_elastic.md"
+OUT = results_of("kernels_elastic") / "kernels-elastic.md"
 
 
 @dataclass(frozen=True)
-class Result:
+class _Result:
     scenario: str
     forced_rows: int
     batched_ms: float
@@ -44,7 +44,7 @@ class Result:
     floor_ms: float
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
+def _timed(fn: Callable[[], object], repeat: int) -> float:
     """Median CPU milliseconds of ``fn`` on this thread, over ``repeat`` runs after a
     warm-up. CPU time, not wall time: the 2 cores are shared with other programs, and
     with one torch thread every op runs on the calling thread, so thread time is the
@@ -58,15 +58,15 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def memcpy_gb_s(repeat: int) -> float:
+def _memcpy_gb_s(repeat: int) -> float:
     """Bytes moved (read + write) per second by a large tensor copy on this machine."""
     src = torch.randn(ROWS, VOCAB)
     dst = torch.empty_like(src)
-    ms = timed(lambda: dst.copy_(src), repeat)
+    ms = _timed(lambda: dst.copy_(src), repeat)
     return 2 * src.numel() * 4 / (ms / 1e3) / 1e9
 
 
-def scenario(forced_rows: int, repeat: int, bandwidth: float) -> Result:
+def scenario(forced_rows: int, repeat: int, bandwidth: float) -> _Result:
     state = new_state(ROWS, torch.device("cpu"))
     args = ElasticArgs(thinking_budget=100, solution_budget=50, think_end_id=END, eos_id=EOS)
     for row in range(ROWS):
@@ -95,14 +95,14 @@ def scenario(forced_rows: int, repeat: int, bandwidth: float) -> Result:
             logits[row].fill_(float("-inf"))
             logits[row, forced] = 0.0
 
-    batched_ms = timed(lambda: elastic_mask_ref(logits, state.device), repeat)
-    loop_ms = timed(loop, repeat)
+    batched_ms = _timed(lambda: elastic_mask_ref(logits, state.device), repeat)
+    loop_ms = _timed(loop, repeat)
     floor_ms = forced_rows * VOCAB * 4 / (bandwidth * 1e9) * 1e3
     name = {0: "none forced", ROWS: "all forced"}.get(forced_rows, f"{forced_rows} forced")
-    return Result(name, forced_rows, batched_ms, loop_ms, floor_ms)
+    return _Result(name, forced_rows, batched_ms, loop_ms, floor_ms)
 
 
-def adapter_step_ms(repeat: int) -> tuple[float, float]:
+def _adapter_step_ms(repeat: int) -> tuple[float, float]:
     """V1 adapter, 256 active rows each one token longer per step, nothing forced:
     CPU ms of update_state (host bookkeeping) and of apply (the batched op)."""
     from types import SimpleNamespace
@@ -130,8 +130,8 @@ def adapter_step_ms(repeat: int) -> tuple[float, float]:
             out.append(7)
         proc.update_state(None)
 
-    update_ms = timed(update, repeat)
-    apply_ms = timed(lambda: proc.apply(logits), repeat)
+    update_ms = _timed(update, repeat)
+    apply_ms = _timed(lambda: proc.apply(logits), repeat)
     return update_ms, apply_ms
 
 
@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
-    bandwidth = memcpy_gb_s(opts.repeat)
+    bandwidth = _memcpy_gb_s(opts.repeat)
     results = [scenario(n, opts.repeat, bandwidth) for n in (0, 8, ROWS)]
     lines = [
         "# Elastic mask op: batched torch op vs per-row Python loop",
@@ -167,7 +167,7 @@ def main() -> None:
             f"| {r.scenario} | {r.forced_rows} | {r.batched_ms:.3f} | {r.loop_ms:.3f} "
             f"| {r.loop_ms / r.batched_ms:.2f}x | {r.floor_ms:.3f} | no GPU in this run |"
         )
-    update_ms, apply_ms = adapter_step_ms(opts.repeat)
+    update_ms, apply_ms = _adapter_step_ms(opts.repeat)
     lines += [
         "",
         f"V1 adapter per step, {ROWS} active rows, nothing forced (CPU ms): "

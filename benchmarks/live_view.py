@@ -7,7 +7,7 @@ driven by Playwright (its own browser download cannot work here, so the system b
 is named). Measures the page's first render (navigation start to the form drawn with the
 server's strategies and budget fields) and, per progress event, the time from its bytes
 reaching the page to the next paint that shows it; self-consistency@8 and beam search@4
-runs, alternating. Writes ``benchmarks/results/live-view.md``. The test
+runs, alternating. Writes ``benchmarks/results/live_view/live-view.md``. The test
 ``tests/server/test_ui_live.py`` drives the same page through these helpers.
 """
 
@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.out_paths import LOGS, results_of
+
 CHROMIUM = Path("/usr/bin/chromium")
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = results_of("live_view")
 
 
-class NoBrowser(RuntimeError):
+class _NoBrowser(RuntimeError):
     """Debian's Chromium or the Playwright package is missing."""
 
 
@@ -35,11 +37,11 @@ class NoBrowser(RuntimeError):
 def browser_page(base_url: str) -> Iterator[Any]:
     """A fresh page of headless Chromium at ``base_url``/ui, drawn."""
     if not CHROMIUM.exists():
-        raise NoBrowser("no /usr/bin/chromium: apt-get install chromium")
+        raise _NoBrowser("no /usr/bin/chromium: apt-get install chromium")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:  # pragma: no cover - a dev dependency
-        raise NoBrowser("playwright is a dev dependency: bash scripts/setup.sh") from exc
+        raise _NoBrowser("playwright is a dev dependency: bash scripts/setup.sh") from exc
     with sync_playwright() as pw:
         # --no-sandbox: CI and these machines run as root, where Chromium's sandbox refuses.
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
@@ -53,7 +55,7 @@ def browser_page(base_url: str) -> Iterator[Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class ViewRun:
+class _ViewRun:
     seconds: float  # from Run to the stream's end, in the page
     events: int  # progress events the page drew
     event_to_paint_ms: tuple[float, ...]
@@ -62,7 +64,7 @@ class ViewRun:
 
 def run_in_view(
     page: Any, strategy: str, budget: Mapping[str, int], *, timeout_s: float = 120.0
-) -> ViewRun:
+) -> _ViewRun:
     """Fill the form (``strategy``, the ``budget`` fields, the rest cleared), press Run
     and wait for the stream to end."""
     page.select_option("#strategy", strategy)
@@ -73,7 +75,7 @@ def run_in_view(
     page.wait_for_function("window.thinkgateView.done === true", timeout=timeout_s * 1000)
     view = page.evaluate("window.thinkgateView")
     page.evaluate("window.thinkgateView.done = false")
-    return ViewRun(
+    return _ViewRun(
         seconds=time.perf_counter() - began,
         events=int(view["events"]),
         event_to_paint_ms=tuple(float(x) for x in view["eventToPaint"]),
@@ -86,7 +88,7 @@ def first_render_ms(page: Any) -> float:
     return float(page.evaluate("window.thinkgateView.firstRender"))
 
 
-def measure(base_url: str, runs: int) -> dict[str, Any]:
+def _measure(base_url: str, runs: int) -> dict[str, Any]:
     renders: list[float] = []
     paints: list[float] = []
     per: dict[str, list[float]] = {"self-consistency": [], "beam-search": []}
@@ -103,7 +105,7 @@ def measure(base_url: str, runs: int) -> dict[str, Any]:
     return {"renders": renders, "paints": paints, "per": per}
 
 
-def render(found: Mapping[str, Any], command: str, machine: str) -> str:
+def _render(found: Mapping[str, Any], command: str, machine: str) -> str:
     def q(xs: Sequence[float], p: float) -> float:
         return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
 
@@ -130,7 +132,7 @@ def render(found: Mapping[str, Any], command: str, machine: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.servers import ROOT, machine, thinkgate
+    from benchmarks.servers import machine, thinkgate
     from testbed import model_path
 
     p = argparse.ArgumentParser(
@@ -141,13 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     command = "python -m benchmarks.live_view " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.server:
-        found = measure(args.server, args.runs)
+        found = _measure(args.server, args.runs)
     else:
-        log = ROOT / "benchmarks" / "results" / "logs" / "live-view-server.log"
+        log = LOGS / "live-view-server.log"
         with thinkgate(model_path("base"), log=log) as url:
-            found = measure(url, args.runs)
-    text = render(found, command.strip(), machine())
-    RESULTS.mkdir(exist_ok=True)
+            found = _measure(url, args.runs)
+    text = _render(found, command.strip(), machine())
+    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "live-view.md").write_text(text)
     print(text)
     return 0

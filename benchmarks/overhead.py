@@ -25,7 +25,7 @@ once: the CPU kernels build their primitives on the first batch of each shape.
 
 Reported: request and output-token throughput, TTFT, TPOT and ITL (p50/p99) for each,
 and per rate the paired ratios thinkgate / vLLM server (median, min-max over pairs).
-Writes ``benchmarks/results/overhead.{md,json,png}``.
+Writes ``benchmarks/results/overhead/overhead.{md,json,png}``.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import testbed
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.servers import ROOT, ServerUrl, machine, thinkgate, vllm_server
 
-RESULTS = ROOT / "benchmarks" / "results"
-LOGS = RESULTS / "logs"
+RESULTS = results_of("overhead")
 METRICS = (
     "request_throughput",
     "output_throughput",
@@ -133,7 +133,7 @@ def bench_serve(url: str, model: str, tokenizer: str, rate: float, args: argpars
     return {k: float(data[k]) for k in METRICS} | {SLOW_GAPS: 100.0 * slow / max(1, len(gaps))}
 
 
-def engine_alone(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def _engine_alone(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     cmd = [sys.executable, "-m", "benchmarks.overhead_engine", "--model", model]
     cmd += ["--rates", ",".join(str(r) for r in args.rates), "--prompts", str(args.prompts)]
     cmd += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
@@ -162,10 +162,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print("[overhead] warmed up", flush=True)
 
     def timed(url: ServerUrl, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
-        cpu = frontend_cpu_s(url)
+        cpu = _frontend_cpu_s(url)
         got = bench_serve(url, model, model, rate, args, headers=headers)
         tokens = args.prompts * args.output_len  # --ignore-eos: every request runs to the end
-        return got | {FRONTEND: (frontend_cpu_s(url) - cpu) / tokens * 1e6}
+        return got | {FRONTEND: (_frontend_cpu_s(url) - cpu) / tokens * 1e6}
 
     def vllm_side() -> None:
         with served("vllm", model, LOGS / "overhead-vllm.log") as url:
@@ -174,9 +174,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 record("vllm", rate, timed(url, rate))
 
     def measured(url: ServerUrl, rate: float, headers: Sequence[str] = ()) -> dict[str, float]:
-        before = loop_stalls(url)
+        before = _loop_stalls(url)
         got = timed(url, rate, headers)
-        after = loop_stalls(url)
+        after = _loop_stalls(url)
         return got | {k: after[k] - before[k] for k in (*STALLS, *FRAMES)}
 
     def thinkgate_side() -> None:
@@ -199,13 +199,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sides = sides[::-1]
         for side in sides:
             side()
-        for rate, got in engine_alone(model, args).items():
+        for rate, got in _engine_alone(model, args).items():
             record("engine", float(rate), got)
         print(f"[overhead] pair {pair + 1}/{args.pairs}: {time.monotonic() - started:.0f} s")
     return {"runs": {s: dict(r) for s, r in runs.items()}}
 
 
-def frontend_cpu_s(url: ServerUrl) -> float:
+def _frontend_cpu_s(url: ServerUrl) -> float:
     """User + system CPU seconds of the server's own process so far (children excluded)."""
     import psutil
 
@@ -213,7 +213,7 @@ def frontend_cpu_s(url: ServerUrl) -> float:
     return float(times.user + times.system)
 
 
-def loop_stalls(url: str) -> dict[str, float]:
+def _loop_stalls(url: str) -> dict[str, float]:
     """The server's stall counters so far (``stall_counters`` of its /metrics)."""
     import httpx
 
@@ -256,13 +256,13 @@ def key(rate: float | str) -> str:
     return f"{float(rate):g}"
 
 
-def ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[float]:
+def _ratios(runs: dict[str, Any], system: str, rate: str, metric: str) -> list[float]:
     mine, base = runs[system][rate], runs["vllm"][rate]
     pairs = zip(mine, base, strict=False)
     return [a[metric] / b[metric] for a, b in pairs if a.get(metric) and b.get(metric)]
 
 
-def drift(runs: dict[str, Any], rate: str, metric: str) -> list[float]:
+def _drift(runs: dict[str, Any], rate: str, metric: str) -> list[float]:
     """vLLM's server against itself: each pair's run over the previous pair's. Nothing
     differs but the instance and the minute, so these ratios show how far a paired ratio
     moves on this machine when the servers are equal."""
@@ -274,24 +274,24 @@ def drift(runs: dict[str, Any], rate: str, metric: str) -> list[float]:
     ]
 
 
-def spread_cell(values: Sequence[float], form: str = "{:.2f}") -> str:
+def _spread_cell(values: Sequence[float], form: str = "{:.2f}") -> str:
     """Median (max), or '-' when there is nothing (runs recorded before a counter existed)."""
     if not values:
         return "-"
     return f"{form.format(statistics.median(values))} (max {form.format(max(values))})"
 
 
-def median_cell(values: Sequence[float]) -> str:
+def _median_cell(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "-"
 
 
-def ratio_cell(values: Sequence[float]) -> str:
+def _ratio_cell(values: Sequence[float]) -> str:
     if not values:
         return "-"
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> str:
+def _report(result: dict[str, Any], args: argparse.Namespace, command: str) -> str:
     runs = result["runs"]
     lines = [
         "# Overhead: thinkgate vs vLLM's own server vs the engine alone",
@@ -308,9 +308,9 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         lines.append("| metric | " + " | ".join(SYSTEMS) + " | " + heads + " | vLLM / vLLM |")
         lines.append("|---|" + "---:|" * (len(SYSTEMS) + len(COMPARED) + 1))
         for m in (*METRICS, SLOW_GAPS, FRONTEND):
-            cells = [median_cell([x[m] for x in runs[s][rate] if m in x]) for s in SYSTEMS]
-            cells += [ratio_cell(ratios(runs, s, rate, m)) for s in COMPARED]
-            cells.append(ratio_cell(drift(runs, rate, m)))
+            cells = [_median_cell([x[m] for x in runs[s][rate] if m in x]) for s in SYSTEMS]
+            cells += [_ratio_cell(_ratios(runs, s, rate, m)) for s in COMPARED]
+            cells.append(_ratio_cell(_drift(runs, rate, m)))
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
         lines.append(
@@ -322,10 +322,10 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
         lines.append("|---|" + "---:|" * (len(STALLS) + len(FRAME_COLUMNS)))
         for s in COMPARED:
             got = [x for x in runs[s][rate] if STALLS[0] in x]
-            cells = [spread_cell([x[k] for x in got], "{:.0f}") for k in STALLS]
+            cells = [_spread_cell([x[k] for x in got], "{:.0f}") for k in STALLS]
             timed = [x for x in got if x.get("frames")]
-            cells.append(spread_cell([1e3 * x["frame_wait_s"] / x["frames"] for x in timed]))
-            cells.append(spread_cell([100 * x["frames_over_10ms"] / x["frames"] for x in timed]))
+            cells.append(_spread_cell([1e3 * x["frame_wait_s"] / x["frames"] for x in timed]))
+            cells.append(_spread_cell([100 * x["frames_over_10ms"] / x["frames"] for x in timed]))
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
         lines.append("")
     lines.append(
@@ -348,7 +348,7 @@ def report(result: dict[str, Any], args: argparse.Namespace, command: str) -> st
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
+def _plot(result: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -405,9 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["_meta"] = {"command": command.strip(), "machine": machine(), "args": vars(args)}
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "overhead.json").write_text(json.dumps(result, indent=2, default=str))
-    text = report(result, args, command.strip())
+    text = _report(result, args, command.strip())
     (RESULTS / "overhead.md").write_text(text)
-    plot(result, args, RESULTS / "overhead.png")
+    _plot(result, args, RESULTS / "overhead.png")
     print(text)
     return 0
 

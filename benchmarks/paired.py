@@ -47,6 +47,7 @@ def ratio_rows(
 
 def save(text: str, runs: Sequence[Mapping[str, Any]], md: Path, raw: Path) -> None:
     """Write the report and the runs behind it (with the machine), and print the report."""
+    md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(text)
     raw.write_text(json.dumps({"machine": machine(), "runs": list(runs)}, indent=2) + "\n")
     print(text)

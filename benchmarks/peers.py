@@ -28,7 +28,7 @@ whole set), accuracy (the returned content's final answer against the gold one),
 and completion tokens billed (the response's ``usage``), for the peers on vLLM also the
 tokens vLLM itself counted (its ``/metrics``), and what the response carries. Then one
 probe each of what users ask of a gateway: streaming, a per-sample ``max_tokens``, a
-thinking budget. Writes ``benchmarks/results/peers.{md,json,png}``.
+thinking budget. Writes ``benchmarks/results/peers/peers.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.peers [--questions 24] [--samples 16]
 """
@@ -52,13 +52,13 @@ from typing import Any
 
 import httpx
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.servers import ROOT, free_port, machine, serve, thinkgate, vllm_server
 from strategies.answers import equivalent, extract_answer
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
-LOGS = RESULTS / "logs"
+RESULTS = results_of("peers")
 # The same engine settings as thinkgate's own engine (benchmarks/overhead.py).
 ENGINE_FLAGS = (
     "--max-num-seqs", "64", "--max-num-batched-tokens", "32768", "--no-enable-chunked-prefill",
@@ -70,7 +70,7 @@ PEER_START_S = 240.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Peer:
+class _Peer:
     name: str
     samples: int
     how: str  # what selects the strategy and the sample count, as a user would send it
@@ -79,7 +79,7 @@ class Peer:
 
 
 @dataclass(slots=True, kw_only=True)
-class Row:
+class _Row:
     name: str
     samples: int
     how: str
@@ -117,7 +117,7 @@ def _content(data: dict[str, Any]) -> str:
 
 
 async def _post(
-    client: httpx.AsyncClient, url: str, peer: Peer, model: str, q: Question, **extra: Any
+    client: httpx.AsyncClient, url: str, peer: _Peer, model: str, q: Question, **extra: Any
 ) -> dict[str, Any]:
     body = {
         "model": model,
@@ -134,7 +134,7 @@ async def _post(
     return data
 
 
-async def engine_counts(client: httpx.AsyncClient, vllm_url: str | None) -> dict[str, float]:
+async def _engine_counts(client: httpx.AsyncClient, vllm_url: str | None) -> dict[str, float]:
     """vLLM's own token and request counters (what the engine did, whatever was billed)."""
     if vllm_url is None:
         return {}
@@ -146,21 +146,21 @@ async def engine_counts(client: httpx.AsyncClient, vllm_url: str | None) -> dict
     return out
 
 
-async def run_peer(
+async def _run_peer(
     url: str,
-    peer: Peer,
+    peer: _Peer,
     questions: Sequence[Question],
     concurrency: int,
     vllm_url: str | None,
-) -> Row:
-    row = Row(name=peer.name, samples=peer.samples, how=peer.how, questions=len(questions))
+) -> _Row:
+    row = _Row(name=peer.name, samples=peer.samples, how=peer.how, questions=len(questions))
     async with httpx.AsyncClient(timeout=900) as client:
         models = (await client.get(f"{url}/v1/models")).json()["data"]
         model = str(models[0]["id"])
         # Warm-up on a question outside the set: first requests pay one-off costs.
         warm = make_questions("test", 1, seed=999, min_ops=9, max_ops=12)[0]
         await _post(client, url, peer, model, warm)
-        before = await engine_counts(client, vllm_url)
+        before = await _engine_counts(client, vllm_url)
         gate = asyncio.Semaphore(concurrency)
 
         async def one(q: Question) -> dict[str, Any] | str:
@@ -173,7 +173,7 @@ async def run_peer(
         t0 = time.perf_counter()
         got = await asyncio.gather(*(one(q) for q in questions))
         row.wall_s = time.perf_counter() - t0
-        after = await engine_counts(client, vllm_url)
+        after = await _engine_counts(client, vllm_url)
         row.qps = len(questions) / row.wall_s
         ok = [(q, d) for q, d in zip(questions, got, strict=True) if isinstance(d, dict)]
         fails = [d for d in got if isinstance(d, str)]
@@ -212,11 +212,11 @@ async def run_peer(
                 f"usage reasoning_tokens: {reasoning_tokens}"
             )
             row.metadata = _metadata(sample)
-        row.streaming = await probe_stream(client, url, peer, model, questions[0])
-        row.max_tokens_probe = await probe_max_tokens(
+        row.streaming = await _probe_stream(client, url, peer, model, questions[0])
+        row.max_tokens_probe = await _probe_max_tokens(
             client, url, peer, model, questions[0], vllm_url
         )
-        row.thinking_budget = await probe_thinking(client, url, peer, model, questions[0])
+        row.thinking_budget = await _probe_thinking(client, url, peer, model, questions[0])
     return row
 
 
@@ -239,8 +239,8 @@ def _metadata(data: dict[str, Any]) -> str:
     return "none"
 
 
-async def probe_stream(
-    client: httpx.AsyncClient, url: str, peer: Peer, model: str, q: Question
+async def _probe_stream(
+    client: httpx.AsyncClient, url: str, peer: _Peer, model: str, q: Question
 ) -> str:
     """One ``stream: true`` request: does it answer with SSE, and do tokens arrive before
     the vote (real streaming) or all at its end (buffered)?"""
@@ -297,10 +297,10 @@ async def probe_stream(
     )
 
 
-async def probe_max_tokens(
+async def _probe_max_tokens(
     client: httpx.AsyncClient,
     url: str,
-    peer: Peer,
+    peer: _Peer,
     model: str,
     q: Question,
     vllm_url: str | None,
@@ -309,12 +309,12 @@ async def probe_max_tokens(
     """``max_tokens`` is per sample in OpenAI's API: with a cap of ``cap`` the tokens
     generated can be at most ``samples * cap``. Judged on vLLM's own count where there
     is one (a peer may bill less than was generated)."""
-    before = await engine_counts(client, vllm_url)
+    before = await _engine_counts(client, vllm_url)
     try:
         data = await _post(client, url, peer, model, q, max_tokens=cap)
     except Exception as e:
         return f"request failed: {str(e)[:160]}"
-    after = await engine_counts(client, vllm_url)
+    after = await _engine_counts(client, vllm_url)
     _, completion, _ = _usage_numbers(data.get("usage") or {})
     generated = (
         after["generation_tokens_total"] - before["generation_tokens_total"] if before else None
@@ -329,14 +329,14 @@ async def probe_max_tokens(
     )
 
 
-async def probe_thinking(
-    client: httpx.AsyncClient, url: str, peer: Peer, model: str, q: Question, cap: int = 32
+async def _probe_thinking(
+    client: httpx.AsyncClient, url: str, peer: _Peer, model: str, q: Question, cap: int = 32
 ) -> str:
     """A thinking budget separate from the answer's: thinkgate's ``X-Budget-Thinking``;
     the peers have no such field (their request models and approaches, read in their
     source), so vLLM's own ``thinking_token_budget`` is sent and the result reported."""
     if peer.name == "thinkgate":
-        p = Peer(
+        p = _Peer(
             name=peer.name,
             samples=peer.samples,
             how=peer.how,
@@ -400,28 +400,28 @@ def optillm(venv: Path, vllm_url: str, model: str) -> Iterator[str]:
         yield url
 
 
-def peers(samples: int) -> dict[str, Peer]:
+def peers(samples: int) -> dict[str, _Peer]:
     s = str(samples)
     return {
-        "thinkgate": Peer(
+        "thinkgate": _Peer(
             name="thinkgate",
             samples=samples,
             how=f"headers `X-Strategy: self-consistency`, `X-Budget-Samples: {s}`",
             headers={"X-Strategy": "self-consistency", "X-Budget-Samples": s},
         ),
-        "its_hub": Peer(
+        "its_hub": _Peer(
             name="its_hub",
             samples=samples,
             how=f"`POST /configure` (algorithm, regex, backend: global), `X-ITS-Budget: {s}`",
             headers={"X-ITS-Budget": s},
         ),
-        "optillm-sc": Peer(
+        "optillm-sc": _Peer(
             name="optillm-sc",
             samples=5,
             how="body `optillm_approach: self_consistency` (5 samples, fixed in its code)",
             body={"optillm_approach": "self_consistency"},
         ),
-        "optillm-mv": Peer(
+        "optillm-mv": _Peer(
             name="optillm-mv",
             samples=samples,
             how=f"body `optillm_approach: majority_voting`, `k: {s}` (plugin)",
@@ -430,19 +430,19 @@ def peers(samples: int) -> dict[str, Peer]:
     }
 
 
-def run(args: argparse.Namespace) -> list[Row]:
+def run(args: argparse.Namespace) -> list[_Row]:
     questions = make_questions("test", args.questions, seed=args.seed, min_ops=9, max_ops=12)
     model = str(model_path("base"))
     table = peers(args.samples)
     wanted = [p for p in args.peers.split(",") if p]
-    rows: list[Row] = []
+    rows: list[_Row] = []
     # thinkgate's plugin: every engine spins 1 ms, not vLLM's 1 s (benchmarks/overhead.py).
     os.environ["THINKGATE_ENGINE_SPIN_MS"] = "1"
     LOGS.mkdir(parents=True, exist_ok=True)
 
-    def failed(name: str, what: str) -> Row:
+    def failed(name: str, what: str) -> _Row:
         p = table[name]
-        return Row(name=name, samples=p.samples, how=p.how, error=what)
+        return _Row(name=name, samples=p.samples, how=p.how, error=what)
 
     if "thinkgate" in wanted:
         log = LOGS / "peers-thinkgate.log"
@@ -452,7 +452,7 @@ def run(args: argparse.Namespace) -> list[Row]:
             with thinkgate(model, *tg_flags, log=log) as url:
                 rows.append(
                     asyncio.run(
-                        run_peer(url, table["thinkgate"], questions, args.concurrency, None)
+                        _run_peer(url, table["thinkgate"], questions, args.concurrency, None)
                     )
                 )
         except Exception as e:
@@ -468,7 +468,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         def measure(name: str, url: str) -> None:
             try:
                 rows.append(
-                    asyncio.run(run_peer(url, table[name], questions, args.concurrency, vllm_url))
+                    asyncio.run(_run_peer(url, table[name], questions, args.concurrency, vllm_url))
                 )
             except Exception as e:
                 rows.append(failed(name, f"{type(e).__name__}: {e}"))
@@ -497,14 +497,14 @@ def _num(x: float | None, fmt: str = "{:.0f}") -> str:
     return "not reported" if x is None else fmt.format(x)
 
 
-def commit() -> str:
+def _commit() -> str:
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
 
 
-def write_report(args: argparse.Namespace, rows: Sequence[Row], seconds: float, sha: str) -> str:
-    versions = peer_versions(Path(args.peers_venv))
+def _write_report(args: argparse.Namespace, rows: Sequence[_Row], seconds: float, sha: str) -> str:
+    versions = _peer_versions(Path(args.peers_venv))
     names = [r.name for r in rows]
     head = "| | " + " | ".join(names) + " |"
     rule = "|---|" + "---|" * len(rows)
@@ -512,7 +512,7 @@ def write_report(args: argparse.Namespace, rows: Sequence[Row], seconds: float, 
     def line(label: str, cells: Sequence[str]) -> str:
         return f"| {label} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    def cell(r: Row, text: str) -> str:
+    def cell(r: _Row, text: str) -> str:
         return f"did not run: {r.error}" if r.error else text
 
     lines = [
@@ -612,7 +612,7 @@ def write_report(args: argparse.Namespace, rows: Sequence[Row], seconds: float, 
     return "\n".join(lines)
 
 
-def _per_call(r: Row) -> str:
+def _per_call(r: _Row) -> str:
     if r.engine_prompt is None or not r.engine_requests:
         return ""
     return f"; {r.engine_prompt / r.engine_requests:.0f} prompt tokens per vLLM request"
@@ -635,7 +635,7 @@ STRATEGY_CHOICE = {
 }
 
 
-def peer_versions(venv: Path) -> str:
+def _peer_versions(venv: Path) -> str:
     py = venv / "bin" / "python"
     if not py.exists():
         return f"no peers venv at {venv}"
@@ -649,7 +649,7 @@ def peer_versions(venv: Path) -> str:
     return ", ".join(out.strip().splitlines()[:2])
 
 
-def plot(rows: Sequence[Row], path: Path) -> None:
+def _plot(rows: Sequence[_Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -699,12 +699,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         saved = json.loads((RESULTS / "peers.json").read_text())
-        rows = [Row(**r) for r in saved["rows"]]
+        rows = [_Row(**r) for r in saved["rows"]]
         seconds = float(saved["seconds"])
         sha = str(saved.get("commit", "unknown"))
     else:
         t0 = time.perf_counter()
-        sha = commit()
+        sha = _commit()
         rows = run(args)
         seconds = time.perf_counter() - t0
         (RESULTS / "peers.json").write_text(
@@ -718,9 +718,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 indent=1,
             )
         )
-    report = write_report(args, rows, seconds, sha)
+    report = _write_report(args, rows, seconds, sha)
     (RESULTS / "peers.md").write_text(report)
-    plot(rows, RESULTS / "peers.png")
+    _plot(rows, RESULTS / "peers.png")
     print(report)
     return 0
 

@@ -11,7 +11,7 @@ order, so that the machine's drift hits them alike; ``--rounds`` rounds (at leas
 Per cell: questions per second (median of rounds, range), accuracy, completion and
 prompt tokens billed per question, p50/p99 latency per question, and for DeepConf the
 round sizes its schedule chose (from the ``thinkgate`` object). Ratios are against its_hub
-in the same round. Writes ``benchmarks/results/peers-load.md`` (+ ``.json``).
+in the same round. Writes ``benchmarks/results/peers_load/peers-load.md`` (+ ``.json``).
 
     .venv/bin/python -m benchmarks.peers_load [--questions 16] [--samples 16] [--rounds 3]
 """
@@ -33,17 +33,19 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from benchmarks.peers import ENGINE_FLAGS, LOGS, MAX_TOKENS, RESULTS, its_hub
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.peers import ENGINE_FLAGS, MAX_TOKENS, its_hub
 from benchmarks.servers import machine, thinkgate, vllm_server
 from strategies.answers import equivalent, extract_answer
 from testbed import model_path
 from testbed.task import Question, make_questions
 
+RESULTS = results_of("peers_load")
 SIDES = ("deepconf", "thinkgate-sc", "its_hub")
 
 
 @dataclass(slots=True)
-class Cell:
+class _Cell:
     side: str
     clients: int
     round: int
@@ -68,8 +70,8 @@ def _request(side: str, samples: int) -> tuple[dict[str, str], dict[str, Any]]:
     return {"X-Strategy": strategy, "X-Budget-Samples": str(samples)}, {}
 
 
-async def run_cell(
-    url: str, cell: Cell, questions: Sequence[Question], samples: int, model: str
+async def _run_cell(
+    url: str, cell: _Cell, questions: Sequence[Question], samples: int, model: str
 ) -> None:
     headers, extra = _request(cell.side, samples)
     gate = asyncio.Semaphore(cell.clients)
@@ -118,7 +120,7 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> str:
+def _report(cells: Sequence[_Cell], args: argparse.Namespace, minutes: float) -> str:
     lines = [
         "# DeepConf and self-consistency against its_hub under load (thinkgate bench peers --load)",
         "",
@@ -194,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.client_levels = [int(x) for x in args.clients.split(",") if x]
     if args.report_only:
         saved = json.loads((RESULTS / "peers-load.json").read_text())
-        stored = [Cell(**c) for c in saved["cells"]]
+        stored = [_Cell(**c) for c in saved["cells"]]
         args.argv = saved.get("argv", args.argv)
-        text = report(stored, args, float(saved.get("minutes", 0.0)))
+        text = _report(stored, args, float(saved.get("minutes", 0.0)))
         (RESULTS / "peers-load.md").write_text(text)
         print(text)
         return 0
@@ -204,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = str(model_path("base"))
     os.environ["THINKGATE_ENGINE_SPIN_MS"] = "1"  # both stacks' engines (benchmarks/overhead.py)
     LOGS.mkdir(parents=True, exist_ok=True)
-    cells: list[Cell] = []
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    cells: list[_Cell] = []
     t0 = time.monotonic()
     flags = ("--reward-model", "none", "--prm-model", "none", "--max-n", str(args.samples))
     with (
@@ -219,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warm = make_questions("test", 2, seed=999, min_ops=9, max_ops=12)
             for side in SIDES:  # first requests pay one-off costs
                 asyncio.run(
-                    run_cell(urls[side], Cell(side, 2, -1), warm, args.samples, models[side])
+                    _run_cell(urls[side], _Cell(side, 2, -1), warm, args.samples, models[side])
                 )
             plan = [(c, s) for c in args.client_levels for s in SIDES]
             bar = tqdm(total=args.rounds * len(plan), desc="peers --load")
@@ -227,9 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shift = rnd % len(SIDES)
                 for clients in args.client_levels:
                     for side in SIDES[shift:] + SIDES[:shift]:
-                        cell = Cell(side, clients, rnd)
+                        cell = _Cell(side, clients, rnd)
                         asyncio.run(
-                            run_cell(urls[side], cell, questions, args.samples, models[side])
+                            _run_cell(urls[side], cell, questions, args.samples, models[side])
                         )
                         cells.append(cell)
                         bar.set_postfix(side=side, clients=clients, qps=f"{cell.qps:.2f}")
@@ -246,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             )
                         )
             bar.close()
-    text = report(cells, args, (time.monotonic() - t0) / 60)
+    text = _report(cells, args, (time.monotonic() - t0) / 60)
     (RESULTS / "peers-load.md").write_text(text)
     print(text)
     return 0

@@ -10,11 +10,11 @@ Pools: calibration questions from the train split (the shipped table's questions
 evaluation questions from the test split (they never overlap), each with a pool of 64
 samples at temperature 1, drawn through a thinkgate server's HTTP API (strategy
 ``plain``, ``n = 64``; ``--via local`` uses an in-process vLLM engine instead) on
-``testbed/models/base`` and cached in ``benchmarks/results/``.
+``testbed/models/base`` and cached in ``benchmarks/results/pets/``.
 Sweep: per run every pool is shuffled; the consistency label is the shuffled pool's
 majority. Uniform takes a prefix of B; PETS online uses a table calibrated on the
 train pools for each average budget; PETS offline runs OKG over the whole test set.
-Writes ``benchmarks/results/pets.md``, ``pets.json`` and ``pets.png``.
+Writes ``benchmarks/results/pets/pets.md``, ``pets.json`` and ``pets.png``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.out_paths import LOGS, results_of  # noqa: E402
 from strategies.pets.calibration.calibrate import build_table, fit_pools  # noqa: E402
 from strategies.pets.calibration.pools import (  # noqa: E402
     Item,
@@ -45,18 +46,18 @@ from strategies.pets.calibration.pools import (  # noqa: E402
 from strategies.pets.calibration.simulate import Outcome, Pool, offline, online, uniform  # noqa: E402
 from strategies.pets.okg import OkgAllocator, OkgConfig  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("pets")
 MODEL = ROOT / "testbed" / "models" / "base"
 CALIBRATION_QUESTIONS = ROOT / "strategies" / "pets" / "tables" / "testbed-train-questions.jsonl"
 UNIFORM_BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 PETS_BUDGETS = (4, 5, 6, 8, 10, 12, 16, 20, 24, 26, 28, 30, 32, 34, 36, 38, 40, 44, 48, 56, 64)
 
 
-def pool_path(split: str) -> Path:
-    return RESULTS / f"pets-pools-{split}.jsonl"
+def _pool_path(split: str) -> Path:
+    return RESULTS / f"pools-{split}.jsonl"
 
 
-def cmd_pools(args: argparse.Namespace) -> None:
+def _cmd_pools(args: argparse.Namespace) -> None:
     """Draw the pools that are not cached yet (resumable: saved per chunk of questions)."""
     from testbed.task import make_questions
 
@@ -69,7 +70,7 @@ def cmd_pools(args: argparse.Namespace) -> None:
     }
     todo: list[tuple[str, Item]] = []
     for split, items in sets.items():
-        have = len(load_pools(pool_path(split))) if pool_path(split).exists() else 0
+        have = len(load_pools(_pool_path(split))) if _pool_path(split).exists() else 0
         todo += [(split, item) for item in items[have:]]
     if not todo:
         return
@@ -79,7 +80,7 @@ def cmd_pools(args: argparse.Namespace) -> None:
     def save(records: list[PoolRecord]) -> None:
         for record in records:
             split, _ = queue.pop(0)
-            save_pools(pool_path(split), [record], append=True)
+            save_pools(_pool_path(split), [record], append=True)
 
     sampling = Sampling(pool=args.pool, seed=0)
     items = [it for _, it in todo]
@@ -91,7 +92,7 @@ def cmd_pools(args: argparse.Namespace) -> None:
 
         from benchmarks.servers import thinkgate
 
-        with thinkgate(args.model, log=RESULTS / "logs" / "pets-pools-server.log") as url:
+        with thinkgate(args.model, log=LOGS / "pets-pools-server.log") as url:
             chunk = 8
             # draw_http's own bar counts one chunk; this one the whole run.
             bar = tqdm(total=len(items), desc="pools, all chunks", unit="question", file=sys.stderr)
@@ -109,7 +110,7 @@ def cmd_pools(args: argparse.Namespace) -> None:
     print(f"pools: {len(records)} x {args.pool} samples, {tokens} tokens in {seconds:.0f} s")
 
 
-def first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+def _first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> float | None:
     """Smallest measured average budget whose SC reaches ``target``."""
     for _budget, out in sorted(curve, key=lambda c: c[1].samples):
         if out.sc >= target - 1e-12:
@@ -117,9 +118,9 @@ def first_budget_reaching(curve: list[tuple[float, Outcome]], target: float) -> 
     return None
 
 
-def budget_holding(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+def _budget_holding(curve: list[tuple[float, Outcome]], target: float) -> float | None:
     """Smallest measured average budget from which SC stays at ``target`` or above at
-    every larger measured budget (``first_budget_reaching`` may be a lucky touch)."""
+    every larger measured budget (``_first_budget_reaching`` may be a lucky touch)."""
     held: float | None = None
     for _budget, out in sorted(curve, key=lambda c: c[1].samples, reverse=True):
         if out.sc < target - 1e-12:
@@ -128,7 +129,7 @@ def budget_holding(curve: list[tuple[float, Outcome]], target: float) -> float |
     return held
 
 
-def budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | None:
+def _budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | None:
     """Average budget at which SC first reaches ``target``, linearly interpolated
     between measured points (None if never reached)."""
     points = sorted(((o.samples, o.sc) for _, o in curve), key=lambda p: p[0])
@@ -142,11 +143,11 @@ def budget_for_sc(curve: list[tuple[float, Outcome]], target: float) -> float | 
     return None
 
 
-def cmd_sweep(args: argparse.Namespace) -> None:
+def _cmd_sweep(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
-    cal = [r.to_pool() for r in load_pools(pool_path("train"))]
-    test = [r.to_pool() for r in load_pools(pool_path("test"))]
+    cal = [r.to_pool() for r in load_pools(_pool_path("train"))]
+    test = [r.to_pool() for r in load_pools(_pool_path("test"))]
     fits = fit_pools(cal, seed=0)
     curves: dict[str, list[tuple[float, Outcome]]] = {"uniform": [], "online": [], "offline": []}
     tables: dict[float, dict[str, int]] = {}
@@ -162,10 +163,10 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         )
         print(f"B={b}: " + ", ".join(f"{m} {c[-1][1]}" for m, c in curves.items() if c), flush=True)
     print(f"sweep {time.perf_counter() - t0:.0f} s")
-    write_report(curves, tables, cal, test, args)
+    _write_report(curves, tables, cal, test, args)
 
 
-def write_report(
+def _write_report(
     curves: dict[str, list[tuple[float, Outcome]]],
     tables: dict[float, dict[str, int]],
     cal: list[Pool],
@@ -173,7 +174,7 @@ def write_report(
     args: argparse.Namespace,
 ) -> None:
     max_sc = 1.0
-    reach = {m: first_budget_reaching(c, max_sc) for m, c in curves.items()}
+    reach = {m: _first_budget_reaching(c, max_sc) for m, c in curves.items()}
     uniform_at = dict(curves["uniform"])
     levels = [(b, uniform_at[b].sc) for b in (8, 16, 32, 48) if b in uniform_at]
     lines = [
@@ -184,7 +185,7 @@ def write_report(
         f"{len(cal)} calibration questions (train split), {len(test)} evaluation questions "
         f"(test split). Uniform and online: {args.runs} shuffles; offline (OKG, batch "
         f"{args.batch}, {args.draws} draws): {args.offline_runs} shuffles.",
-        "Command: `python benchmarks/pets.py all` (pools cached in benchmarks/results/).",
+        "Command: `python benchmarks/pets.py all` (pools cached in benchmarks/results/pets/).",
         "",
         "| method | average budget (target) | samples/question | SC | accuracy |",
         "|---|---|---|---|---|",
@@ -203,10 +204,10 @@ def write_report(
         "|---|---|---|---|---|---|",
     ]
     for b, level in [*levels, (64, max_sc)]:
-        cells = [f"{budget_for_sc(curves['uniform'], level) or b:.1f}"]
-        base = budget_for_sc(curves["uniform"], level) or float(b)
+        cells = [f"{_budget_for_sc(curves['uniform'], level) or b:.1f}"]
+        base = _budget_for_sc(curves["uniform"], level) or float(b)
         for method in ("online", "offline"):
-            got = budget_for_sc(curves[method], level)
+            got = _budget_for_sc(curves[method], level)
             cells += (
                 [f"{got:.1f}", f"{100 * (1 - got / base):.0f}%"]
                 if got is not None
@@ -214,7 +215,7 @@ def write_report(
             )
         name = f"{level:.4f} (uniform@{b})" if b != 64 else "1.0 (maximum)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    held = {m: budget_holding(c, max_sc) for m, c in curves.items()}
+    held = {m: _budget_holding(c, max_sc) for m, c in curves.items()}
     lines.append("")
     lines.append(
         "Smallest measured budget with SC = 1.0: "
@@ -257,7 +258,7 @@ def plot(curves: dict[str, list[tuple[float, Outcome]]]) -> None:
     fig.savefig(RESULTS / "pets.png", dpi=120)
 
 
-def cmd_micro(args: argparse.Namespace) -> None:
+def _cmd_micro(args: argparse.Namespace) -> None:
     """Allocation cost: a full R+ estimate for 1,000 questions, and a steady-state round."""
     rng = np.random.default_rng(0)
     n, m = 1000, args.classes
@@ -283,7 +284,7 @@ def cmd_micro(args: argparse.Namespace) -> None:
         f"p90 {1000 * float(np.percentile(times, 90)):.1f} ms over {args.rounds} rounds"
     )
     print(report)
-    path = RESULTS / "pets-micro.md"
+    path = RESULTS / "micro.md"
     head = "# OKG allocation microbenchmark\n"
     text = path.read_text() if path.exists() else head
     text = text if text.startswith(head) else head
@@ -310,31 +311,31 @@ def main() -> None:
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.command in ("pools", "all"):
-        cmd_pools(args)
+        _cmd_pools(args)
     if args.command in ("sweep", "all"):
-        cmd_sweep(args)
+        _cmd_sweep(args)
     if args.command in ("micro", "all"):
         if args.command == "all":
             args.batch = 16  # the sweep's batch is OKG's sequential rule; engines use rounds
-        cmd_micro(args)
+        _cmd_micro(args)
     if args.command == "live":
-        cmd_live(args)
+        _cmd_live(args)
 
 
-def cmd_live(args: argparse.Namespace) -> None:
+def _cmd_live(args: argparse.Namespace) -> None:
     from benchmarks.pets_live import run_live
 
-    cal = [r.to_pool() for r in load_pools(pool_path("train"))]
+    cal = [r.to_pool() for r in load_pools(_pool_path("train"))]
     table = build_table(
         fit_pools(cal, seed=0),
         average_budget=args.average_budget,
         b_max=64,
-        calibration={"pool": args.pool, "source": str(pool_path("train")), "seed": 0},
+        calibration={"pool": args.pool, "source": str(_pool_path("train")), "seed": 0},
     )
-    path = RESULTS / "logs" / f"pets-table-{args.average_budget:g}.json"
+    path = LOGS / f"pets-table-{args.average_budget:g}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     table.save(path)
-    records = load_pools(pool_path("test"))
+    records = load_pools(_pool_path("test"))
     print(run_live(args.model, records, path, average_budget=args.average_budget, results=RESULTS))
 
 

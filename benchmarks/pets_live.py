@@ -10,7 +10,7 @@ online (``X-Strategy: pets``, cap 64) and one offline PETS batch (``POST
 /v1/pets/batches?average_budget=B&cap=64``). The consistency label of a question is the
 majority of its cached 64-sample pool (drawn by ``pets.py pools`` with the same model and
 temperature), so the live runs are scored like the simulated ones. Writes
-``benchmarks/results/pets-live.md``.
+``benchmarks/results/pets/live.md``.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from benchmarks.out_paths import LOGS
 from benchmarks.servers import machine, thinkgate
 from strategies.pets.calibration.pools import PoolRecord
 
 
 @dataclass(frozen=True, slots=True)
-class LiveRun:
+class _LiveRun:
     method: str
     samples: tuple[int, ...]  # per question
     answers: tuple[str | None, ...]
@@ -49,7 +50,7 @@ class LiveRun:
         return sum(self.samples) / len(self.samples)
 
 
-def pool_label(record: PoolRecord) -> str | None:
+def _pool_label(record: PoolRecord) -> str | None:
     """The majority answer of a stored pool (the infinite-budget stand-in)."""
     counts = Counter(a for a in record.answers if a is not None)
     return counts.most_common(1)[0][0] if counts else None
@@ -64,7 +65,7 @@ def _answer(body: dict[str, Any]) -> tuple[str | None, int]:
 
 async def _per_request(
     url: str, records: Sequence[PoolRecord], headers: dict[str, str], method: str, seed: int
-) -> LiveRun:
+) -> _LiveRun:
     gate = asyncio.Semaphore(8)  # enough to keep the engine's batch full on 2 cores
     bar = tqdm(total=len(records), desc=method, unit="question")
     started = time.perf_counter()
@@ -91,7 +92,7 @@ async def _per_request(
         model = str(listing.json()["data"][0]["id"])
         got = await asyncio.gather(*(one(client, model, i, r) for i, r in enumerate(records)))
     bar.close()
-    return LiveRun(
+    return _LiveRun(
         method=method,
         samples=tuple(n for _, n in got),
         answers=tuple(a for a, _ in got),
@@ -99,7 +100,7 @@ async def _per_request(
     )
 
 
-def _batch(url: str, records: Sequence[PoolRecord], average_budget: float, seed: int) -> LiveRun:
+def _batch(url: str, records: Sequence[PoolRecord], average_budget: float, seed: int) -> _LiveRun:
     lines = [
         json.dumps(
             {
@@ -133,7 +134,7 @@ def _batch(url: str, records: Sequence[PoolRecord], average_budget: float, seed:
         doc = json.loads(raw)
         by_id[doc["custom_id"]] = _answer(doc["response"]["body"])
     got = [by_id[f"q{i}"] for i in range(len(records))]
-    return LiveRun(
+    return _LiveRun(
         method="PETS offline (batch API)",
         samples=tuple(n for _, n in got),
         answers=tuple(a for a, _ in got),
@@ -151,10 +152,10 @@ def run_live(
     seed: int = 7,
 ) -> str:
     """Run the three methods through one live server; return (and write) the report."""
-    labels = [pool_label(r) for r in records]
+    labels = [_pool_label(r) for r in records]
     gold = [r.item.gold for r in records]
     budget = int(round(average_budget))
-    log = results / "logs" / "pets-live-server.log"
+    log = LOGS / "pets-live-server.log"
     with thinkgate(model, "--pets-table", str(table), log=log) as url:
         runs = [
             asyncio.run(
@@ -181,7 +182,7 @@ def run_live(
         "# PETS through the HTTP API (testbed base, test questions)",
         "",
         f"{len(records)} test questions; consistency label = majority of each question's "
-        "cached 64-sample pool (`pets-pools-test.jsonl`). One live thinkgate server, "
+        "cached 64-sample pool (`pools-test.jsonl`). One live thinkgate server, "
         f"temperature 1.0, seed {seed}. Machine: {machine()}.",
         f"Command: `python benchmarks/pets.py live --average-budget {average_budget:g}`",
         "",
@@ -194,5 +195,5 @@ def run_live(
             f"{run.sc(labels):.3f} | {run.accuracy(gold):.3f} | {run.seconds:.0f} |"
         )
     report = "\n".join(lines) + "\n"
-    (results / "pets-live.md").write_text(report)
+    (results / "live.md").write_text(report)
     return report

@@ -30,7 +30,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from benchmarks.interleaved import add_run_shape, ratio_table
-from benchmarks.overhead import METRICS, RESULTS, SLOW_GAPS, key
+from benchmarks.out_paths import results_of
+from benchmarks.overhead import METRICS, SLOW_GAPS, key
 from benchmarks.overhead_engine import random_prompts, run_rate, timed
 from benchmarks.servers import machine, worker_binding
 from core.engine import Engine, GenerateRequest, SamplingConfig
@@ -38,6 +39,7 @@ from engines.local import engine_wait
 from kernels.processors import DEFAULT
 from loadtests.report import git_sha
 
+RESULTS = results_of("processors_idle")
 SHOWN = (*METRICS, SLOW_GAPS)
 
 
@@ -146,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "args": dict(vars(args)),
     }
     text = report(result, command.strip())
+    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "processors-idle.json").write_text(json.dumps(result, indent=2))
     (RESULTS / "processors-idle.md").write_text(text)
     print(text)

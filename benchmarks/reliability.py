@@ -20,8 +20,8 @@ Sections (``--only a,b``; default: all but ``soak``), each against its own
   completes with every question answered once.
 - ``soak`` (``--soak-minutes``): mixed traffic; memory and open files over time.
 
-Figures go to ``benchmarks/results/reliability.json`` (merged by section, so sections
-can be rerun alone) and ``reliability.md`` (+ ``reliability-soak.png``).
+Figures go to ``benchmarks/results/reliability/reliability.json`` (merged by section, so sections
+can be rerun alone) and ``reliability.md`` (+ ``soak.png``).
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ import httpx
 import orjson
 import psutil
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.servers import ROOT, free_port, machine
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("reliability")
 JSON_PATH = RESULTS / "reliability.json"
 MD_PATH = RESULTS / "reliability.md"
 SECTIONS = ("fuzz", "overload", "storm", "death", "drain", "drain-group", "pets", "soak")
@@ -94,7 +95,7 @@ def start(tag: str, *flags: str, timeout_s: float = 900.0, port: int | None = No
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    log = RESULTS / "logs" / f"reliability-{tag}.log"
+    log = LOGS / f"reliability-{tag}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
     cmd += ["--log-level", "warning", *flags]
@@ -105,11 +106,11 @@ def start(tag: str, *flags: str, timeout_s: float = 900.0, port: int | None = No
             cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     server = Server(f"http://127.0.0.1:{port}", proc, log)
-    wait_ready(server, timeout_s)
+    _wait_ready(server, timeout_s)
     return server
 
 
-def wait_ready(server: Server, timeout_s: float) -> float:
+def _wait_ready(server: Server, timeout_s: float) -> float:
     started = time.monotonic()
     while True:
         if server.proc.poll() is not None:
@@ -124,7 +125,7 @@ def wait_ready(server: Server, timeout_s: float) -> float:
         time.sleep(0.2)
 
 
-def stop(server: Server) -> None:
+def _stop(server: Server) -> None:
     for sig, wait_s in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
         if server.proc.poll() is not None:
             return
@@ -141,14 +142,14 @@ def running(tag: str, *flags: str) -> Iterator[Server]:
     try:
         yield server
     finally:
-        stop(server)
+        _stop(server)
 
 
 # --- clients
 
 
 @dataclass
-class Outcome:
+class _Outcome:
     status: int = 0
     done: bool = False  # a JSON 200, or a stream that reached [DONE]
     error_code: str | None = None
@@ -168,8 +169,8 @@ def body(*, stream: bool, max_tokens: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def ask(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> Outcome:
-    out = Outcome()
+async def _ask(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> _Outcome:
+    out = _Outcome()
     t0 = time.perf_counter()
     try:
         async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
@@ -192,7 +193,7 @@ async def ask(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> O
     return out
 
 
-async def ask_and_leave(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> bool:
+async def _ask_and_leave(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> bool:
     """Open a stream, read its first bytes, leave. True if it had started."""
     try:
         async with client.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
@@ -212,7 +213,7 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def settle(server: Server, timeout_s: float = 60.0) -> float:
+def _settle(server: Server, timeout_s: float = 60.0) -> float:
     """Seconds until no request, sample or engine request is left in flight."""
     started = time.monotonic()
     keys = (
@@ -221,16 +222,16 @@ def settle(server: Server, timeout_s: float = 60.0) -> float:
         "thinkgate_engine_unfinished_requests",
     )
     while time.monotonic() - started < timeout_s:
-        m = server.process.metrics()
+        m = server.metrics()
         if all(m.get(k, 0.0) == 0.0 for k in keys):
             return time.monotonic() - started
         time.sleep(0.05)
     return float("inf")
 
 
-def loop_lag_p99_s(server: Server) -> float:
+def _loop_lag_p99_s(server: Server) -> float:
     """The p99 of the gateway's event-loop lag so far (upper bucket bound, from /metrics)."""
-    m = server.process.metrics()
+    m = server.metrics()
     prefix = "thinkgate_event_loop_lag_seconds_bucket{le="
     buckets = sorted(
         (float(k[len(prefix) + 1 : -2]), v) for k, v in m.items() if k.startswith(prefix)
@@ -251,7 +252,7 @@ def client(limit: int = 1000) -> httpx.AsyncClient:
 # --- sections
 
 
-def section_fuzz(args: argparse.Namespace) -> dict[str, Any]:
+def _section_fuzz(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.fuzz import run_fuzz
 
     with running("fuzz") as server:
@@ -260,21 +261,21 @@ def section_fuzz(args: argparse.Namespace) -> dict[str, Any]:
             f"{server.url}/v1/chat/completions", json=body(stream=False, max_tokens=8), timeout=60
         )
         result["serves_after"] = after.status_code == 200
-        result["settle_s"] = settle(server)
+        result["settle_s"] = _settle(server)
     return result
 
 
-async def _keep_asking(url: str, clients: int, seconds: float, *, honour: bool) -> list[Outcome]:
+async def _keep_asking(url: str, clients: int, seconds: float, *, honour: bool) -> list[_Outcome]:
     """``clients`` loops asking until ``seconds`` pass; half stream. ``honour``: a 429
     waits its Retry-After before the next try (as the OpenAI SDK does); otherwise the
     client asks again at once."""
     stop_at = time.monotonic() + seconds
-    outcomes: list[Outcome] = []
+    outcomes: list[_Outcome] = []
     async with client() as c:
 
         async def loop(i: int) -> None:
             while time.monotonic() < stop_at:
-                got = await ask(c, url, body(stream=i % 2 == 0, max_tokens=64))
+                got = await _ask(c, url, body(stream=i % 2 == 0, max_tokens=64))
                 outcomes.append(got)
                 if honour and got.status == 429 and got.retry_after:
                     await asyncio.sleep(float(got.retry_after))
@@ -301,7 +302,7 @@ def _excess(url: str, clients: int, seconds: float, honour: bool, out: Any) -> N
 OVERLOAD_MODES = {"honouring": True, "hammering": False}
 
 
-def section_overload(args: argparse.Namespace) -> dict[str, Any]:
+def _section_overload(args: argparse.Namespace) -> dict[str, Any]:
     """10x the cap, twice: clients that honour Retry-After (``honouring``, what the
     OpenAI SDK does) and clients that retry at once on a 429 (``hammering``). ``probes``
     clients are measured here, the rest (the excess) run in another process. Admitted
@@ -313,15 +314,15 @@ def section_overload(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"cap": cap, "clients": 10 * cap, "probe_clients": probes}
     with running("overload", "--max-inflight-requests", str(cap)) as server:
 
-        async def alone_and_capped() -> tuple[list[Outcome], list[Outcome]]:
+        async def alone_and_capped() -> tuple[list[_Outcome], list[_Outcome]]:
             async with client() as c:
                 one = [body(stream=i % 2 == 0, max_tokens=64) for i in range(20)]
-                alone = [await ask(c, server.url, b) for b in one]
+                alone = [await _ask(c, server.url, b) for b in one]
                 gate = asyncio.Semaphore(cap)
 
-                async def at_cap(b: dict[str, Any]) -> Outcome:
+                async def at_cap(b: dict[str, Any]) -> _Outcome:
                     async with gate:
-                        return await ask(c, server.url, b)
+                        return await _ask(c, server.url, b)
 
                 return alone, list(await asyncio.gather(*(at_cap(b) for b in one * 3)))
 
@@ -361,13 +362,13 @@ def section_overload(args: argparse.Namespace) -> dict[str, Any]:
                 "p99_admitted_vs_alone": p99 / p99_alone,
                 "p99_admitted_vs_at_cap": p99 / p99_cap,
                 "p99_excess_admitted_s": pct(other["latencies_200"], 0.99),
-                "settle_s": settle(server),
+                "settle_s": _settle(server),
             }
-        result["loop_lag_p99_le_s"] = loop_lag_p99_s(server)
+        result["loop_lag_p99_le_s"] = _loop_lag_p99_s(server)
     return result
 
 
-def section_storm(args: argparse.Namespace) -> dict[str, Any]:
+def _section_storm(args: argparse.Namespace) -> dict[str, Any]:
     kinds = [
         body(stream=True, max_tokens=300, n=8),
         body(stream=True, max_tokens=300, strategy="self-consistency", budget={"samples": 8}),
@@ -384,14 +385,16 @@ def section_storm(args: argparse.Namespace) -> dict[str, Any]:
 
                     async def one(i: int) -> bool:
                         async with gate:
-                            return await ask_and_leave(c, s.url, kinds[i % 3])
+                            return await _ask_and_leave(c, s.url, kinds[i % 3])
 
                     return sum(await asyncio.gather(*(one(i) for i in range(200))))
 
             started = asyncio.run(storm())
-            storms.append({"left_mid_stream": started, "settle_s": settle(s), "rss_mb": s.rss_mb()})
+            storms.append(
+                {"left_mid_stream": started, "settle_s": _settle(s), "rss_mb": s.rss_mb()}
+            )
         m = s.metrics()
-        lag = loop_lag_p99_s(s)
+        lag = _loop_lag_p99_s(s)
     return {
         "clients_per_storm": 200,
         "rss_before_mb": rss0,
@@ -409,10 +412,10 @@ def _load_and(
     count: int = 8,
     max_tokens: int = 400,
     samples: int = 8,
-) -> list[Outcome]:
+) -> list[_Outcome]:
     """Requests of hundreds of tokens in flight; ``action`` once they are; outcomes."""
 
-    async def go() -> list[Outcome]:
+    async def go() -> list[_Outcome]:
         async with client() as c:
             payloads = [
                 body(
@@ -426,8 +429,8 @@ def _load_and(
                 )
                 for i in range(count)
             ]
-            tasks = [asyncio.create_task(ask(c, server.url, p)) for p in payloads]
-            while server.process.metrics().get("thinkgate_inflight_requests", 0) < count:
+            tasks = [asyncio.create_task(_ask(c, server.url, p)) for p in payloads]
+            while server.metrics().get("thinkgate_inflight_requests", 0) < count:
                 await asyncio.sleep(0.05)
             action()
             return list(await asyncio.gather(*tasks))
@@ -435,7 +438,7 @@ def _load_and(
     return asyncio.run(go())
 
 
-def section_death(args: argparse.Namespace) -> dict[str, Any]:
+def _section_death(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     server = start("death-exit")
     try:
@@ -457,13 +460,13 @@ def section_death(args: argparse.Namespace) -> dict[str, Any]:
             "exit_after_kill_s": time.monotonic() - killed[0],
         }
     finally:
-        stop(server)
+        _stop(server)
     server = start("death-restart", "--on-engine-death", "restart")
     try:
         killed = []
         outcomes = _load_and(server, kill)
         not_ready = httpx.get(f"{server.url}/ready", timeout=5).status_code
-        wait_ready(server, 600)
+        _wait_ready(server, 600)
         back_s = time.monotonic() - killed[0]
         after = httpx.post(
             f"{server.url}/v1/chat/completions", json=body(stream=False, max_tokens=8), timeout=60
@@ -477,11 +480,11 @@ def section_death(args: argparse.Namespace) -> dict[str, Any]:
             "serves_after": after.status_code == 200,
         }
     finally:
-        stop(server)
+        _stop(server)
     return out
 
 
-def section_drain(args: argparse.Namespace) -> dict[str, Any]:
+def _section_drain(args: argparse.Namespace) -> dict[str, Any]:
     drain_s = 10.0
     server = start("drain", "--drain-timeout-s", str(drain_s))
     signalled: list[float] = []
@@ -495,7 +498,7 @@ def section_drain(args: argparse.Namespace) -> dict[str, Any]:
         code = server.proc.wait(timeout=120)
         exited = time.monotonic() - signalled[0]
     finally:
-        stop(server)
+        _stop(server)
     kinds = Counter(
         "completed" if o.done else (o.error_code or f"status {o.status}") for o in outcomes
     )
@@ -517,7 +520,7 @@ def _leaked_shm(log: Path) -> int:
     return sum(int(n) for n in re.findall(r"There appear to be (\d+) leaked shared_mem", text))
 
 
-def section_drain_group(args: argparse.Namespace) -> dict[str, Any]:
+def _section_drain_group(args: argparse.Namespace) -> dict[str, Any]:
     """SIGTERM to the server's whole process group (systemd's KillMode=control-group,
     supervisord's stopasgroup), 20 requests in flight that fit in the drain."""
     drain_s = 30.0
@@ -534,7 +537,7 @@ def section_drain_group(args: argparse.Namespace) -> dict[str, Any]:
         code = server.proc.wait(timeout=120)
         exited = time.monotonic() - signalled[0]
     finally:
-        stop(server)
+        _stop(server)
     time.sleep(2)  # the resource tracker outlives its parent by a moment
     left = {p.name for p in Path("/dev/shm").glob("psm_*")} - shm_before
     return {
@@ -548,7 +551,7 @@ def section_drain_group(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def section_pets(args: argparse.Namespace) -> dict[str, Any]:
+def _section_pets(args: argparse.Namespace) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix="thinkgate-state-"))
     flags = ("--state-dir", str(state), "--batch-lease-s", "5")
     port = free_port()
@@ -583,7 +586,7 @@ def section_pets(args: argparse.Namespace) -> dict[str, Any]:
         os.killpg(server.proc.pid, signal.SIGKILL)
         server.proc.wait()
     finally:
-        stop(server)
+        _stop(server)
     killed = time.monotonic()
     server = start("pets-2", *flags, port=port)
     try:
@@ -596,7 +599,7 @@ def section_pets(args: argparse.Namespace) -> dict[str, Any]:
         output = httpx.get(f"{server.url}/v1/pets/batches/{job['id']}/output", timeout=60)
         ids = [orjson.loads(line)["custom_id"] for line in output.text.splitlines() if line]
     finally:
-        stop(server)
+        _stop(server)
     return {
         "questions": len(lines),
         "total_budget": snap["pets"]["total_budget"],
@@ -609,7 +612,7 @@ def section_pets(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def section_soak(args: argparse.Namespace) -> dict[str, Any]:
+def _section_soak(args: argparse.Namespace) -> dict[str, Any]:
     minutes = args.soak_minutes
     samples: list[dict[str, float]] = []
     with running("soak") as server:
@@ -632,10 +635,10 @@ def section_soak(args: argparse.Namespace) -> dict[str, Any]:
                     while time.monotonic() < stop_at:
                         payload = rng.choice(mixes)
                         if rng.random() < 0.1:
-                            await ask_and_leave(c, server.url, {**payload, "stream": True})
+                            await _ask_and_leave(c, server.url, {**payload, "stream": True})
                             counts["left"] += 1
                             continue
-                        o = await ask(c, server.url, payload)
+                        o = await _ask(c, server.url, payload)
                         counts[str(o.status)] += 1
 
                 async def sampler() -> None:
@@ -654,8 +657,8 @@ def section_soak(args: argparse.Namespace) -> dict[str, Any]:
             return counts
 
         counts = asyncio.run(go())
-        settle_s = settle(server)
-        lag = loop_lag_p99_s(server)
+        settle_s = _settle(server)
+        lag = _loop_lag_p99_s(server)
     warm = [s for s in samples if s["t_min"] >= min(5.0, minutes / 3)]
     return {
         "minutes": minutes,
@@ -675,21 +678,21 @@ def section_soak(args: argparse.Namespace) -> dict[str, Any]:
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
-    "fuzz": section_fuzz,
-    "overload": section_overload,
-    "storm": section_storm,
-    "death": section_death,
-    "drain": section_drain,
-    "drain-group": section_drain_group,
-    "pets": section_pets,
-    "soak": section_soak,
+    "fuzz": _section_fuzz,
+    "overload": _section_overload,
+    "storm": _section_storm,
+    "death": _section_death,
+    "drain": _section_drain,
+    "drain-group": _section_drain_group,
+    "pets": _section_pets,
+    "soak": _section_soak,
 }
 
 
 # --- report
 
 
-def report(results: dict[str, Any]) -> str:
+def _report(results: dict[str, Any]) -> str:
     lines = ["# Reliability, measured", ""]
     lines.append(
         "Made by `thinkgate bench reliability` (sections rerun alone with `--only`); each "
@@ -727,7 +730,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def plot_soak(series: list[dict[str, float]], path: Path) -> None:
+def _plot_soak(series: list[dict[str, float]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -774,9 +777,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         results[name] = result
         JSON_PATH.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-        MD_PATH.write_text(report(results))
+        MD_PATH.write_text(_report(results))
         if name == "soak" and result.get("series"):
-            plot_soak(result["series"], RESULTS / "reliability-soak.png")
+            _plot_soak(result["series"], RESULTS / "soak.png")
         shown = {k: v for k, v in result.items() if k != "series"}
         print(f"[reliability] {name}: {orjson.dumps(shown).decode()}", flush=True)
         bar.update(1)

@@ -18,7 +18,7 @@ Load: ``--requests`` chat requests (strategy ``plain``, ``n`` samples each, fixe
 length with ``ignore_eos``), ``--concurrency`` in flight, through the OpenAI SDK. The
 configurations take turns for ``--rounds`` rounds so that drift in the machine's load
 hits them alike. Reported: completion tokens/s, request latency p50/p95, and ratios.
-Writes ``benchmarks/results/remote.md`` (+ ``remote.json``, ``remote.png``).
+Writes ``benchmarks/results/remote/remote.md`` (+ ``remote.json``, ``remote.png``).
 
     .venv/bin/python -m benchmarks.remote [--rounds 3] [--requests 48] [--concurrency 16]
 """
@@ -38,14 +38,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from benchmarks.servers import ROOT, free_port, machine, serve
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.servers import free_port, machine, serve
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("remote")
 CONFIGS = ("local", "remote-1", "remote-1/2c", "remote-2/2c")
 
 
 @dataclass(frozen=True, slots=True)
-class Trial:
+class _Trial:
     config: str
     round: int
     wall_s: float
@@ -62,13 +63,13 @@ def pinned(cores: str | None, cmd: list[str]) -> list[str]:
 
 
 @contextmanager
-def replica(cores: str, tag: str) -> Iterator[str]:
+def _replica(cores: str, tag: str) -> Iterator[str]:
     port = free_port()
     # The same number of sequences per engine as the local gateway's default
     # (--max-num-seqs 64), so that local vs remote-1 compares like with like.
     cmd = [sys.executable, "-m", "server.cli", "replica", "--port", str(port)]
     cmd += ["--max-num-seqs", "64"]
-    log = RESULTS / "logs" / f"remote-replica-{tag}.log"
+    log = LOGS / f"remote-replica-{tag}.log"
     with serve(pinned(cores, cmd), ready_path="/health", log=log, port=port) as url:
         yield url
 
@@ -78,12 +79,12 @@ def gateway(cores: str | None, tag: str, *flags: str) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), *flags]
     cmd += ["--reward-model", "none", "--log-level", "warning"]
-    log = RESULTS / "logs" / f"remote-gateway-{tag}.log"
+    log = LOGS / f"remote-gateway-{tag}.log"
     with serve(pinned(cores, cmd), ready_path="/ready", log=log, port=port) as url:
         yield url
 
 
-async def run_load(url: str, requests: int, concurrency: int, n: int, max_tokens: int) -> Trial:
+async def _run_load(url: str, requests: int, concurrency: int, n: int, max_tokens: int) -> _Trial:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600)
@@ -114,7 +115,7 @@ async def run_load(url: str, requests: int, concurrency: int, n: int, max_tokens
     await asyncio.gather(*(one(i) for i in range(requests)))
     wall = time.perf_counter() - start
     await client.close()
-    return Trial("", 0, wall, tokens, tuple(latencies))
+    return _Trial("", 0, wall, tokens, tuple(latencies))
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -134,14 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--n", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--out", default="remote", help="results name under benchmarks/results")
+    parser.add_argument(
+        "--out", default="remote", help="results name under benchmarks/results/remote"
+    )
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    trials: list[Trial] = []
+    trials: list[_Trial] = []
 
     def measure(config: str, url: str, rnd: int) -> None:
-        t = asyncio.run(run_load(url, args.requests, args.concurrency, args.n, args.max_tokens))
-        trials.append(Trial(config, rnd, t.wall_s, t.completion_tokens, t.latencies_s))
+        t = asyncio.run(_run_load(url, args.requests, args.concurrency, args.n, args.max_tokens))
+        trials.append(_Trial(config, rnd, t.wall_s, t.completion_tokens, t.latencies_s))
 
     bar = tqdm(total=args.rounds * len(CONFIGS), desc="remote bench", unit="trial")
     with ExitStack() as stack:
@@ -152,8 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure("local", local, rnd)
             bar.update()
         stack.close()
-        a = stack.enter_context(replica("0", "a"))
-        b = stack.enter_context(replica("1", "b"))
+        a = stack.enter_context(_replica("0", "a"))
+        b = stack.enter_context(_replica("1", "b"))
         remote = "--engine", "remote", "--health-interval-s", "5"
         urls = {
             "remote-1": stack.enter_context(gateway("0", "1", *remote, "--vllm-urls", a)),
@@ -167,11 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure(config, url, rnd)
                 bar.update()
     bar.close()
-    report(trials, args)
+    _report(trials, args)
     return 0
 
 
-def report(trials: list[Trial], args: argparse.Namespace) -> None:
+def _report(trials: list[_Trial], args: argparse.Namespace) -> None:
     def tps(config: str) -> float:
         return statistics.median(t.tokens_per_s for t in trials if t.config == config)
 
@@ -222,10 +225,10 @@ def report(trials: list[Trial], args: argparse.Namespace) -> None:
     (RESULTS / f"{args.out}.json").write_text(
         json.dumps({"rows": rows, "trials": [asdict(t) for t in trials]}, indent=1)
     )
-    plot(rows, args.out)
+    _plot(rows, args.out)
 
 
-def plot(rows: list[dict[str, Any]], name: str) -> None:
+def _plot(rows: list[dict[str, Any]], name: str) -> None:
     try:
         import matplotlib
 

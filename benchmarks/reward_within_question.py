@@ -6,7 +6,7 @@ Samples ``--samples`` answers at temperature 1 from ``testbed/models/base`` for
 ``--per-op`` test questions of each difficulty in ``--min-ops..--max-ops``, scores them
 with ``testbed/models/reward`` (in-process vLLM engines), and prints the AUROC over all
 answers and the mean AUROC within a question (questions with both right and wrong
-answers). Writes ``benchmarks/results/reward_within_question.md``.
+answers). Writes ``benchmarks/results/reward_within_question/reward-within-question.md``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
+from benchmarks.out_paths import results_of
 from benchmarks.servers import machine
 from testbed import model_path
 from testbed.engine import classify, generate, load_llm, reward_text
 from testbed.metrics import auroc
 from testbed.task import make_questions
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = results_of("reward_within_question")
 
 
 def main() -> None:
@@ -70,7 +70,7 @@ def main() -> None:
         f"--max-ops {args.max_ops} --seed {args.seed}`",
     ]
     text = "\n".join(lines) + "\n"
-    (RESULTS / "reward_within_question.md").write_text(text)
+    (RESULTS / "reward-within-question.md").write_text(text)
     print(text)
 
 

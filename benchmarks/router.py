@@ -23,7 +23,7 @@ Then: 40 concurrent self-consistency@4 requests (half streamed); once replica 1 
 some, it is SIGKILLed (each configuration but ``one``) or sent SIGTERM (a rolling
 update: ``balancer``, ``router``). Counted: requests answered, error
 frames, other failures, and 8 requests sent after the kill; replica 1 is restarted
-before the next configuration. Writes ``benchmarks/results/router.md`` (+ ``.json``).
+before the next configuration. Writes ``benchmarks/results/router/router.md`` (+ ``.json``).
 
     .venv/bin/python -m benchmarks.router [--rounds 3] [--requests 48] [--concurrency 16]
 """
@@ -47,17 +47,17 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.remote import gateway, pct, pinned
 from benchmarks.servers import ROOT, free_port, machine
 from engines.local.replica import build_router_command, router_env
 
-RESULTS = ROOT / "benchmarks" / "results"
-LOGS = RESULTS / "logs"
+RESULTS = results_of("router")
 CONFIGS = ("balancer", "router", "router-p2", "router-sll", "one")
 
 
 @dataclass
-class ReplicaProc:
+class _ReplicaProc:
     """A replica this benchmark can kill and start again on the same port."""
 
     cores: str
@@ -116,7 +116,7 @@ class ReplicaProc:
 
 
 @contextmanager
-def router(urls: Sequence[str], policy: str, pids: dict[str, int]) -> Iterator[str]:
+def _router(urls: Sequence[str], policy: str, pids: dict[str, int]) -> Iterator[str]:
     port = free_port()
     flags = ["--host", "127.0.0.1", "--port", str(port), "--policy", policy]
     flags += ["--prometheus-port", str(free_port())]
@@ -149,7 +149,7 @@ def router(urls: Sequence[str], policy: str, pids: dict[str, int]) -> Iterator[s
 
 
 @dataclass(frozen=True, slots=True)
-class Trial:
+class _Trial:
     config: str
     round: int
     wall_s: float
@@ -176,7 +176,7 @@ def _body(i: int, samples: int, max_tokens: int, *, ignore_eos: bool = True) -> 
     }
 
 
-async def load(url: str, args: argparse.Namespace) -> tuple[float, int, int, list[float]]:
+async def _load(url: str, args: argparse.Namespace) -> tuple[float, int, int, list[float]]:
     gate = asyncio.Semaphore(args.concurrency)
     latencies: list[float] = []
     tokens = answered = 0
@@ -209,7 +209,7 @@ def _cpu_s(pid: int | None) -> float:
     return float(t.user + t.system)
 
 
-def counters(replicas: Sequence[ReplicaProc]) -> list[tuple[float, float, float]]:
+def _counters(replicas: Sequence[_ReplicaProc]) -> list[tuple[float, float, float]]:
     out = []
     for r in replicas:
         m = r.metrics()
@@ -236,7 +236,7 @@ async def _one(client: httpx.AsyncClient, body: dict[str, Any], stream: bool) ->
     return "ok" if frames and frames[-1] == "data: [DONE]" else "cut"
 
 
-async def kill_under_load(url: str, victim: ReplicaProc, sig: int) -> dict[str, Any]:
+async def _kill_under_load(url: str, victim: _ReplicaProc, sig: int) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         bodies = [_body(i, 4, 160, ignore_eos=False) for i in range(40)]
         tasks = [
@@ -262,7 +262,7 @@ async def kill_under_load(url: str, victim: ReplicaProc, sig: int) -> dict[str, 
     }
 
 
-def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any) -> str:
+def _report(trials: Sequence[_Trial], kills: dict[str, dict[str, Any]], args: Any) -> str:
     lines = [
         "# thinkgate behind vLLM's router vs its own balancer (thinkgate bench remote --router)",
         "",
@@ -277,7 +277,7 @@ def report(trials: Sequence[Trial], kills: dict[str, dict[str, Any]], args: Any)
         "per 100 questions |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    by: dict[str, list[Trial]] = {c: [t for t in trials if t.config == c] for c in CONFIGS}
+    by: dict[str, list[_Trial]] = {c: [t for t in trials if t.config == c] for c in CONFIGS}
     base = {t.round: t.answered / t.wall_s for t in by["balancer"]}
     for config, ts in by.items():
         if not ts:
@@ -344,8 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     LOGS.mkdir(parents=True, exist_ok=True)
-    replicas = [ReplicaProc("0"), ReplicaProc("1")]
-    trials: list[Trial] = []
+    replicas = [_ReplicaProc("0"), _ReplicaProc("1")]
+    trials: list[_Trial] = []
     kills: dict[str, dict[str, Any]] = {}  # "SIGKILL balancer" -> counts
     with ExitStack() as stack:
         for r in replicas:
@@ -355,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             r.wait_ready()
         pids: dict[str, int] = {}
         workers = [r.url for r in replicas]
-        routed = stack.enter_context(router(workers, "consistent_hash", pids))
-        routed_p2 = stack.enter_context(router(workers, "power_of_two", pids))
-        routed_sll = stack.enter_context(router(workers, "sticky_least_loaded", pids))
+        routed = stack.enter_context(_router(workers, "consistent_hash", pids))
+        routed_p2 = stack.enter_context(_router(workers, "power_of_two", pids))
+        routed_sll = stack.enter_context(_router(workers, "sticky_least_loaded", pids))
         router_pid = {
             "router": pids["consistent_hash"],
             "router-p2": pids["power_of_two"],
@@ -383,17 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rnd in range(args.rounds):
             order = CONFIGS[rnd % len(CONFIGS) :] + CONFIGS[: rnd % len(CONFIGS)]
             for config in order:
-                before = counters(replicas)
+                before = _counters(replicas)
                 cpu0 = _cpu_s(router_pid.get(config))
-                wall, answered, tokens, lat = asyncio.run(load(urls[config], args))
+                wall, answered, tokens, lat = asyncio.run(_load(urls[config], args))
                 cpu = _cpu_s(router_pid.get(config)) - cpu0
-                after = counters(replicas)
+                after = _counters(replicas)
                 delta = [
                     tuple(a - b for a, b in zip(x, y, strict=True))
                     for x, y in zip(after, before, strict=True)
                 ]
                 trials.append(
-                    Trial(
+                    _Trial(
                         config,
                         rnd,
                         wall,
@@ -418,12 +418,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (signal.SIGTERM, "router"),
             ]:
                 key = f"{signal.Signals(sig).name} {config}"
-                kills[key] = asyncio.run(kill_under_load(urls[config], replicas[0], sig))
+                kills[key] = asyncio.run(_kill_under_load(urls[config], replicas[0], sig))
                 print(key, kills[key], flush=True)
                 replicas[0].start()
                 replicas[0].wait_ready()
                 time.sleep(3)  # the gateways' and the router's health checks see it back
-    text = report(trials, kills, args)
+    text = _report(trials, kills, args)
     (RESULTS / "router.md").write_text(text)
     (RESULTS / "router.json").write_text(
         json.dumps({"trials": [asdict(t) for t in trials], "kills": kills}, indent=1)

@@ -15,7 +15,7 @@ samples are taken from each pool and the selection rules of ``strategies.selecti
 
 pass@k counts a question right when any of the k returned classes is the gold answer.
 The claim checked (arXiv 2510.03199): BoM does not degrade as N grows; BoN can.
-Writes ``benchmarks/results/sampling_accuracy.md`` and ``sampling_accuracy.png``.
+Writes ``benchmarks/results/sampling_accuracy/sampling-accuracy.md`` and ``sampling-accuracy.png``.
 
     .venv/bin/python -m benchmarks.sampling_accuracy [--questions 48] [--pool 64]
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
 from strategies.selection import (
@@ -46,19 +47,19 @@ from strategies.selection import (
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("sampling_accuracy")
 NS = (4, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True, slots=True)
-class Pool:
+class _Pool:
     question: Question
     answers: tuple[str | None, ...]
     rewards: tuple[float, ...]
     tokens: int
 
 
-async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list[Pool]:
+async def _draw_pools(url: str, questions: Sequence[Question], pool: int) -> list[_Pool]:
     import openai
     from tqdm import tqdm
 
@@ -66,7 +67,7 @@ async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list
     gate = asyncio.Semaphore(4)
     model = (await client.models.list()).data[0].id
 
-    async def one(q: Question) -> Pool:
+    async def one(q: Question) -> _Pool:
         async with gate:
             r = await client.chat.completions.create(
                 model=model,
@@ -78,7 +79,7 @@ async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list
         tg: dict[str, Any] = r.model_extra["thinkgate"]  # type: ignore[index]
         assert tg["samples"] == pool and tg["scorer"] == "reward"
         bar.update(1)
-        return Pool(
+        return _Pool(
             question=q,
             answers=tuple(tg["sample_answers"]),
             rewards=tuple(float(x) for x in tg["sample_rewards"]),
@@ -91,12 +92,12 @@ async def draw_pools(url: str, questions: Sequence[Question], pool: int) -> list
     return pools
 
 
-def correct(classes: Sequence[AnswerClass], gold: int) -> bool:
+def _correct(classes: Sequence[AnswerClass], gold: int) -> bool:
     return any(equivalent(c.answer, str(gold)) for c in classes)
 
 
-def evaluate(
-    pools: Sequence[Pool], *, n: int, k: int, draws: int, alphas: Sequence[float], seed: int
+def _evaluate(
+    pools: Sequence[_Pool], *, n: int, k: int, draws: int, alphas: Sequence[float], seed: int
 ) -> dict[str, float]:
     """Accuracy (pass@k) of each rule at subset size ``n``, averaged over draws."""
     rng = random.Random(f"{seed}:{n}:{k}")
@@ -109,15 +110,15 @@ def evaluate(
             pick = rng.sample(range(size), n)
             classes = build_classes([p.answers[i] for i in pick], [p.rewards[i] for i in pick])
             gold = p.question.answer
-            hits["majority"].append(correct(top_by_count(classes, k), gold))
-            hits["bon"].append(correct(top_by_reward(classes, k), gold))
+            hits["majority"].append(_correct(top_by_count(classes, k), gold))
+            hits["bon"].append(_correct(top_by_reward(classes, k), gold))
             for a in alphas:
                 sel = select_best_of_majority(classes, k, alpha=a, total=n)
-                hits[f"bom(a={a:g})"].append(correct(sel.chosen, gold))
+                hits[f"bom(a={a:g})"].append(_correct(sel.chosen, gold))
     return {name: 100.0 * statistics.fmean(v) for name, v in hits.items()}
 
 
-def single_accuracy(pools: Sequence[Pool]) -> float:
+def _single_accuracy(pools: Sequence[_Pool]) -> float:
     right = [
         a is not None and equivalent(a, str(p.question.answer)) for p in pools for a in p.answers
     ]
@@ -173,32 +174,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.url:
-        pools = asyncio.run(draw_pools(args.url, questions, args.pool))
+        pools = asyncio.run(_draw_pools(args.url, questions, args.pool))
     else:
-        log = RESULTS / "logs" / "sampling_accuracy-server.log"
+        log = LOGS / "sampling_accuracy-server.log"
         with thinkgate(model_path("base"), log=log) as url:
-            pools = asyncio.run(draw_pools(url, questions, args.pool))
+            pools = asyncio.run(_draw_pools(url, questions, args.pool))
     draw_s = time.perf_counter() - t0
     ns = [n for n in NS if n <= args.pool]
     cells = [(n, k) for k in ks for n in ns]
     table = {
-        (n, k): evaluate(pools, n=n, k=k, draws=args.draws, alphas=alphas, seed=args.seed)
+        (n, k): _evaluate(pools, n=n, k=k, draws=args.draws, alphas=alphas, seed=args.seed)
         for n, k in tqdm(cells, desc="N x k", unit="cell", file=sys.stderr)
     }
-    single = single_accuracy(pools)
-    write_report(args, ks, ns, table, single, pools, draw_s)
-    plot(table, single, ks, RESULTS / "sampling_accuracy.png")
-    print((RESULTS / "sampling_accuracy.md").read_text())
+    single = _single_accuracy(pools)
+    _write_report(args, ks, ns, table, single, pools, draw_s)
+    plot(table, single, ks, RESULTS / "sampling-accuracy.png")
+    print((RESULTS / "sampling-accuracy.md").read_text())
     return 0
 
 
-def write_report(
+def _write_report(
     args: argparse.Namespace,
     ks: Sequence[int],
     ns: Sequence[int],
     table: dict[tuple[int, int], dict[str, float]],
     single: float,
-    pools: Sequence[Pool],
+    pools: Sequence[_Pool],
     draw_s: float,
 ) -> None:
     sha = subprocess.run(
@@ -231,7 +232,7 @@ def write_report(
             lines.append(f"| {n} | " + " | ".join(f"{row[m]:.1f}" for m in methods) + " |")
         lines.append("")
     lines += [
-        "![accuracy versus N](sampling_accuracy.png)",
+        "![accuracy versus N](sampling-accuracy.png)",
         "",
         f"Machine: {machine()}. Commit {sha}. Reward model: `testbed/models/reward` "
         "(raw logit, vLLM pooling runner in the gateway process).",
@@ -242,7 +243,7 @@ def write_report(
         f"--alphas {args.alphas} --seed {args.seed}`",
         "",
     ]
-    (RESULTS / "sampling_accuracy.md").write_text("\n".join(lines))
+    (RESULTS / "sampling-accuracy.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":

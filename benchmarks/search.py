@@ -26,7 +26,8 @@ Per cell: accuracy, generated (completion) tokens per question as billed in ``us
 (every sample and pruned candidate), the PRM's input tokens per question (reported by
 the search in its ``thinkgate`` object, not billed), and wall seconds. The goal it
 checks: a PRM search (or the PRM-weighted vote) at some N reaches self-consistency@16's
-accuracy with at most half its generated tokens. Writes ``benchmarks/results/search.{md,json,png}``.
+accuracy with at most half its generated tokens. Writes
+``benchmarks/results/search/search.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.search [--questions 32] [--ns 4,8,16,32]
 """
@@ -45,13 +46,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import LOGS, beside, results_of
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("search")
 STRATEGIES = (
     "self-consistency",
     "best-of-n",
@@ -77,7 +78,7 @@ PRM_GUIDED = (*SEARCHES, *PRM_VOTES)  # what the goal is checked for
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class _Answer:
     question: str
     gold: int
     answer: str | None
@@ -144,9 +145,9 @@ def question_seed(args: argparse.Namespace, index: int) -> int | None:
     return None if args.sample_seed is None else args.sample_seed + index
 
 
-async def run_cell(
+async def _run_cell(
     url: str, strategy: str, n: int, questions: Sequence[Question], args: argparse.Namespace
-) -> tuple[Cell, list[Answer]]:
+) -> tuple[Cell, list[_Answer]]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
@@ -154,7 +155,7 @@ async def run_cell(
     gate = asyncio.Semaphore(args.concurrency)
     headers, body = request_of(strategy, n, args)
 
-    async def one(i: int, q: Question) -> Answer:
+    async def one(i: int, q: Question) -> _Answer:
         async with gate:
             t0 = time.monotonic()
             try:
@@ -167,7 +168,7 @@ async def run_cell(
                     extra_body=body,
                 )
             except openai.APIError as exc:
-                return Answer(q.prompt, q.answer, None, False, 0, 0, 0, 0.0, failed=str(exc))
+                return _Answer(q.prompt, q.answer, None, False, 0, 0, 0, 0.0, failed=str(exc))
             seconds = time.monotonic() - t0
         tg: dict[str, Any] = r.model_extra.get("thinkgate", {}) if r.model_extra else {}
         choice_tg = (r.choices[0].model_extra or {}).get("thinkgate", {})
@@ -175,7 +176,7 @@ async def run_cell(
         usage = r.usage
         voted = [c for c in tg.get("classes") or [] if c.get("answer") is not None]
         majority = max(voted, key=lambda c: c["count"])["answer"] if voted else None
-        return Answer(
+        return _Answer(
             question=q.prompt,
             gold=q.answer,
             answer=answer,
@@ -225,7 +226,7 @@ async def run_cell(
     return cell, answers
 
 
-def goal(cells: Sequence[Cell]) -> list[str]:
+def _goal(cells: Sequence[Cell]) -> list[str]:
     """Lines on the goal: a PRM search at SC@16's accuracy with <= half its tokens."""
     sc16 = next((c for c in cells if c.strategy == "self-consistency" and c.n == 16), None)
     if sc16 is None:
@@ -394,7 +395,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
             ),
             "## Goal",
             "",
-            *[f"- {line}" for line in goal(cells)],
+            *[f"- {line}" for line in _goal(cells)],
             "",
             f"![accuracy against generated tokens]({Path(args.out).name}.png)",
             "",
@@ -406,7 +407,7 @@ def report(cells: Sequence[Cell], args: argparse.Namespace, minutes: float) -> s
     )
 
 
-def search_option(text: str) -> tuple[str, Any]:
+def _search_option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -432,7 +433,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--option",
         action="append",
-        type=search_option,
+        type=_search_option,
         default=[],
         metavar="KEY=VALUE",
         help="a body option of every search request, the value as JSON "
@@ -476,7 +477,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def run_all(url: str, args: argparse.Namespace, questions: Sequence[Question]) -> list[Cell]:
+async def _run_all(url: str, args: argparse.Namespace, questions: Sequence[Question]) -> list[Cell]:
     from tqdm import tqdm
 
     ns = [int(x) for x in args.ns.split(",")]
@@ -490,7 +491,7 @@ async def run_all(url: str, args: argparse.Namespace, questions: Sequence[Questi
             if name == "dvts" and n % args.dvts_expansions:
                 bar.update(1)
                 continue
-            cell, answers = await run_cell(url, name, n, questions, args)
+            cell, answers = await _run_cell(url, name, n, questions, args)
             cells.append(cell)
             raw.append({"cell": asdict(cell), "answers": [asdict(a) for a in answers]})
             bar.set_postfix(strategy=name, n=n, acc=f"{cell.accuracy:.0f}")
@@ -508,11 +509,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     t0 = time.monotonic()
     if args.url:
-        cells = asyncio.run(run_all(args.url, args, questions))
+        cells = asyncio.run(_run_all(args.url, args, questions))
     else:
-        log = RESULTS / "logs" / "search-thinkgate.log"
+        log = LOGS / "search-thinkgate.log"
         with thinkgate(model_path("base"), "--max-n", "16", *args.serve_args, log=log) as url:
-            cells = asyncio.run(run_all(url, args, questions))
+            cells = asyncio.run(_run_all(url, args, questions))
     out = Path(args.out)
     text = report(cells, args, (time.monotonic() - t0) / 60)
     beside(out, ".md").write_text(text)

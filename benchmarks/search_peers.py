@@ -35,7 +35,7 @@ Rounds are interleaved (each round starts with the next side), each side answeri
 the same ``--questions`` with ``--concurrency`` in flight; per cell the median questions
 per second over rounds, its range, accuracy, the prompt and completion tokens each bills
 per question, and what vLLM itself counted (its ``/metrics``). Writes
-``benchmarks/results/search-peers.{md,json,png}``.
+``benchmarks/results/search_peers/search-peers.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.search_peers --peers-venv /work/peers-venv
 """
@@ -59,14 +59,13 @@ from typing import Any
 
 import httpx
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import LOGS, beside, results_of
 from benchmarks.servers import ROOT, ServerUrl, free_port, machine, serve, thinkgate, tree_cpu_s
 from strategies.answers import equivalent
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
-LOGS = RESULTS / "logs"
+RESULTS = results_of("search_peers")
 DRIVER = ROOT / "benchmarks" / "search_peers_its_hub.py"
 MAX_STEPS = 40
 GEN_COUNTERS = (
@@ -78,7 +77,7 @@ GEN_COUNTERS = (
 
 
 @dataclass(frozen=True, slots=True)
-class Side:
+class _Side:
     """One side's run of the question set in one round."""
 
     peer: str
@@ -133,7 +132,7 @@ def replica(*flags: str, log: Path) -> Iterator[ServerUrl]:
 PRM_COUNTERS = ("vllm:prompt_tokens_total", "thinkgate_prm_scored_tokens_total")
 
 
-def counters(url: str, names: Sequence[str] = GEN_COUNTERS) -> dict[str, float]:
+def _counters(url: str, names: Sequence[str] = GEN_COUNTERS) -> dict[str, float]:
     out = dict.fromkeys(names, 0.0)
     for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line.startswith("#"):
@@ -144,7 +143,7 @@ def counters(url: str, names: Sequence[str] = GEN_COUNTERS) -> dict[str, float]:
     return out
 
 
-async def thinkgate_side(
+async def _thinkgate_side(
     url: str,
     algorithm: str,
     n: int,
@@ -205,7 +204,7 @@ async def thinkgate_side(
     return wall, rows
 
 
-def its_hub_side(
+def _its_hub_side(
     args: argparse.Namespace,
     gen: str,
     prm: str,
@@ -257,10 +256,10 @@ def side_of(
     after: dict[str, float],
     prm_tokens: float,
     cpu: Mapping[str, float],
-) -> Side:
+) -> _Side:
     q = len(rows)
     d = {k: after[k] - before[k] for k in GEN_COUNTERS}
-    return Side(
+    return _Side(
         peer=peer,
         algorithm=algorithm,
         n=n,
@@ -302,7 +301,7 @@ def _questions_file(path: Path, questions: Sequence[Question]) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> list[Side]:
+def run(args: argparse.Namespace) -> list[_Side]:
     from tqdm import tqdm
 
     questions = make_questions(
@@ -314,7 +313,7 @@ def run(args: argparse.Namespace) -> list[Side]:
     warm_file = _questions_file(work / "warmup.jsonl", questions[: args.warmup])
     cells = [(a, int(n)) for a in args.algorithms.split(",") for n in args.ns.split(",")]
     peers = [p for p in args.peers.split(",") if p]
-    sides: list[Side] = []
+    sides: list[_Side] = []
     with ExitStack() as stack:
         # No reasoning parser on the shared generator (``thinkgate replica`` names one for
         # its default model, for JSON answers' grammar): with it vLLM's chat route moves
@@ -374,13 +373,13 @@ def run(args: argparse.Namespace) -> list[Side]:
                     asked, asked_file = (
                         (questions[: args.warmup], warm_file) if rnd < 0 else (questions, qfile)
                     )
-                    before = counters(gen)
+                    before = _counters(gen)
                     scorer = prm_of.get(peer, prm)
-                    prm_before = counters(scorer, PRM_COUNTERS)
+                    prm_before = _counters(scorer, PRM_COUNTERS)
                     cpu_before = _cpu(gen, scorer, gateways.get(peer))
                     if peer in gateways:
                         wall, rows = asyncio.run(
-                            thinkgate_side(
+                            _thinkgate_side(
                                 gateways[peer],
                                 algorithm,
                                 n,
@@ -392,7 +391,7 @@ def run(args: argparse.Namespace) -> list[Side]:
                         )
                     else:
                         out = work / f"its_hub-{algorithm}-{n}-r{rnd}.jsonl"
-                        summary = its_hub_side(
+                        summary = _its_hub_side(
                             args,
                             gen,
                             scorer,
@@ -406,8 +405,8 @@ def run(args: argparse.Namespace) -> list[Side]:
                         rows = [json.loads(x) for x in out.read_text().splitlines() if x]
                     cpu_after = _cpu(gen, scorer, gateways.get(peer))
                     cpu = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
-                    after = counters(gen)
-                    prm_after = counters(scorer, PRM_COUNTERS)
+                    after = _counters(gen)
+                    prm_after = _counters(scorer, PRM_COUNTERS)
                     computed = sum(prm_after[k] - prm_before[k] for k in PRM_COUNTERS)
                     if peer == "thinkgate-local":
                         computed = float("nan")  # in its own process: not counted here
@@ -441,7 +440,7 @@ def _med(xs: Sequence[float]) -> str:
     return f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-"
 
 
-def _mean(xs: Sequence[Side], field: str) -> float:
+def _mean(xs: Sequence[_Side], field: str) -> float:
     return statistics.fmean(getattr(s, field) for s in xs) if xs else 0.0
 
 
@@ -456,7 +455,7 @@ def _engine_flags(args: argparse.Namespace) -> str:
     return f"Engine flags added: {told}." if told else "Engines eager (the CPU default)."
 
 
-def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> str:
+def _report(sides: Sequence[_Side], args: argparse.Namespace, minutes: float) -> str:
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -554,7 +553,7 @@ def report(sides: Sequence[Side], args: argparse.Namespace, minutes: float) -> s
 
 
 def waits_table(
-    sides: Sequence[Side], cells: Sequence[tuple[str, int]], peers: Sequence[str]
+    sides: Sequence[_Side], cells: Sequence[tuple[str, int]], peers: Sequence[str]
 ) -> list[str]:
     """Where a thinkgate question's time went: its latency, split into the waits its
     responses report (none for its_hub)."""
@@ -594,7 +593,7 @@ def waits_table(
     ]
 
 
-def plot(sides: Sequence[Side], path: Path) -> None:
+def _plot(sides: Sequence[_Side], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -622,7 +621,7 @@ def plot(sides: Sequence[Side], path: Path) -> None:
     plt.close(fig)
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="thinkgate bench search-peers")
     p.add_argument("--peers-venv", default="/work/peers-venv")
     p.add_argument("--questions", type=int, default=16)
@@ -667,13 +666,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
+    args = _parse(argv)
     t0 = time.monotonic()
     sides = run(args)
     out = Path(args.out)
-    text = report(sides, args, (time.monotonic() - t0) / 60)
+    text = _report(sides, args, (time.monotonic() - t0) / 60)
     beside(out, ".md").write_text(text)
-    plot(sides, beside(out, ".png"))
+    _plot(sides, beside(out, ".png"))
     print(text)
     return 0
 

@@ -14,7 +14,7 @@ its IaaS server: its_hub 1.2.0's IaaS accepts only ``self-consistency``
 exist only as library classes. Its own PRM class (``core/reward_models/local_vllm_prm.py``)
 needs the ``experimental`` extra (reward_hub, transformers) and loads vLLM in its own
 process on a device; here both sides use one PRM served by vLLM (``POST /pooling``,
-STEP pooling at the newline), through ``VllmPoolingPRM`` below. Notes:
+STEP pooling at the newline), through ``_VllmPoolingPRM`` below. Notes:
 ``benchmarks/its_hub_search_notes.md``.
 
 How its_hub drives the model (its source): ``StepGeneration.aforward`` sends, per live
@@ -70,7 +70,7 @@ THINK_END = "</think>"
 
 
 @dataclass
-class QuestionStats:
+class _QuestionStats:
     """What one question cost: every LM response's usage and every PRM call."""
 
     usage: GenerationUsage = field(default_factory=GenerationUsage)
@@ -80,12 +80,12 @@ class QuestionStats:
     prm_s: float = 0.0
 
 
-CURRENT: contextvars.ContextVar[QuestionStats | None] = contextvars.ContextVar(
+CURRENT: contextvars.ContextVar[_QuestionStats | None] = contextvars.ContextVar(
     "its_hub_question", default=None
 )
 
 
-class CountingLM(OpenAICompatibleLanguageModel):  # type: ignore[misc]
+class _CountingLM(OpenAICompatibleLanguageModel):  # type: ignore[misc]
     """its_hub's own OpenAI-compatible LM, two additions only:
 
     - the usage of every response is added to the running question's counters (its
@@ -114,7 +114,7 @@ class CountingLM(OpenAICompatibleLanguageModel):  # type: ignore[misc]
         return await super().agenerate(*args, **kwargs)
 
 
-class VllmPoolingPRM(AbstractProcessRewardModel):  # type: ignore[misc]
+class _VllmPoolingPRM(AbstractProcessRewardModel):  # type: ignore[misc]
     """its_hub's PRM interface over a vLLM pooling server (``POST /pooling``,
     ``task: token_classify``) serving ``Qwen2ForProcessRewardModel`` with STEP pooling at
     the step tag (the testbed: the newline; ``--pooler-config '{"step_tag_id": 47}'``).
@@ -220,7 +220,7 @@ class VllmPoolingPRM(AbstractProcessRewardModel):  # type: ignore[misc]
         return asyncio.run(self.ascore(prompt_or_messages, steps))
 
 
-def metrics(url: str, names: tuple[str, ...]) -> dict[str, float]:
+def _metrics(url: str, names: tuple[str, ...]) -> dict[str, float]:
     """vLLM's own counters (summed over label sets); {} when /metrics cannot be read."""
     try:
         text = requests.get(url.rstrip("/") + "/metrics", timeout=10).text
@@ -237,7 +237,7 @@ GEN_COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "request_succe
 PRM_COUNTERS = ("prompt_tokens_total", "request_success_total")
 
 
-def load_questions(path: Path) -> list[dict[str, Any]]:
+def _load_questions(path: Path) -> list[dict[str, Any]]:
     out = []
     for i, line in enumerate(path.read_text().splitlines()):
         if not line.strip():
@@ -254,17 +254,17 @@ def load_questions(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def final_answer(text: str) -> str | None:
+def _final_answer(text: str) -> str | None:
     found = BOXED.findall(text)
     return found[-1] if found else None
 
 
-def served_model(url: str) -> str:
+def _served_model(url: str) -> str:
     data = requests.get(url.rstrip("/") + "/v1/models", timeout=30).json()["data"]
     return str(data[0]["id"])
 
 
-def build(args: argparse.Namespace, prm: VllmPoolingPRM) -> Any:
+def _build(args: argparse.Namespace, prm: _VllmPoolingPRM) -> Any:
     sg = StepGeneration(
         max_steps=args.max_steps,
         step_token=args.step_token,
@@ -285,27 +285,27 @@ def build(args: argparse.Namespace, prm: VllmPoolingPRM) -> Any:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     random.seed(args.seed)  # its_hub resamples with `random` and `np.random`
     np.random.seed(args.seed)
-    questions = load_questions(Path(args.questions_file))[: args.limit or None]
-    model = args.model or served_model(args.vllm_url)
-    prm_model = args.prm_model or served_model(args.prm_url)
+    questions = _load_questions(Path(args.questions_file))[: args.limit or None]
+    model = args.model or _served_model(args.vllm_url)
+    prm_model = args.prm_model or _served_model(args.prm_url)
     endpoint = args.vllm_url.rstrip("/")
     endpoint = endpoint if endpoint.endswith("/v1") else endpoint + "/v1"
-    lm = CountingLM(
+    lm = _CountingLM(
         endpoint=endpoint,
         api_key="none",  # vLLM checks none; its_hub sends it as a bearer token
         model_name=model,
         keep_special=not args.skip_special_tokens,
         max_concurrency=args.max_lm_concurrency,
     )
-    prm = VllmPoolingPRM(
+    prm = _VllmPoolingPRM(
         args.prm_url, model=prm_model, aggregation=args.aggregation, step_tag=args.step_token
     )
-    alg = build(args, prm)
+    alg = _build(args, prm)
     gate = asyncio.Semaphore(args.concurrency)
 
     async def one(q: dict[str, Any]) -> dict[str, Any]:
         async with gate:
-            stats = QuestionStats()
+            stats = _QuestionStats()
             CURRENT.set(stats)
             t0 = time.perf_counter()
             row: dict[str, Any] = {"id": q["id"], "gold": q.get("answer")}
@@ -329,7 +329,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["error"] = f"{type(e).__name__}: {e}"[:500]
                 text = ""
             row["wall_s"] = round(time.perf_counter() - t0, 3)
-            answer = final_answer(text)
+            answer = _final_answer(text)
             row["answer"] = answer
             gold = q.get("answer")
             row["correct"] = answer is not None and gold is not None and answer == str(gold)
@@ -342,13 +342,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             row["prm_s"] = round(stats.prm_s, 3)
             return row
 
-    gen_before = metrics(args.vllm_url.removesuffix("/v1"), GEN_COUNTERS)
-    prm_before = metrics(args.prm_url, PRM_COUNTERS)
+    gen_before = _metrics(args.vllm_url.removesuffix("/v1"), GEN_COUNTERS)
+    prm_before = _metrics(args.prm_url, PRM_COUNTERS)
     t0 = time.perf_counter()
     rows = await asyncio.gather(*(one(q) for q in questions))
     wall = time.perf_counter() - t0
-    gen_after = metrics(args.vllm_url.removesuffix("/v1"), GEN_COUNTERS)
-    prm_after = metrics(args.prm_url, PRM_COUNTERS)
+    gen_after = _metrics(args.vllm_url.removesuffix("/v1"), GEN_COUNTERS)
+    prm_after = _metrics(args.prm_url, PRM_COUNTERS)
     await lm.close()
 
     out = Path(args.out)
@@ -392,7 +392,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
+def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--vllm-url", required=True, help="vLLM OpenAI server (with or without /v1)")
     p.add_argument("--prm-url", required=True, help="vLLM pooling server with the PRM")
@@ -447,7 +447,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args = _parse(argv)
     # its_hub's StepGeneration calls its own deprecated agenerate() on every step.
     warnings.filterwarnings("ignore", message=r"agenerate\(\) is deprecated")
     summary = asyncio.run(run(args))

@@ -18,7 +18,7 @@ interval.
 
     .venv/bin/python -m benchmarks.cli segment-cost [--rows 24] [--repeats 10]
 
-Writes ``benchmarks/results/segment-cost.{md,json}``.
+Writes ``benchmarks/results/segment_cost/segment-cost.{md,json}``.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import beside, results_of
 from benchmarks.paired import ratio_interval
-from benchmarks.servers import ROOT, machine
+from benchmarks.servers import machine
 from core.engine import Engine, GenerateRequest, SamplingConfig
 from engines.local import engine_wait
 from loadtests.report import git_sha
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("segment_cost")
 # Random prompt ids from here up: 0-2 are the end and chat marks; the thinking marks
 # (3, 4) may come up, as in any trace.
 VOCAB_LOW = 3
@@ -73,7 +73,7 @@ WAYS = (
 )
 
 
-def rows_of(way: Way, args: argparse.Namespace) -> int:
+def _rows_of(way: Way, args: argparse.Namespace) -> int:
     return int(args.full if way.full else args.rows)
 
 
@@ -101,11 +101,11 @@ async def _chain(
     return made
 
 
-async def one_run(
+async def _one_run(
     engine: Engine, way: Way, args: argparse.Namespace, rng: random.Random, run: int
 ) -> float:
     """Tokens a second of every chain drawn at once, as ``way`` draws them."""
-    rows = rows_of(way, args)
+    rows = _rows_of(way, args)
     # Fresh prompts each run: nothing of an earlier run's chains is in the cache.
     prompts = [
         [rng.randrange(VOCAB_LOW, args.vocab) for _ in range(args.prompt)] for _ in range(rows)
@@ -120,21 +120,21 @@ async def one_run(
     return sum(made) / seconds
 
 
-async def measure(engine: Engine, args: argparse.Namespace) -> dict[str, list[float]]:
+async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, list[float]]:
     """Tokens a second per way and repeat; the ways in turn, the first one turned each
     repeat (none always runs first on a machine that drifts)."""
     from tqdm import tqdm
 
     rng = random.Random(args.seed)
     for i, way in enumerate(WAYS):  # warm-up: the CPU kernels build on first use
-        await one_run(engine, way, args, rng, -1 - i)
+        await _one_run(engine, way, args, rng, -1 - i)
     rates: dict[str, list[float]] = {w.label: [] for w in WAYS}
     bar = tqdm(total=args.repeats * len(WAYS), desc="runs", file=sys.stderr)
     for r in range(args.repeats):
         turn = r % len(WAYS)
         for way in WAYS[turn:] + WAYS[:turn]:
             rates[way.label].append(
-                await one_run(engine, way, args, rng, r * len(WAYS) + WAYS.index(way))
+                await _one_run(engine, way, args, rng, r * len(WAYS) + WAYS.index(way))
             )
             bar.update(1)
     bar.close()
@@ -169,7 +169,7 @@ def report(
         mean, lo, hi = ratio_interval(ratios(rates, way.label))
         shown = "1.00x" if way.label == BASE else f"{mean:.2f}x [{lo:.2f}, {hi:.2f}]"
         rate = f"{statistics.median(got):.0f} ({min(got):.0f}-{max(got):.0f})"
-        lines.append(f"| {way.label} | {rows_of(way, args)} | {rate} | {shown} |")
+        lines.append(f"| {way.label} | {_rows_of(way, args)} | {rate} | {shown} |")
     tree, _, _ = ratio_interval(ratios(rates, TREES.label))
     full, _, _ = ratio_interval(ratios(rates, FULL.label))
     lines += [
@@ -217,7 +217,7 @@ async def _main(args: argparse.Namespace) -> dict[str, list[float]]:
     args.vocab = int(AutoConfig.from_pretrained(settings.model_path).vocab_size)
     engine = LocalEngine.start(settings)
     try:
-        return await measure(engine, args)
+        return await _measure(engine, args)
     finally:
         await engine.aclose()
 

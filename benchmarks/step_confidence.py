@@ -9,7 +9,7 @@ vLLM's pooling engine), and the PRM's reward times ``exp(alpha x mean logprob)``
 the searches' option ``confidence`` computes). It reports what a search needs: the AUROC
 over each trajectory's steps up to its first wrong one, and the ranking of whole
 trajectories within one question (min over lines). Writes
-``benchmarks/results/step-confidence.md``.
+``benchmarks/results/step_confidence/step-confidence.md``.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import beside, results_of
 from testbed import model_path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "results" / "step-confidence"
+OUT = results_of("step_confidence") / "step-confidence"
 STEP_TAG_ID = 47  # the testbed's newline: the PRM's step tag
 ALPHAS = (0.5, 1.0, 2.0, 5.0)
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="thinkgate bench step-confidence", description=__doc__)
     p.add_argument("--per-op", type=int, default=20, help="questions per operation count")
     p.add_argument("--min-ops", type=int, default=12)
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from testbed.task import make_questions
     from testbed.tokenizer import CharCodec, chat_prompt
 
-    args = parse(argv)
+    args = _parse(argv)
     t0 = time.monotonic()
     codec = CharCodec()
     questions = []

@@ -7,7 +7,7 @@ requests of at most ``--n`` samples sent together; the wall time over the tokens
 is the step's cost, and over all tokens a token's. Each row count runs ``--repeats``
 times, in turn with the others; the table has the medians.
 
-Writes ``benchmarks/results/step-rows.{md,json}``.
+Writes ``benchmarks/results/step_rows/step-rows.{md,json}``.
 
     thinkgate bench step-rows [--url http://127.0.0.1:8012]
 """
@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, given_or_thinkgate, machine
+from benchmarks.out_paths import LOGS, beside, results_of
+from benchmarks.servers import given_or_thinkgate, machine
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("step_rows")
 PROMPT = "Compute 3+4*2 mod 10."
 
 
-async def one_run(client: Any, model: str, rows: int, args: argparse.Namespace) -> float:
+async def _one_run(client: Any, model: str, rows: int, args: argparse.Namespace) -> float:
     """Seconds for ``rows`` rows of ``--tokens`` tokens each, all in flight at once."""
     sizes = [args.n] * (rows // args.n) + ([rows % args.n] if rows % args.n else [])
     t0 = time.monotonic()
@@ -61,11 +61,11 @@ async def run(url: str, args: argparse.Namespace) -> dict[int, list[float]]:
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
     model = (await client.models.list()).data[0].id
-    await one_run(client, model, args.rows[0], args)  # warm-up, not kept
+    await _one_run(client, model, args.rows[0], args)  # warm-up, not kept
     seconds: dict[int, list[float]] = {r: [] for r in args.rows}
     for _ in range(args.repeats):
         for rows in args.rows:
-            seconds[rows].append(await one_run(client, model, rows, args))
+            seconds[rows].append(await _one_run(client, model, rows, args))
     await client.close()
     return seconds
 
@@ -119,7 +119,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    with given_or_thinkgate(args.url, log=RESULTS / "logs" / "step-rows-thinkgate.log") as url:
+    with given_or_thinkgate(args.url, log=LOGS / "step-rows-thinkgate.log") as url:
         seconds = asyncio.run(run(url, args))
     out = Path(args.out)
     beside(out, ".json").write_text(json.dumps({str(k): v for k, v in seconds.items()}))

@@ -13,7 +13,7 @@ timed on the client (chunks carry their token count: ``continuous_usage_stats``)
 Reported per setting (median over pairs) and as paired ratios 2 ms / 20 ms: gap p50,
 p90, p99, max, the share of gaps over 15 ms, and the cores the engine processes use
 while the server idles (10 s before the load). Writes
-``benchmarks/results/stream-gaps.{md,json}``.
+``benchmarks/results/stream_gaps/stream-gaps.{md,json}``.
 """
 
 from __future__ import annotations
@@ -32,17 +32,18 @@ from typing import Any
 import httpx
 
 import testbed
+from benchmarks.out_paths import LOGS, results_of
 from benchmarks.overhead import SLOW_GAP_S
-from benchmarks.servers import ROOT, ServerUrl, machine, thinkgate
+from benchmarks.servers import ServerUrl, machine, thinkgate
 from engines.local import engine_wait
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("stream_gaps")
 SETTINGS = (20, 2)  # recheck ms: before, now
 FIGURES = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "over_15ms_pct", "idle_engine_cpu_share")
 IDLE_S = 10.0  # an idle server watched this long before the load
 
 
-async def stream_all(url: str, model: str, args: argparse.Namespace) -> list[float]:
+async def _stream_all(url: str, model: str, args: argparse.Namespace) -> list[float]:
     """Every inter-chunk gap (ms) of ``args.prompts`` streams arriving at ``args.rate``/s."""
     rng = random.Random(0)
     vocab = 60  # the testbed's small vocabulary: ids 5-59 are plain characters
@@ -74,7 +75,7 @@ async def stream_all(url: str, model: str, args: argparse.Namespace) -> list[flo
     return [g for gaps in per for g in gaps]
 
 
-def figures(gaps: Sequence[float]) -> dict[str, float]:
+def _figures(gaps: Sequence[float]) -> dict[str, float]:
     ordered = sorted(gaps)
 
     def q(p: float) -> float:
@@ -90,7 +91,7 @@ def figures(gaps: Sequence[float]) -> dict[str, float]:
     }
 
 
-def idle_engine_cpu_share(url: ServerUrl) -> float:
+def _idle_engine_cpu_share(url: ServerUrl) -> float:
     """Cores the server's engine processes (its children) use while nothing is asked:
     what a shorter recheck costs an idle server."""
     import psutil
@@ -116,12 +117,12 @@ def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
     for pair in range(args.pairs):
         for recheck in SETTINGS if pair % 2 == 0 else SETTINGS[::-1]:
             os.environ[engine_wait.RECHECK_ENV] = str(recheck)
-            log = RESULTS / "logs" / f"stream-gaps-{recheck}.log"
+            log = LOGS / f"stream-gaps-{recheck}.log"
             # The recheck is that of the core-worker ring: only ``--executor mp`` has one.
             flags = ("--reward-model", "none", "--served-model-name", model, "--executor", "mp")
             with thinkgate(model, *flags, log=log) as url:
-                idle = idle_engine_cpu_share(url)
-                got = figures(asyncio.run(stream_all(url, model, args)))
+                idle = _idle_engine_cpu_share(url)
+                got = _figures(asyncio.run(_stream_all(url, model, args)))
             got["idle_engine_cpu_share"] = idle
             runs[recheck].append(got)
             print(f"[stream-gaps] pair {pair + 1} recheck {recheck} ms: {json.dumps(got)}")
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> dict[int, list[dict[str, float]]]:
     return runs
 
 
-def report(runs: dict[int, list[dict[str, float]]], command: str) -> str:
+def _report(runs: dict[int, list[dict[str, float]]], command: str) -> str:
     before, now = SETTINGS
     lines = [
         "# Streamed token gaps: vLLM's engine ring rechecked every 20 ms vs 2 ms",
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     command = "thinkgate bench stream-gaps " + " ".join(sys.argv[1:] if argv is None else argv)
     runs = run(args)
-    text = report(runs, command.strip())
+    text = _report(runs, command.strip())
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "stream-gaps.md").write_text(text)
     meta: dict[str, Any] = {"command": command.strip(), "machine": machine(), "args": vars(args)}

@@ -21,7 +21,7 @@ each tenant's billed completion tokens (``thinkgate_tenant_tokens_total``) equal
 of its responses' ``usage`` exactly. Goals: in ``fair``, B has no errors and its p95 is
 within 1.25x of ``floor``'s; A gets only 200s and 429s with Retry-After.
 
-Writes ``benchmarks/results/tenants.{md,json,png}``.
+Writes ``benchmarks/results/tenants/tenants.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.tenants [--b-requests 16] [--blocks 2] [--flood-x 10]
 """
@@ -42,26 +42,27 @@ from typing import Any
 
 import httpx
 
-from benchmarks.servers import ROOT, machine, thinkgate
+from benchmarks.out_paths import LOGS, results_of
+from benchmarks.servers import machine, thinkgate
 from server.tenancy.tenants import hashed
 from testbed import model_path
 from testbed.task import make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("tenants")
 KEY_A, KEY_B = "tg-bench-tenant-a", "tg-bench-tenant-b"
 PHASES = ("solo", "floor", "fair", "shared")
 CAP = 64
 A_SAMPLES = 32
 
 
-def keys_file(shared: bool) -> str:
+def _keys_file(shared: bool) -> str:
     if shared:
         return f'[tenants.shared]\nkeys = ["{hashed(KEY_A)}", "{hashed(KEY_B)}"]\n'
     return f'[tenants.a]\nkeys = ["{hashed(KEY_A)}"]\n\n[tenants.b]\nkeys = ["{hashed(KEY_B)}"]\n'
 
 
 @dataclass
-class Outcome:
+class _Outcome:
     tenant: str
     status: int
     latency_s: float
@@ -70,18 +71,18 @@ class Outcome:
 
 
 @dataclass
-class Phase:
+class _Phase:
     name: str
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[_Outcome] = field(default_factory=list)
     seconds: float = 0.0
 
-    def of(self, tenant: str) -> list[Outcome]:
+    def of(self, tenant: str) -> list[_Outcome]:
         return [o for o in self.outcomes if o.tenant == tenant]
 
 
-async def ask(
+async def _ask(
     client: httpx.AsyncClient, tenant: str, prompt: str, *, max_tokens: int, seed: int
-) -> Outcome:
+) -> _Outcome:
     key = KEY_A if tenant == "a" else KEY_B
     body: dict[str, Any] = {
         "model": "testbed-base",
@@ -95,24 +96,24 @@ async def ask(
         headers |= {"X-Strategy": "self-consistency", "X-Budget-Samples": str(A_SAMPLES)}
     started = time.perf_counter()
     r = await client.post("/v1/chat/completions", json=body, headers=headers)
-    out = Outcome(tenant, r.status_code, time.perf_counter() - started)
+    out = _Outcome(tenant, r.status_code, time.perf_counter() - started)
     if r.status_code == 200:
         out.completion_tokens = int(r.json()["usage"]["completion_tokens"])
     out.retry_after = "retry-after" in r.headers
     return out
 
 
-async def b_loop(
-    client: httpx.AsyncClient, prompts: list[str], max_tokens: int, phase: Phase
+async def _b_loop(
+    client: httpx.AsyncClient, prompts: list[str], max_tokens: int, phase: _Phase
 ) -> None:
     for i, prompt in enumerate(prompts):
-        o = await ask(client, "b", prompt, max_tokens=max_tokens, seed=i)
+        o = await _ask(client, "b", prompt, max_tokens=max_tokens, seed=i)
         phase.outcomes.append(o)
         if o.status == 429:  # as a client would: wait as told, then go on
             await asyncio.sleep(1.0)
 
 
-async def run_phase(
+async def _run_phase(
     url: str,
     name: str,
     prompts: list[str],
@@ -120,20 +121,22 @@ async def run_phase(
     max_tokens: int,
     flood_rate: float,
     keys: Path,
-) -> Phase:
-    phase = Phase(name)
-    keys.write_text(keys_file(shared=name == "shared"))
+) -> _Phase:
+    phase = _Phase(name)
+    keys.write_text(_keys_file(shared=name == "shared"))
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         await asyncio.sleep(6)  # past fair_idle_s: the last phase's tenants are idle
         done = asyncio.Event()
-        a_tasks: list[asyncio.Task[Outcome]] = []
+        a_tasks: list[asyncio.Task[_Outcome]] = []
 
         async def held() -> None:  # the floor: A at 32 rows, one request at a time
             i = 0
             while not done.is_set():
                 phase.outcomes.append(
-                    await ask(client, "a", prompts[i % len(prompts)], max_tokens=max_tokens, seed=i)
+                    await _ask(
+                        client, "a", prompts[i % len(prompts)], max_tokens=max_tokens, seed=i
+                    )
                 )
                 i += 1
 
@@ -142,7 +145,7 @@ async def run_phase(
             while not done.is_set():
                 p = prompts[i % len(prompts)]
                 a_tasks.append(
-                    asyncio.ensure_future(ask(client, "a", p, max_tokens=max_tokens, seed=i))
+                    asyncio.ensure_future(_ask(client, "a", p, max_tokens=max_tokens, seed=i))
                 )
                 i += 1
                 await asyncio.sleep(1.0 / flood_rate)
@@ -154,7 +157,7 @@ async def run_phase(
             driver = asyncio.ensure_future(flood())
             await asyncio.sleep(2.0)  # the flood first: it holds the server when B comes
         started = time.perf_counter()
-        await b_loop(client, prompts, max_tokens, phase)
+        await _b_loop(client, prompts, max_tokens, phase)
         phase.seconds = time.perf_counter() - started
         done.set()
         if driver is not None:
@@ -163,14 +166,14 @@ async def run_phase(
     return phase
 
 
-def pct(values: Sequence[float], q: float) -> float:
+def _pct(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def billed(url: str) -> dict[str, float]:
+def _billed(url: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
         if line.startswith("thinkgate_tenant_tokens_total{") and 'kind="completion"' in line:
@@ -179,7 +182,7 @@ def billed(url: str) -> dict[str, float]:
     return out
 
 
-def summarise(phases: list[Phase]) -> dict[str, Any]:
+def _summarise(phases: list[_Phase]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for name in PHASES:
         mine = [p for p in phases if p.name == name]
@@ -191,18 +194,18 @@ def summarise(phases: list[Phase]) -> dict[str, Any]:
         rows[name] = {
             "b_requests": len(b),
             "b_statuses": dict(Counter(str(o.status) for o in b)),
-            "b_p50_s": pct(b_ok, 0.5),
-            "b_p95_s": pct(b_ok, 0.95),
+            "b_p50_s": _pct(b_ok, 0.5),
+            "b_p95_s": _pct(b_ok, 0.95),
             "a_statuses": dict(Counter(str(o.status) for o in a)),
             "a_answered_per_s": len(a_ok) / seconds if seconds else 0.0,
-            "a_p50_s": pct([o.latency_s for o in a_ok], 0.5),
+            "a_p50_s": _pct([o.latency_s for o in a_ok], 0.5),
             "a_429_without_retry_after": sum(1 for o in a if o.status == 429 and not o.retry_after),
             "seconds": seconds,
         }
     return rows
 
 
-def report(rows: dict[str, Any], meta: dict[str, Any]) -> str:
+def _report(rows: dict[str, Any], meta: dict[str, Any]) -> str:
     floor = rows["floor"]["b_p95_s"]
     lines = [
         "# Tenants: one tenant's flood beside another's plain requests",
@@ -250,7 +253,7 @@ def _counts(statuses: dict[str, int]) -> str:
     return ", ".join(f"{v}x{k}" for k, v in sorted(statuses.items()))
 
 
-def plot(rows: dict[str, Any], path: Path) -> None:
+def _plot(rows: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -284,9 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     state = Path(tempfile.mkdtemp(prefix="thinkgate-bench-tenants-"))
     keys = state / "keys.toml"
-    keys.write_text(keys_file(shared=False))
-    log = RESULTS / "logs" / "tenants-server.log"
-    phases: list[Phase] = []
+    keys.write_text(_keys_file(shared=False))
+    log = LOGS / "tenants-server.log"
+    phases: list[_Phase] = []
     meta: dict[str, Any] = {
         "machine": machine(),
         "command": " ".join(["python -m benchmarks.tenants", *(argv or sys.argv[1:])]),
@@ -301,14 +304,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         *("--max-inflight-samples", str(CAP), "--log-level", "warning"),
     )
     with thinkgate(model_path("base"), *flags, log=log) as url:
-        before = billed(url)
+        before = _billed(url)
         order = [
             p for block in range(args.blocks) for p in (PHASES if block % 2 == 0 else PHASES[::-1])
         ]
         bar = tqdm(total=len(order), desc="phases", unit="phase", file=sys.stderr)
         # The floor first: the flood's rate is a multiple of what A was served at there.
         first = asyncio.run(
-            run_phase(url, "floor", prompts, max_tokens=args.max_tokens, flood_rate=1.0, keys=keys)
+            _run_phase(url, "floor", prompts, max_tokens=args.max_tokens, flood_rate=1.0, keys=keys)
         )
         phases.append(first)
         bar.update(1)
@@ -320,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bar.set_postfix_str(name)
             phases.append(
                 asyncio.run(
-                    run_phase(
+                    _run_phase(
                         url,
                         name,
                         prompts,
@@ -332,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             bar.update(1)
         bar.close()
-        after = billed(url)
+        after = _billed(url)
     # Billing: tenant a and b (and "shared" in the shared phases) against the responses.
     spent = Counter[str]()
     for p in phases:
@@ -345,13 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else f"NOT exact: billed minus usage {diffs}"
     )
     meta["billed_minus_usage"] = diffs
-    rows = summarise(phases)
-    text = report(rows, meta)
+    rows = _summarise(phases)
+    text = _report(rows, meta)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{args.out}.md").write_text(text)
     Path(f"{args.out}.json").write_text(json.dumps({"meta": meta, "phases": rows}, indent=2))
-    plot(rows, Path(f"{args.out}.png"))
+    _plot(rows, Path(f"{args.out}.png"))
     return 0
 
 

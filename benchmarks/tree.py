@@ -21,7 +21,7 @@ OpenAI SDK (PRM-free variants of the searches too, ``reward: certainty``):
    the moment its last question is sent; each block's "clients busy" says for what share
    of its time they were not. Blocks of 64 at 8 clients keep that share near 100%.
 
-Writes ``benchmarks/results/tree.{md,json,png}``.
+Writes ``benchmarks/results/tree/tree.{md,json,png}``.
 
     .venv/bin/python -m benchmarks.tree [--questions 32] [--ns 4,8,16,32]
 """
@@ -41,14 +41,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out_paths import beside
+from benchmarks.out_paths import LOGS, beside, results_of
 from benchmarks.paired import ratio_interval
 from benchmarks.servers import ROOT, machine, thinkgate
 from strategies.answers import equivalent
 from testbed import model_path
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("tree")
 STRATEGIES = (
     "self-consistency",
     "deepconf",
@@ -64,7 +64,7 @@ PRM = ("beam-search", "particle-filtering", "dvts")
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class _Answer:
     correct: bool
     completion_tokens: int
     seconds: float
@@ -73,7 +73,7 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
+class _Cell:
     strategy: str
     n: int
     accuracy: float
@@ -90,7 +90,7 @@ class Cell:
     busy_seconds: float = 0.0  # the questions' own seconds, summed (client-seconds busy)
 
 
-def body_of(strategy: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _body_of(strategy: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The X-Strategy and body of a label (``tree{"segment":16}``: tree with options)."""
     name, _, extra = strategy.partition("{")
     body: dict[str, Any] = json.loads("{" + extra) if extra else {}
@@ -101,7 +101,7 @@ def body_of(strategy: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]
     return name, body
 
 
-async def ask(
+async def _ask(
     client: Any,
     model: str,
     q: Question,
@@ -109,10 +109,10 @@ async def ask(
     strategy: str,
     n: int,
     args: argparse.Namespace,
-) -> Answer:
+) -> _Answer:
     import openai
 
-    name, body = body_of(strategy, args.tree_options)
+    name, body = _body_of(strategy, args.tree_options)
     t0 = time.monotonic()
     try:
         r = await client.chat.completions.create(
@@ -124,10 +124,10 @@ async def ask(
             extra_body=body,
         )
     except openai.APIError as exc:
-        return Answer(False, 0, time.monotonic() - t0, failed=str(exc))
+        return _Answer(False, 0, time.monotonic() - t0, failed=str(exc))
     tg: dict[str, Any] = (r.model_extra or {}).get("thinkgate", {})
     answer = (r.choices[0].model_extra or {}).get("thinkgate", {}).get("answer")
-    return Answer(
+    return _Answer(
         correct=answer is not None and equivalent(str(answer), str(q.answer)),
         completion_tokens=r.usage.completion_tokens if r.usage else 0,
         seconds=time.monotonic() - t0,
@@ -135,11 +135,11 @@ async def ask(
     )
 
 
-def seed_of(args: argparse.Namespace, index: int) -> int | None:
+def _seed_of(args: argparse.Namespace, index: int) -> int | None:
     return None if args.sample_seed is None else args.sample_seed + index
 
 
-async def run_cell(
+async def _run_cell(
     client: Any,
     model: str,
     strategy: str,
@@ -147,12 +147,12 @@ async def run_cell(
     questions: Sequence[Question],
     args: argparse.Namespace,
     concurrency: int,
-) -> Cell:
+) -> _Cell:
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(i: int, q: Question) -> Answer:
+    async def one(i: int, q: Question) -> _Answer:
         async with gate:
-            return await ask(client, model, q, seed_of(args, i), strategy, n, args)
+            return await _ask(client, model, q, _seed_of(args, i), strategy, n, args)
 
     t0 = time.monotonic()
     answers = await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
@@ -162,7 +162,7 @@ async def run_cell(
     def mean(key: str) -> float:
         return statistics.fmean(float(a.tree.get(key, 0)) for a in ok) if ok else 0.0
 
-    return Cell(
+    return _Cell(
         strategy=strategy,
         n=n,
         accuracy=100.0 * sum(a.correct for a in answers) / len(answers),
@@ -180,7 +180,7 @@ async def run_cell(
     )
 
 
-def paired_interval(a: Sequence[bool], b: Sequence[bool]) -> tuple[float, float]:
+def _paired_interval(a: Sequence[bool], b: Sequence[bool]) -> tuple[float, float]:
     """95% interval of mean(a - b) in points (normal approximation, paired questions)."""
     d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
     m = statistics.fmean(d)
@@ -204,7 +204,7 @@ class Rate:
         return self.questions / self.seconds if self.seconds else 0.0
 
 
-async def throughput(
+async def _throughput(
     client: Any, model: str, questions: Sequence[Question], args: argparse.Namespace
 ) -> list[Rate]:
     """Self-consistency@N and every tree@N block by block at ``--clients`` in flight, the
@@ -220,7 +220,7 @@ async def throughput(
             block = [*block, *questions[: args.block - len(block)]]
         turn = b % len(order)
         for name in order[turn:] + order[:turn]:
-            cell = await run_cell(client, model, name, args.rate_n, block, args, args.clients)
+            cell = await _run_cell(client, model, name, args.rate_n, block, args, args.clients)
             rates.append(
                 Rate(
                     name,
@@ -243,7 +243,7 @@ async def throughput(
 
 
 def goal_lines(
-    cells: Sequence[Cell], rates: Sequence[Rate], label: str, args: argparse.Namespace
+    cells: Sequence[_Cell], rates: Sequence[Rate], label: str, args: argparse.Namespace
 ) -> list[str]:
     lines = []
     for n in (16, 32):
@@ -251,7 +251,7 @@ def goal_lines(
         tr = next((c for c in cells if c.strategy == label and c.n == n), None)
         if sc is None or tr is None:
             continue
-        lo, hi = paired_interval(tr.correct, sc.correct)
+        lo, hi = _paired_interval(tr.correct, sc.correct)
         ratio = tr.completion_tokens / sc.completion_tokens if sc.completion_tokens else 0.0
         kept = hi >= 0
         verdict = "met" if kept and ratio <= 0.5 else "not met"
@@ -277,7 +277,7 @@ def goal_lines(
             med = statistics.median(ratios)
             acc_sc = 100 * sum(r.correct for r in sc_rates) / sum(r.questions for r in sc_rates)
             acc_tr = 100 * sum(r.correct for r in tr_rates) / sum(r.questions for r in tr_rates)
-            lo, hi = paired_interval(
+            lo, hi = _paired_interval(
                 [a for r in tr_rates for a in r.answers], [a for r in sc_rates for a in r.answers]
             )
             met = med >= 1.5 and hi >= 0
@@ -320,7 +320,7 @@ def _busy(rates: Sequence[Rate]) -> float:
     return sum(r.busy * r.seconds for r in rates) / sum(r.seconds for r in rates)
 
 
-def plot(cells: Sequence[Cell], path: Path) -> None:
+def plot(cells: Sequence[_Cell], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -347,7 +347,7 @@ def plot(cells: Sequence[Cell], path: Path) -> None:
 
 
 def report(
-    cells: Sequence[Cell], rates: Sequence[Rate], args: argparse.Namespace, minutes: float
+    cells: Sequence[_Cell], rates: Sequence[Rate], args: argparse.Namespace, minutes: float
 ) -> str:
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -501,16 +501,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def run_all(
+async def _run_all(
     url: str, args: argparse.Namespace, questions: Sequence[Question]
-) -> tuple[list[Cell], list[Rate]]:
+) -> tuple[list[_Cell], list[Rate]]:
     import openai
     from tqdm import tqdm
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=1800)
     model = (await client.models.list()).data[0].id
     ns = [int(x) for x in args.ns.split(",") if x]  # none: the throughput part alone
-    cells: list[Cell] = []
+    cells: list[_Cell] = []
     out = Path(args.out)
     bar = tqdm(total=len(ns) * len(args.names), desc="tree bench", file=sys.stderr)
     for name in args.names:
@@ -518,14 +518,14 @@ async def run_all(
             if name.startswith("dvts") and n % 4:
                 bar.update(1)
                 continue
-            cell = await run_cell(client, model, name, n, questions, args, args.concurrency)
+            cell = await _run_cell(client, model, name, n, questions, args, args.concurrency)
             cells.append(cell)
             bar.set_postfix(strategy=name[:24], n=n, acc=f"{cell.accuracy:.0f}")
             bar.update(1)
             # Written after every cell: a long run that stops still leaves its figures.
             beside(out, ".json").write_text(json.dumps([asdict(c) for c in cells], indent=1))
     bar.close()
-    rates = await throughput(client, model, questions, args) if args.blocks else []
+    rates = await _throughput(client, model, questions, args) if args.blocks else []
     await client.close()
     return cells, rates
 
@@ -537,11 +537,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     t0 = time.monotonic()
     if args.url:
-        cells, rates = asyncio.run(run_all(args.url, args, questions))
+        cells, rates = asyncio.run(_run_all(args.url, args, questions))
     else:
-        log = RESULTS / "logs" / "tree-thinkgate.log"
+        log = LOGS / "tree-thinkgate.log"
         with thinkgate(model_path("base"), log=log) as url:
-            cells, rates = asyncio.run(run_all(url, args, questions))
+            cells, rates = asyncio.run(_run_all(url, args, questions))
     out = Path(args.out)
     payload = {"cells": [asdict(c) for c in cells], "rates": [asdict(r) for r in rates]}
     beside(out, ".json").write_text(json.dumps(payload, indent=1))

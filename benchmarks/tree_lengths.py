@@ -7,7 +7,7 @@ sorted within each question by the length of their thinking (characters; the tes
 tokens are characters) and cut into quarters: the share of right answers per quarter,
 and per question the accuracy of the shortest ``--n`` / 4 against all of them.
 
-Writes ``benchmarks/results/tree-lengths.{md,json}``.
+Writes ``benchmarks/results/tree_lengths/tree-lengths.{md,json}``.
 
     thinkgate bench tree-lengths [--url http://127.0.0.1:8012]
 """
@@ -25,19 +25,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, given_or_thinkgate, machine
+from benchmarks.out_paths import LOGS, beside, results_of
+from benchmarks.servers import given_or_thinkgate, machine
 from strategies.answers import equivalent
 from testbed.task import Question, make_questions
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("tree_lengths")
 # (thinking characters, right, the boxed answer or None): the answer lets the vote stop's
 # rules be replayed on these samples (benchmarks.vote_stop_replay).
 Sample = tuple[int, bool, str | None]
 BOXED = re.compile(r"\\boxed\{([^}]*)\}")
 
 
-async def sample(
+async def _sample(
     client: Any, model: str, q: Question, seed: int, args: argparse.Namespace
 ) -> list[Sample]:
     """(thinking characters, right, answer) for each of the question's samples."""
@@ -72,7 +72,7 @@ async def run(
 
     async def one(i: int, q: Question) -> list[Sample]:
         async with gate:
-            got = await sample(client, model, q, args.sample_seed + i, args)
+            got = await _sample(client, model, q, args.sample_seed + i, args)
         bar.update(1)
         return got
 
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.split, args.questions, seed=args.seed, min_ops=args.min_ops, max_ops=args.max_ops
     )
     t0 = time.monotonic()
-    with given_or_thinkgate(args.url, log=RESULTS / "logs" / "tree-lengths-thinkgate.log") as url:
+    with given_or_thinkgate(args.url, log=LOGS / "tree-lengths-thinkgate.log") as url:
         samples = asyncio.run(run(url, questions, args))
     out = Path(args.out)
     # One line per question: 4,096 samples stay a small file.

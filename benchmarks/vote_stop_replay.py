@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.out_paths import beside
-from benchmarks.servers import ROOT, machine
+from benchmarks.out_paths import beside, results_of
+from benchmarks.servers import machine
 from strategies.tree.vote import lead_probability
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = results_of("vote_stop_replay")
 Sample = tuple[int, bool, str | None]
 
 
@@ -136,7 +136,7 @@ def replay(samples: Sequence[Sample], rule: Rule, segment: int) -> Outcome:
     )
 
 
-def rules_for(n: int) -> list[Rule]:
+def _rules_for(n: int) -> list[Rule]:
     half = max(4, n // 2)
     return [
         Rule("every sample (self-consistency)", n, 1.0, stop=False),
@@ -151,7 +151,7 @@ def rules_for(n: int) -> list[Rule]:
     ]
 
 
-def run(
+def _run(
     questions: Sequence[Sequence[Sample]], rules: Sequence[Rule], args: argparse.Namespace
 ) -> dict[str, list[list[Outcome]]]:
     """Per rule, per question, one outcome per deal; deal r of question i is the same for
@@ -165,7 +165,7 @@ def run(
     return out
 
 
-def report(outcomes: dict[str, list[list[Outcome]]], args: argparse.Namespace) -> str:
+def _report(outcomes: dict[str, list[list[Outcome]]], args: argparse.Namespace) -> str:
     base_label = next(iter(outcomes))
     base = outcomes[base_label]
     base_tokens = statistics.fmean(o.tokens for q in base for o in q)
@@ -212,7 +212,7 @@ def report(outcomes: dict[str, list[list[Outcome]]], args: argparse.Namespace) -
     return "\n".join(lines)
 
 
-def load(paths: Sequence[str]) -> list[list[Sample]]:
+def _load(paths: Sequence[str]) -> list[list[Sample]]:
     """Each question's samples from every file, joined (the files cover the same questions)."""
     files = [json.loads(Path(p).read_text())["samples"] for p in paths]
     if len({len(f) for f in files}) != 1:
@@ -223,7 +223,7 @@ def load(paths: Sequence[str]) -> list[list[Sample]]:
     ]
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="benchmarks.vote_stop_replay", description=__doc__.split("\n")[0]
     )
@@ -239,13 +239,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    questions = load(args.samples)
+    args = _parse(argv)
+    questions = _load(args.samples)
     args.pool = min(len(q) for q in questions)
     if args.pool < args.n:
         raise SystemExit(f"--n {args.n} is more than the {args.pool} samples of a question")
-    outcomes = run(questions, rules_for(args.n), args)
-    text = report(outcomes, args)
+    outcomes = _run(questions, _rules_for(args.n), args)
+    text = _report(outcomes, args)
     beside(Path(args.out), ".md").write_text(text)
     print(text)
     return 0

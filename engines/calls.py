@@ -7,7 +7,7 @@ hundred small calls (a step of every path, then the PRM), and httpx spent 1.4-1.
 the gateway's CPU on each (its pool, anyio streams, h11; 10 ms at 64 in flight through
 one pool, 1.2-1.5 ms through pools of 8), aiohttp 0.23-0.31 ms, against the same echo
 server at 8 to 64 calls in flight (``thinkgate bench http-clients``:
-benchmarks/results/http-clients.md). On a host whose cores also run the engines, that
+benchmarks/results/http_clients/http-clients.md). On a host whose cores also run the engines, that
 CPU is taken from them. The remote engine's health checks and start-up checks stay on
 httpx: they are rare.
 

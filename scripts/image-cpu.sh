@@ -2,7 +2,7 @@
 # Build the CPU image (Dockerfile.cpu) with buildah, no Docker engine needed, then run
 # `thinkgate serve` inside it and check /ready and one chat completion from the host.
 #   sudo apt-get install -y buildah debootstrap      # once
-#   bash scripts/image-cpu.sh                        # writes benchmarks/results/image-cpu.md
+#   bash scripts/image-cpu.sh                        # writes benchmarks/results/image/cpu.md
 # Where the official base image cannot be pulled, a stand-in is made from Debian's own
 # packages (bookworm ships Python 3.11): debootstrap a minimal root, commit it as an image.
 # pip inside the build gets the host's pip settings (scripts/image-cpu-pipconf.py): its
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-OUT=${OUT:-$ROOT/benchmarks/results/image-cpu.md}
+OUT=${OUT:-$ROOT/benchmarks/results/image/cpu.md}
 TAG=${TAG:-localhost/thinkgate-cpu:local}
 PORT=${PORT:-18000}
 source scripts/image-lib.sh

@@ -5,7 +5,7 @@
 # command through vLLM's own parser; the entrypoint's roles; the Triton kernel check
 # skipping cleanly).
 #   sudo apt-get install -y buildah debootstrap      # once
-#   bash scripts/image-gpu.sh                        # writes benchmarks/results/image-gpu.md
+#   bash scripts/image-gpu.sh                        # writes benchmarks/results/image/gpu.md
 # Where vLLM's image (vllm/vllm-openai) cannot be pulled, the base is a stand-in made from
 # Debian bookworm's packages (Python 3.11 in a venv, a C compiler and Python's headers for
 # Triton) and vLLM's CUDA wheel comes from PyPI at the `gpu` extra's pin, torch with it
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-OUT=${OUT:-$ROOT/benchmarks/results/image-gpu.md}
+OUT=${OUT:-$ROOT/benchmarks/results/image/gpu.md}
 TAG=${TAG:-localhost/thinkgate-gpu:local}
 source scripts/image-lib.sh
 work=$(mktemp -d /tmp/image-gpu.XXXXXX)

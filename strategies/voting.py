@@ -11,7 +11,7 @@ offline). Body options of ``self-consistency``, ``best-of-majority``, ``pets`` a
   (candidates per token confidence, default 5): chosen on the testbed's ~100-400-token
   traces as the pair whose lowest group confidence best tells right traces from wrong
   ones (AUROC 0.79 against 0.69 for the paper's whole-trace mean; the table is in
-  ``benchmarks/results/confidence.md``).
+  ``benchmarks/results/confidence/confidence.md``).
 """
 
 from __future__ import annotations

@@ -81,4 +81,4 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "site" / "settings" / "index.html").exists()
-    assert (tmp_path / "site" / "results" / "budgets.png").exists()
+    assert (tmp_path / "site" / "results" / "budgets" / "budgets.png").exists()

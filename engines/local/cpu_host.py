@@ -33,7 +33,7 @@ def apply(env: MutableMapping[str, str], *, on_cpu: bool, engines: int = 1) -> l
     share of the cores as torch threads (``OMP_NUM_THREADS``): unbound, every engine's
     torch would run a thread per core, and on 2 cores three engines' threads spinning
     against each other answered 3-5x fewer step-search questions per second
-    (benchmarks/results/search-peers-joint.md)."""
+    (benchmarks/results/search_peers/joint.md)."""
     if not on_cpu:
         return []
     made = []

@@ -20,7 +20,7 @@ the others: measured, a 5.6 s stall whenever it hit), so the recheck interval be
 (a step outlasts the 1 ms spin, the reader sleeps, the worker's notification is
 dropped): at a 20 ms recheck they were the ~24 ms inter-token gaps behind every server's
 p99 ITL here; at 2 ms they cost 2 ms (``thinkgate bench stream-gaps``:
-benchmarks/results/stream-gaps.md: p99 gap 25.1 -> 7.9 ms), for 1-2% of a core more
+benchmarks/results/stream_gaps/stream-gaps.md: p99 gap 25.1 -> 7.9 ms), for 1-2% of a core more
 while idle (a sleeping reader polls every 2 ms: the engine processes of an idle server
 used 0.027-0.042 cores instead of 0.018, same benchmark).
 """

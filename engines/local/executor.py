@@ -6,7 +6,7 @@ worker, worker back). On a 2-core host that hand-over is most of a small model's
 reader spins for a core (``engines/local/engine_wait.py``) or sleeps and waits for a
 wake-up. With the worker inside the engine core (``UniProcExecutor``, what vLLM itself
 uses for one GPU) a step is a function call. Measured on 2 cores with the testbed
-(``thinkgate bench executor``, benchmarks/results/executor.md, two alternating pairs):
+(``thinkgate bench executor``, benchmarks/results/executor/executor.md, two alternating pairs):
 a lone 64-token answer in 0.80x the time, DeepConf@16 from 4 clients 1.38x the questions
 per second, particle filtering 1.25x, the engine processes' CPU 0.90x.
 

@@ -64,7 +64,7 @@ DRAIN_S = 30  # --shutdown-timeout: how long a stopping replica finishes what it
 # (X-Session-ID: one per client request) to the least loaded replica, its later calls to
 # the same one (its prefix cache); dead workers found within a second; a circuit
 # breaker that retries a worker after 5 s (its 60 s default kept a restarted replica
-# from any traffic for a minute). Measured (benchmarks/results/router.md): within 5% of
+# from any traffic for a minute). Measured (benchmarks/results/router/router.md): within 5% of
 # the gateway's own balancer, where consistent_hash (load-blind) lost 11%.
 ROUTER_FLAGS: tuple[tuple[str, str], ...] = (
     ("--policy", "sticky_least_loaded"),

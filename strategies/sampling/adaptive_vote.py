@@ -11,8 +11,9 @@ samples the PRM scores near zero from settling anything.
 The defaults (rounds of 4, share 0.5, weight 0.5) were chosen offline on 300
 validation questions of 12-13 operations (16 seeded samples each, the shipped PRM): the
 vote stopped after 7.9 samples on average, 73.0% right against the majority of all 16's
-73.0% (``python -m benchmarks.adaptive_stop``, ``benchmarks/results/adaptive-stop.md``;
-``benchmarks/results/search-adaptive.md`` measures it on the search bench).
+73.0% (``python -m benchmarks.adaptive_stop``,
+``benchmarks/results/adaptive_stop/adaptive-stop.md``;
+``benchmarks/results/search/adaptive.md`` measures it on the search bench).
 """
 
 from __future__ import annotations

@@ -42,11 +42,10 @@ def test_serve_args_reach_the_started_server_command() -> None:
     assert args.serve_args == ["--prm-model=/some/prm"]
 
 
-def test_a_results_prefix_with_a_dot_keeps_it() -> None:
-    assert beside(Path("results/search-temperature-0.5"), ".json") == Path(
-        "results/search-temperature-0.5.json"
-    )
-    assert beside(Path("results/search"), ".md") == Path("results/search.md")
+def test_a_results_prefix_with_a_dot_keeps_it(tmp_path: Path) -> None:
+    search = tmp_path / "results" / "search"
+    assert beside(search / "temperature-0.5", ".json") == search / "temperature-0.5.json"
+    assert beside(search / "search", ".md") == search / "search.md"
 
 
 def test_best_of_n_prm_is_best_of_n_with_the_prm_vote_and_reports_its_paired_majority() -> None:

@@ -43,7 +43,7 @@ def gateway(
 
 
 def billed(server: LiveServer, tenant: str) -> float:
-    return server.process.metrics().get(
+    return server.metrics().get(
         f'thinkgate_tenant_tokens_total{{kind="completion",tenant="{tenant}"}}', 0.0
     )
 
