@@ -196,6 +196,7 @@ async def test_messages_answer_and_stream_agree(
     # The signature is this server's seal of the thinking (opened when it comes back).
     assert seal.open(signature, "messages.thinking", param="s") == "3+4=7\n"
     assert text["type"] == "text" and text["text"] == "\\boxed{7}"
+    assert text["citations"] is None  # present, as the Messages API's text block has it
     assert text["thinkgate"] == {"index": 0, "finish_reason": "stop"}
     assert m["stop_reason"] == "end_turn" and m["stop_sequence"] is None
     assert m["usage"]["output_tokens"] == len(testbed_tokens.encode(ANSWER)) + 1
@@ -227,6 +228,35 @@ async def test_messages_answer_and_stream_agree(
     assert delta["delta"]["stop_reason"] == "end_turn"
     assert delta["usage"]["output_tokens"] == m["usage"]["output_tokens"]
     assert delta["thinkgate"]["strategy"] == "plain"
+
+
+async def test_three_turns_each_sending_the_last_answer_back(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """Anthropic's multi-turn pattern: the answer's ``content`` (thinking with its
+    signature, text with this server's ``thinkgate`` details) is the next assistant turn."""
+    seen: list[GenerateRequest] = []
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        seen.append(request)
+        return samples_of(testbed_tokens, *[ANSWER] * request.sampling.n)
+
+    async with scripted_app(handler) as app:
+        messages: list[dict[str, Any]] = list(MSG)
+        for turn in range(3):
+            body = {"model": app.model, "max_tokens": 64, "messages": messages}
+            got = await app.client.post("/v1/messages", json=body)
+            assert got.status_code == 200, (turn, got.text)
+            messages += [
+                {"role": "assistant", "content": got.json()["content"]},
+                {"role": "user", "content": "And plus 1?"},
+            ]
+    assert len(seen) == 3
+    assert (
+        len(seen[2].prompt_token_ids)
+        > len(seen[1].prompt_token_ids)
+        > len(seen[0].prompt_token_ids)
+    )
 
 
 async def test_a_stop_sequence_is_reported(

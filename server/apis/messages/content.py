@@ -20,6 +20,9 @@ class TextBlock(Strict):
     text: str
     cache_control: JsonValue = None  # a caching hint: nothing to cache here
     citations: list[JsonValue] | None = None
+    # The details this server put on an answer's block: a client that sends the answer
+    # back as the assistant turn (Anthropic's multi-turn pattern) sends them too. Ignored.
+    thinkgate: JsonValue = None
 
 
 class ThinkingBlock(Strict):

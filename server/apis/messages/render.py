@@ -112,7 +112,7 @@ def _block(
             return {"type": "thinking", "thinking": "", "signature": ""}
         shown = "" if call.omit_thinking else text
         return {"type": "thinking", "thinking": shown, "signature": call.signature(text)}
-    block: Body = {"type": "text", "text": text}
+    block: Body = {"type": "text", "text": text, "citations": None}
     if choice is not None:
         block["thinkgate"] = choice_info(choice)
     return block
