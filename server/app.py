@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,6 +77,21 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     lifecycle = Lifecycle(
         drain_timeout_s=settings.drain_timeout_s, retry_after_s=settings.retry_after_s
     )
+    lifespan = _lifespan(settings, engine, lifecycle)
+    app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = None
+    app.state.lifecycle = lifecycle
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app
+
+
+def _lifespan(
+    settings: Settings, engine: Engine | None, lifecycle: Lifecycle
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the gateway up (``app.state.gateway``), then the batch
+    runner; at the end all of it down in reverse order."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,65 +104,17 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
             preflight(settings)  # refusals that need no engine come before its long start
             prm_preflight(settings)
         async with AsyncExitStack() as stack:
-            metrics = Metrics()
-            # An engine passed in belongs to the caller; otherwise settings pick one.
-            active, built = await start_engine_and_resources(
-                settings, engine, stack, on_exit=lifecycle.fail
-            )
-            unfinished = getattr(active, "num_unfinished", None)
-            if callable(unfinished):
-                metrics.watch_engine(unfinished)
-            servers = getattr(active, "servers", None)
-            if callable(servers):
-                metrics.watch_servers(servers)
-            if hasattr(active, "restarts"):
-                metrics.watch_supervisor(
-                    lambda: int(getattr(active, "deaths", 0)),
-                    lambda: int(getattr(active, "restarts", 0)),
-                )
-            admission = Admission(
-                max_requests=settings.max_inflight_requests,
-                max_samples=settings.max_inflight_samples,
-                retry_after_s=settings.retry_after_s,
-                metrics=metrics,
-                wait_s=settings.admission_wait_s,
-                idle_s=settings.fair_idle_s,
-            )
-            lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
-            # After the engine start (the loop's lag while engines load is not the server's).
-            probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
-            probe.start()
-            stack.push_async_callback(probe.aclose)
-            pauses = GcPauses(metrics.gc_pause)
-            pauses.attach()
-            stack.callback(pauses.detach)
-            crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
-            items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
-            resources = Resources(items=items)
-            app.state.gateway = Gateway(
-                settings=settings,
-                engine=active,
-                registry=registry,
-                resources=resources,
-                metrics=metrics,
-                admission=admission,
-                lifecycle=lifecycle,
-                started_at=int(time.time()),
-                keys=keys,
-                seal=_seal(settings),
-                presets=presets.load(settings.presets),
-                responses=_responses(settings, stack),
-                effort_context=effort.effort_context(settings, active.max_model_len),
-            )
-            pets_jobs = resources.get(PETS_JOBS)
-            batches = await _batches(settings, app, stack, pets_jobs)
-            app.state.gateway = replace(app.state.gateway, batches=batches)
+            gw = await _gateway(settings, engine, lifecycle, registry, keys, stack)
+            # Set before the batch runner starts: its lines are requests to this app.
+            app.state.gateway = gw
+            batches = await _batches(settings, app, stack, gw.resources.get(PETS_JOBS))
+            app.state.gateway = replace(gw, batches=batches)
             freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
             log.info(
                 "server.ready",
-                model=active.model_name,
+                model=gw.engine.model_name,
                 strategies=registry.names(),
-                processors=sorted(active.processors),
+                processors=sorted(gw.engine.processors),
             )
             try:
                 yield
@@ -158,13 +125,80 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
         # The engines' stops, begun side by side as the stack closed them.
         await stopping.wait_stopped()
 
-    app = FastAPI(title="thinkgate", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.gateway = None
-    app.state.lifecycle = lifecycle
-    errors.install(app)
-    for router in ROUTERS:
-        app.include_router(router)
-    return app
+    return lifespan
+
+
+async def _gateway(
+    settings: Settings,
+    engine: Engine | None,
+    lifecycle: Lifecycle,
+    registry: Registry,
+    keys: Keyring,
+    stack: AsyncExitStack,
+) -> Gateway:
+    """The engine and resources started (their stops on ``stack``), the metrics, the
+    admission and the probes, held together as the running app's ``Gateway``."""
+    metrics = Metrics()
+    # An engine passed in belongs to the caller; otherwise settings pick one.
+    active, built = await start_engine_and_resources(
+        settings, engine, stack, on_exit=lifecycle.fail
+    )
+    _watch_engine(metrics, active)
+    admission = Admission(
+        max_requests=settings.max_inflight_requests,
+        max_samples=settings.max_inflight_samples,
+        retry_after_s=settings.retry_after_s,
+        metrics=metrics,
+        wait_s=settings.admission_wait_s,
+        idle_s=settings.fair_idle_s,
+    )
+    lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
+    _watch_process(settings, metrics, stack)
+    crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
+    items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
+    return Gateway(
+        settings=settings,
+        engine=active,
+        registry=registry,
+        resources=Resources(items=items),
+        metrics=metrics,
+        admission=admission,
+        lifecycle=lifecycle,
+        started_at=int(time.time()),
+        keys=keys,
+        seal=_seal(settings),
+        presets=presets.load(settings.presets),
+        responses=_responses(settings, stack),
+        effort_context=effort.effort_context(settings, active.max_model_len),
+    )
+
+
+def _watch_engine(metrics: Metrics, active: Engine) -> None:
+    """The engine's gauges, where it has them: requests unfinished, its servers (remote),
+    its deaths and restarts (supervised)."""
+    unfinished = getattr(active, "num_unfinished", None)
+    if callable(unfinished):
+        metrics.watch_engine(unfinished)
+    servers = getattr(active, "servers", None)
+    if callable(servers):
+        metrics.watch_servers(servers)
+    if hasattr(active, "restarts"):
+        metrics.watch_supervisor(
+            lambda: int(getattr(active, "deaths", 0)),
+            lambda: int(getattr(active, "restarts", 0)),
+        )
+
+
+def _watch_process(settings: Settings, metrics: Metrics, stack: AsyncExitStack) -> None:
+    """The event loop's lag and the GC's pauses, timed into ``metrics`` until ``stack``
+    closes. Started after the engine (the loop's lag while engines load is not the
+    server's)."""
+    probe = LoopProbe(metrics.loop_lag, stall_ms=settings.loop_stall_ms)
+    probe.start()
+    stack.push_async_callback(probe.aclose)
+    pauses = GcPauses(metrics.gc_pause)
+    pauses.attach()
+    stack.callback(pauses.detach)
 
 
 async def _batches(

@@ -10,13 +10,8 @@ import json
 from core.base import Strategy
 from core.engine import StructuredOutput
 from core.errors import InvalidRequest
-from server.apis.openai.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    NamedToolChoice,
-    OpenAIBody,
-    structured_output,
-)
+from server.apis.openai.chat_parts import NamedToolChoice, structured_output
+from server.apis.openai.protocol import ChatCompletionRequest, CompletionRequest, OpenAIBody
 from server.gateway import Gateway
 from strategies.tool_calls import CallForm
 

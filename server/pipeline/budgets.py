@@ -72,6 +72,26 @@ def resolve(
     Raises ``InvalidBudget``/``InvalidRequest``/``UnknownStrategy`` naming the param.
     """
     lower = {k.lower(): v for k, v in headers.items()}
+    values = _asked(lower, body)
+    chosen_effort = _effort_thinking(values, body, settings, context)
+    for name, v in values.items():
+        _check_range(name, v, settings)
+    caps = tenant_caps(tenant)
+    _hold_to_tenant(values, caps, tenant)
+    strategy, strategy_param = _strategy(lower, body)
+    if strategy is None:
+        strategy = _default_strategy(values, chosen_effort, settings)
+    fields = frozenset(FIELDS)
+    if honoured is not None:
+        fields = _honoured_fields(values, strategy, strategy_param, honoured)
+    applied = _applied(values, fields, caps, settings)
+    _check_consistent(values, applied)
+    return strategy, Budget(**applied)
+
+
+def _asked(lower: Mapping[str, str], body: Mapping[str, object]) -> dict[str, _Value]:
+    """The budget fields the request sets: each from its ``X-Budget-*`` header, else
+    from the body's ``budget`` (``lower``: the headers by lower-case name)."""
     values: dict[str, _Value] = {}
     body_budget = _body_budget(body.get("budget"))
     for name in FIELDS:
@@ -80,15 +100,27 @@ def resolve(
             values[name] = _Value(_parse_header(raw, header), header)
         elif (bv := body_budget.get(name)) is not None:
             values[name] = _Value(_check_int(bv, f"budget.{name}"), f"budget.{name}")
+    return values
+
+
+def _effort_thinking(
+    values: dict[str, _Value], body: Mapping[str, object], settings: Settings, context: int
+) -> Effort | None:
+    """The body's ``reasoning_effort`` (None: not set, or a thinking budget set already),
+    its thinking budget added to ``values``."""
     effort = body.get("reasoning_effort")
-    chosen_effort: Effort | None = None
-    if effort is not None and "thinking" not in values:
-        chosen_effort = _effort(effort)
-        tokens = thinking_tokens(settings, chosen_effort, context)
-        values["thinking"] = _Value(tokens, "reasoning_effort")
-    for name, v in values.items():
-        _check_range(name, v, settings)
-    caps = tenant_caps(tenant)
+    if effort is None or "thinking" in values:
+        return None
+    chosen = _effort(effort)
+    values["thinking"] = _Value(thinking_tokens(settings, chosen, context), "reasoning_effort")
+    return chosen
+
+
+def _hold_to_tenant(
+    values: dict[str, _Value], caps: Mapping[str, int], tenant: Tenant | None
+) -> None:
+    """Over a tenant's cap: what an effort chose is lowered to it, what the request
+    asked is a 400 naming the field and the limit."""
     for name, v in list(values.items()):
         cap = caps.get("thinking" if name == "thinking_min" else name)
         if cap is None or v.value <= cap:
@@ -103,42 +135,62 @@ def resolve(
             limit=f"budget_{name.removesuffix('_min')}",
         )
 
-    strategy, strategy_param = _strategy(lower, body)
+
+def _default_strategy(
+    values: dict[str, _Value], chosen_effort: Effort | None, settings: Settings
+) -> str:
+    """The strategy of a request that names none, chosen by the budget it sets."""
     per_sample = {"thinking", "solution", "thinking_min", "samples", "k"} & values.keys()
-    if strategy is None and chosen_effort is not None and per_sample == {"thinking"}:
+    if chosen_effort is not None and per_sample == {"thinking"}:
         # An effort alone is a whole plan: auto under the effort's ceiling, the effort's
         # thinking capping each sample (server.pipeline.effort).
-        strategy = settings.limits_strategy
         if "tokens" not in values:
             cap = ceiling(settings, chosen_effort, values["thinking"].value)
             values["tokens"] = _Value(max(1, cap), "reasoning_effort")
-    if strategy is None:
-        if "thinking" in values or "solution" in values or "thinking_min" in values:
-            strategy = settings.budget_strategy
-        elif "samples" in values and values["samples"].value > 1:
-            strategy = settings.samples_strategy
-        elif REQUEST_FIELDS & values.keys():
-            strategy = settings.limits_strategy
-        else:
-            strategy = settings.default_strategy
+        return settings.limits_strategy
+    if "thinking" in values or "solution" in values or "thinking_min" in values:
+        return settings.budget_strategy
+    if "samples" in values and values["samples"].value > 1:
+        return settings.samples_strategy
+    if REQUEST_FIELDS & values.keys():
+        return settings.limits_strategy
+    return settings.default_strategy
 
-    fields = frozenset(FIELDS)
-    if honoured is not None:
-        if strategy not in honoured:
-            why = "" if strategy_param else " (chosen by default for the budget given)"
-            raise UnknownStrategy(
-                f"unknown strategy {strategy!r}{why}; available: {', '.join(sorted(honoured))}",
-                param=strategy_param or "strategy",
+
+def _honoured_fields(
+    values: Mapping[str, _Value],
+    strategy: str,
+    strategy_param: str,
+    honoured: Mapping[str, frozenset[str]],
+) -> frozenset[str]:
+    """The fields ``strategy`` honours (with the request's own); an unknown strategy or
+    a field it does not honour is a 400 naming where it came from."""
+    if strategy not in honoured:
+        why = "" if strategy_param else " (chosen by default for the budget given)"
+        raise UnknownStrategy(
+            f"unknown strategy {strategy!r}{why}; available: {', '.join(sorted(honoured))}",
+            param=strategy_param or "strategy",
+        )
+    fields = honoured[strategy] | REQUEST_FIELDS
+    for name, v in values.items():
+        if name not in fields:
+            takes = ", ".join(sorted(fields)) or "no budget"
+            raise InvalidBudget(
+                f"strategy {strategy!r} does not honour the {name} budget (from {v.param}); "
+                f"it takes: {takes}",
+                param=v.param,
             )
-        fields = honoured[strategy] | REQUEST_FIELDS
-        for name, v in values.items():
-            if name not in fields:
-                takes = ", ".join(sorted(fields)) or "no budget"
-                raise InvalidBudget(
-                    f"strategy {strategy!r} does not honour the {name} budget (from {v.param}); "
-                    f"it takes: {takes}",
-                    param=v.param,
-                )
+    return fields
+
+
+def _applied(
+    values: Mapping[str, _Value],
+    fields: frozenset[str],
+    caps: Mapping[str, int],
+    settings: Settings,
+) -> dict[str, int]:
+    """The budget as applied: what the request set, the server's defaults for the
+    fields the strategy honours, all held to the tenant's caps."""
     applied = {name: v.value for name, v in values.items()}
     for name in FIELDS:
         default = getattr(settings, f"default_{name}", None)  # the per-sample ones
@@ -151,6 +203,11 @@ def resolve(
             # The request's worst case is the tenant's limit. (A strategy's own default
             # sample count is left alone: raising it to the cap would cost more.)
             applied[name] = cap
+    return applied
+
+
+def _check_consistent(values: Mapping[str, _Value], applied: Mapping[str, int]) -> None:
+    """``k`` within ``samples``, ``thinking_min`` within ``thinking``."""
     if "k" in applied and "samples" in applied and applied["k"] > applied["samples"]:
         param = values["k"].param if "k" in values else "k"
         raise InvalidBudget(
@@ -162,7 +219,6 @@ def resolve(
         raise InvalidBudget(
             f"{param} ({minimum}) cannot exceed the thinking budget ({thinking})", param=param
         )
-    return strategy, Budget(**applied)
 
 
 def tenant_caps(tenant: Tenant | None) -> dict[str, int]:

@@ -10,7 +10,7 @@ when a later request's first byte arrives, cancelled once that request's headers
 complete. When it fires, a client that sent part of a head gets a 408 in the error
 envelope; the connection is then closed.
 
-The body has its own limit, in the handler (``server.pipeline.serving.read_body``,
+The body has its own limit, in the handler (``server.pipeline.body.read_body``,
 ``body_read_timeout_s``); these are the two halves of ``thinkgate serve``'s defence
 against slow clients. Passed to uvicorn as ``uvicorn.Config(..., http=...)``.
 """

@@ -1,4 +1,5 @@
-"""One small module per endpoint; ``ROUTERS`` is what the app mounts."""
+"""One small module per endpoint; ``ROUTERS`` is what the app mounts. The routes behind
+the API keys declare ``guard.AUTHORIZED``, the one authorization of a request."""
 
 from __future__ import annotations
 

@@ -11,20 +11,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge
-from server.apis.openai.protocol import validate_json
+from server.apis.openai.validation import validate_json
 from server.batches.service import Batches, listed, page_limit
 from server.errors import response_headers
 from server.gateway import gateway
-from server.pipeline.serving import read_body
-from server.tenancy.auth import authorize
+from server.pipeline.body import read_body
+from server.routes.guard import AUTHORIZED
+from server.tenancy.auth import tenant_of
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 MULTIPART_SLACK = 64 * 1024  # the form's own bytes around the file
 
 
 def _batches(request: Request) -> tuple[Batches, str]:
     gw = gateway(request)
-    tenant = authorize(request, gw.keys)
+    tenant = tenant_of(request)
     if gw.batches is None:
         raise BackendUnavailable("this server runs no batches", code="resource_unavailable")
     return gw.batches, tenant.name

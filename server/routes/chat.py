@@ -9,8 +9,9 @@ from starlette.responses import Response
 from server.apis.openai.protocol import ChatCompletionRequest
 from server.pipeline.serving import serve
 from server.routes import openapi
+from server.routes.guard import AUTHORIZED
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 
 
 @router.post(

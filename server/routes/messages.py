@@ -12,8 +12,9 @@ from server.apis.messages.request import MessagesRequest, translate
 from server.gateway import gateway
 from server.pipeline.serving import serve_translated
 from server.routes import openapi
+from server.routes.guard import AUTHORIZED
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 
 
 @router.post(

@@ -15,9 +15,9 @@ from starlette.responses import Response
 from server import presets
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
-from server.tenancy.auth import authorize
+from server.routes.guard import AUTHORIZED
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 
 
 def _model(gw: Gateway) -> dict[str, object]:
@@ -45,7 +45,6 @@ def _json(request: Request, body: object) -> Response:
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     gw = gateway(request)
-    authorize(request, gw.keys)
     model = _model(gw)
     # Each preset is a model a client can name (server.presets).
     named = [
@@ -65,7 +64,6 @@ async def list_models(request: Request) -> Response:
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(request: Request, model_id: str) -> Response:
     gw = gateway(request)
-    authorize(request, gw.keys)
     preset = presets.resolve(model_id, gw.engine.model_name, gw.presets)  # 404s another
     model = _model(gw)
     if preset is not None:

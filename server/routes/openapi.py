@@ -1,6 +1,6 @@
 """What ``/openapi.json`` says about the routes that read their request themselves.
 
-The chat and completions routes parse their raw body (``server.pipeline.serving``: fast, and its
+The chat and completions routes parse their raw body (``server.pipeline.admit``: fast, and its
 400s name the field the OpenAI way), and the batch routes read JSONL and query strings,
 so FastAPI can infer none of their inputs. This module spells them out for the route
 decorators (``openapi_extra=``, ``responses=``); nothing here runs per request.

@@ -30,17 +30,18 @@ from server.batches.pets_wire import (
     parse_lines,
 )
 from server.gateway import gateway
-from server.pipeline.serving import read_body
+from server.pipeline.body import read_body
 from server.routes import openapi
-from server.tenancy.auth import authorize
+from server.routes.guard import AUTHORIZED
+from server.tenancy.auth import tenant_of
 
-router = APIRouter(prefix="/v1/pets/batches")
+router = APIRouter(prefix="/v1/pets/batches", dependencies=[AUTHORIZED])
 
 
 def _jobs(request: Request) -> tuple[BatchJobs, str]:
     """The job service and the request's tenant (whose jobs it sees)."""
     gw = gateway(request)
-    tenant = authorize(request, gw.keys)
+    tenant = tenant_of(request)
     jobs = gw.resources.get(RESOURCE_KEY)
     if jobs is None:
         raise BackendUnavailable("PETS batches are not enabled on this server")

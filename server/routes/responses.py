@@ -17,9 +17,10 @@ from server.errors import response_headers
 from server.gateway import gateway
 from server.pipeline.serving import serve_translated
 from server.routes import openapi
-from server.tenancy.auth import api_key, authorize, is_batch_line
+from server.routes.guard import AUTHORIZED
+from server.tenancy.auth import api_key, is_batch_line, tenant_of
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 
 
 @router.post(
@@ -42,7 +43,7 @@ async def responses(request: Request) -> Response:
 
 def _stored(request: Request) -> Stored | None:
     gw = gateway(request)
-    tenant = authorize(request, gw.keys)
+    tenant = tenant_of(request)
     if gw.responses is None:
         return None
     owner = tenant_owner(tenant.name)

@@ -20,10 +20,11 @@ from server.apis.messages import request as messages_request
 from server.apis.responses import request as responses_request
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
-from server.pipeline.serving import chat_prompt_ids, read_body
-from server.tenancy.auth import authorize
+from server.pipeline.body import read_body
+from server.pipeline.builders import chat_prompt_ids
+from server.routes.guard import AUTHORIZED
 
-router = APIRouter()
+router = APIRouter(dependencies=[AUTHORIZED])
 
 
 def _object(raw: bytes) -> dict[str, object]:
@@ -38,7 +39,6 @@ def _object(raw: bytes) -> dict[str, object]:
 
 async def _body(request: Request) -> tuple[Gateway, dict[str, object]]:
     gw = gateway(request)
-    authorize(request, gw.keys)
     return gw, _object(await read_body(request, gw.settings.max_body_bytes))
 
 

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Final
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import Response
 
 from core.errors import NotFound
 from server.errors import response_headers
-from server.gateway import Gateway, gateway
+from server.gateway import gateway
 from server.pipeline.budgets import HEADERS
-from server.tenancy.auth import authorize
+from server.routes.guard import AUTHORIZED
 
 router = APIRouter(include_in_schema=False)
 
@@ -29,29 +29,35 @@ FILES: Final = {
 }
 
 
-def _admit(request: Request) -> Gateway:
-    gw = gateway(request)
-    if not gw.settings.ui:
+async def _live_view_on(request: Request) -> None:
+    if not gateway(request).settings.ui:
         raise NotFound("the live view is off on this server (--no-ui)")
-    authorize(request, gw.keys)  # a 401 here asks a browser for the key (errors.py)
-    return gw
+
+
+async def _known_file(name: str) -> None:
+    if name not in FILES:
+        raise NotFound(f"no such file of the live view: {name}")
+
+
+# In this order: a live view that is off is a 404 before any key is asked for; a 401
+# (AUTHORIZED) asks a browser for the key (errors.py).
+_GUARDS: Final = [Depends(_live_view_on), AUTHORIZED]
 
 
 def _file(request: Request, name: str) -> Response:
-    _admit(request)
     headers = {**response_headers(request), "Cache-Control": "no-cache"}
     return Response((STATIC / name).read_bytes(), media_type=FILES[name], headers=headers)
 
 
-@router.get("/ui")
-@router.get("/ui/")
+@router.get("/ui", dependencies=_GUARDS)
+@router.get("/ui/", dependencies=_GUARDS)
 async def page(request: Request) -> Response:
     return _file(request, "index.html")
 
 
-@router.get("/ui/config.json")
+@router.get("/ui/config.json", dependencies=_GUARDS)
 async def config(request: Request) -> Response:
-    gw = _admit(request)
+    gw = gateway(request)
     strategies = gw.registry.names()
     body = {
         "model": gw.engine.model_name,
@@ -64,8 +70,7 @@ async def config(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
 
-@router.get("/ui/{name}")
+# An unknown file is a 404 before the live view's guards (as it always was).
+@router.get("/ui/{name}", dependencies=[Depends(_known_file), *_GUARDS])
 async def asset(request: Request, name: str) -> Response:
-    if name not in FILES:
-        raise NotFound(f"no such file of the live view: {name}")
     return _file(request, name)

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server import errors
-from server.pipeline.serving import read_body
+from server.pipeline.body import read_body
 from server.process.http_timeouts import header_timeout_protocol
 from server.process.metrics import Metrics
 from server.settings import Settings

@@ -1,0 +1,54 @@
+"""Reading a request's raw body under the server's limits: its size (the server's, or
+its tenant's if lower: a 413 before it is all read) and the time it may take to arrive
+(a 408). The generation routes and the batch routes read their bodies here."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import ClientDisconnect, Request
+
+from core.errors import PayloadTooLarge, RequestTimeout
+from server.errors import ClientGone
+from server.tenancy.tenants import Tenant
+
+
+async def read_body(request: Request, limit: int, *, tenant: Tenant | None = None) -> bytes:
+    """The raw body, refusing more than ``limit`` bytes (or the tenant's
+    ``max_body_bytes``, if lower) with a 413 before reading it all, and a body that takes
+    longer than the server's ``body_read_timeout_s`` to arrive (408)."""
+    gw = getattr(request.app.state, "gateway", None)
+    timeout = gw.settings.body_read_timeout_s if gw is not None else None
+    whose, owner = "the limit", None
+    if tenant is not None and (own := tenant.limits.max_body_bytes) is not None and own < limit:
+        limit, whose, owner = own, f"tenant {tenant.name!r}'s limit", tenant.name
+
+    def too_large(message: str) -> PayloadTooLarge:
+        if owner is not None and gw is not None:
+            gw.metrics.tenant_rejected(owner, "max_body_bytes")
+        return PayloadTooLarge(message)
+
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(f"the body is {declared} bytes; {whose} is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        # A client that announces a body and sends it slowly (or never) would otherwise
+        # hold its connection and this handler forever.
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(f"the body exceeds {whose} of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout} s ({size} bytes came)"
+        ) from None
+    except ClientDisconnect:
+        # Gone before its body arrived: the client's doing, not a server error (was a 500).
+        if gw is not None:
+            gw.metrics.aborted.labels("client_disconnect").inc()
+        raise ClientGone() from None
+    return b"".join(chunks)
