@@ -7,19 +7,15 @@ against the peer server (vLLM's own OpenAI server) in the same run.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from engines.local import cpu_host, executor
+# free_port and machine are the runtime's, named here for the benchmarks that import them.
+from server.calibrate.local_server import free_port as free_port
+from server.calibrate.local_server import machine as machine
+from server.calibrate.local_server import server_env, started, unwinds_on_sigterm
 from testbed import model_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,38 +53,6 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _stop_on_sigterm(signum: int, frame: object) -> None:
-    # Once: a second SIGTERM must not cut short the servers' own shutdown below.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
-
-
-@contextmanager
-def _unwinds_on_sigterm() -> Iterator[None]:
-    """SIGTERM (a supervisor, ``timeout``, ``kill``) ends the benchmark through its
-    ``finally`` blocks, which stop the servers it started: by default it would die at
-    once and leave them running in their own sessions. Only the main thread can set a
-    handler, and one set by the caller is left alone."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 @contextmanager
 def serve(
     cmd: Sequence[str],
@@ -103,76 +67,14 @@ def serve(
     ``cpu_engine_in_core``: a vLLM server gets the executor ``thinkgate serve`` and
     ``thinkgate replica`` use on CPU (engines/local/executor.py), so that both sides of a
     comparison run the same engine."""
+    env = server_env(cpu_engine_in_core=cpu_engine_in_core)
     with (
-        _unwinds_on_sigterm(),
-        _started(
-            cmd,
-            ready_path=ready_path,
-            log=log,
-            timeout_s=timeout_s,
-            port=port,
-            cpu_engine_in_core=cpu_engine_in_core,
-        ) as url,
+        unwinds_on_sigterm(),
+        started(
+            cmd, port=port, ready_path=ready_path, log=log, timeout_s=timeout_s, env=env, cwd=ROOT
+        ) as (url, pid),
     ):
-        yield url
-
-
-@contextmanager
-def _started(
-    cmd: Sequence[str],
-    *,
-    ready_path: str,
-    log: Path,
-    timeout_s: float,
-    port: int,
-    cpu_engine_in_core: bool,
-) -> Iterator[ServerUrl]:
-    env = dict(os.environ)
-    on_cpu = executor.on_cpu()
-    # Several engines share the box: vLLM's CPU defaults would give the first one the
-    # memory and pin them all to one core (engines/local/cpu_host.py), and each engine's
-    # torch would run a thread per core, spinning against the others' (scripts/env.sh
-    # sets the same for the suite).
-    if on_cpu:
-        cpu_host.apply(env, on_cpu=on_cpu)
-        env.setdefault("OMP_NUM_THREADS", "1")
-    if cpu_engine_in_core:
-        executor.replica_env(env, on_cpu=on_cpu)
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            list(cmd),
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = ServerUrl(f"http://127.0.0.1:{port}", proc.pid)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
-            try:
-                if httpx.get(url + ready_path, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not ready after {timeout_s} s; see {log}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-            if proc.poll() is not None:
-                break
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=wait_s)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                continue
+        yield ServerUrl(url, pid)
 
 
 @contextmanager
@@ -230,21 +132,6 @@ def vllm_server(model: Path | str, *args: str, log: Path) -> Iterator[ServerUrl]
     ]
     with serve(cmd, ready_path="/health", log=log, port=port, cpu_engine_in_core=True) as url:
         yield url
-
-
-def machine() -> str:
-    """One line describing where a figure was measured."""
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 
 def worker_binding() -> str:

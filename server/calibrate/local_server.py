@@ -1,6 +1,7 @@
-"""A thinkgate server for a calibration run: started as a subprocess on a free local
-port, ready when ``/ready`` answers, stopped (its whole process group) when the block
-ends; and ``machine()``, the line a calibration records of where it was measured.
+"""A server for a calibration run (and the benchmarks, which build on this): started as
+a subprocess on a free local port, ready when its ready path answers, stopped (its whole
+process group) when the block ends; and ``machine()``, the line a measurement records of
+where it was made.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,34 +51,59 @@ def thinkgate(model: Path | str, *args: str, log: Path, timeout_s: float = 900.0
     port = free_port()
     cmd = [sys.executable, "-m", "server.cli", "serve", "--model", str(model)]
     cmd += ["--port", str(port), *args]
-    with _unwinds_on_sigterm(), _started(cmd, port=port, log=log, timeout_s=timeout_s) as url:
+    with (
+        unwinds_on_sigterm(),
+        started(cmd, port=port, ready_path="/ready", log=log, timeout_s=timeout_s) as (url, _),
+    ):
         yield url
 
 
-def _server_env() -> dict[str, str]:
+def server_env(*, cpu_engine_in_core: bool = False) -> dict[str, str]:
+    """The environment a server subprocess gets. ``cpu_engine_in_core``: a vLLM server
+    gets the executor ``thinkgate serve`` and ``thinkgate replica`` use on CPU
+    (engines/local/executor.py)."""
     env = dict(os.environ)
     on_cpu = executor.on_cpu()
-    # On CPU, vLLM's defaults would pin the engine to one core and torch would run a
-    # thread per core (engines/local/cpu_host.py; scripts/env.sh sets the same).
+    # Several engines may share the box: vLLM's CPU defaults would give the first one
+    # the memory and pin them all to one core (engines/local/cpu_host.py), and each
+    # engine's torch would run a thread per core (scripts/env.sh sets the same).
     if on_cpu:
         cpu_host.apply(env, on_cpu=on_cpu)
         env.setdefault("OMP_NUM_THREADS", "1")
+    if cpu_engine_in_core:
+        executor.replica_env(env, on_cpu=on_cpu)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
 
 
 @contextmanager
-def _started(cmd: list[str], *, port: int, log: Path, timeout_s: float) -> Iterator[str]:
+def started(
+    cmd: Sequence[str],
+    *,
+    port: int,
+    ready_path: str,
+    log: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[tuple[str, int]]:
+    """Run ``cmd`` (a server on 127.0.0.1:``port``) until the block ends; yields its URL
+    and process id once ``ready_path`` answers 200. Stopping it stops its whole session
+    (the server and its engine processes)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
-        # A session of its own, so that stopping it stops its engine processes too.
         proc = subprocess.Popen(
-            cmd, env=_server_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            list(cmd),
+            cwd=cwd,
+            env=dict(env) if env is not None else server_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url, log=log, timeout_s=timeout_s)
-        yield url
+        _wait_ready(proc, url + ready_path, log=log, timeout_s=timeout_s)
+        yield url, proc.pid
     finally:
         for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
             if proc.poll() is not None:
@@ -89,13 +115,13 @@ def _started(cmd: list[str], *, port: int, log: Path, timeout_s: float) -> Itera
                 continue
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, *, log: Path, timeout_s: float) -> None:
+def _wait_ready(proc: subprocess.Popen[bytes], ready: str, *, log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
         try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+            if httpx.get(ready, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -111,11 +137,11 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def _unwinds_on_sigterm() -> Iterator[None]:
+def unwinds_on_sigterm() -> Iterator[None]:
     """SIGTERM (a supervisor, ``timeout``, ``kill``) ends the run through its ``finally``
-    blocks, which stop the server: by default it would die at once and leave the server
-    running in its own session. Only the main thread can set a handler, and one set by
-    the caller is left alone."""
+    blocks, which stop the servers it started: by default it would die at once and leave
+    them running in their own sessions. Only the main thread can set a handler, and one
+    set by the caller is left alone."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
