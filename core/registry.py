@@ -13,6 +13,7 @@ from typing import Any
 
 from core.base import ResourceKey, Strategy
 from core.errors import InvalidRequest, UnknownStrategy
+from core.near_names import has_our_prefix, nearest
 
 GROUP = "thinkgate.strategies"
 
@@ -85,24 +86,37 @@ class Registry:
         """The resources strategy ``name`` cannot run without (its optional ``needs``)."""
         return tuple(getattr(self._classes[name], "needs", ()))
 
-    def check_options(self, name: str, fields: Iterable[str]) -> None:
-        """A 400 naming the first body field that strategy ``name`` does not take (the
-        server has already taken OpenAI's fields and vLLM's sampling fields out)."""
+    def check_options(
+        self, name: str, fields: Iterable[str], *, ours: Iterable[str] = ()
+    ) -> tuple[str, ...]:
+        """The body fields (those the server has not taken as OpenAI's or vLLM's) that are
+        nobody's here, sorted: a client's or a platform's own (Codex's
+        ``client_metadata``), accepted and ignored as vLLM's server does. A field that is
+        thinkgate's is a 400 naming it: an option of another strategy, a near miss of a
+        strategy option, ``budget`` or one of ``ours``, or one carrying thinkgate's
+        prefix."""
         accepted = self.options_of(name)
+        takes = ", ".join(sorted(accepted)) or "none"
+        known = {"strategy", "budget", *ours}
+        for cls in self._classes.values():
+            known |= cls.body_options
+        ignored: list[str] = []
         for field in sorted(set(fields) - accepted):
             owners = sorted(n for n, cls in self._classes.items() if field in cls.body_options)
             if owners:
                 hint = f"it is an option of {', '.join(owners)}, not of {name}"
+            elif (near := nearest(field, known)) is not None:
+                hint = f"did you mean {near!r}?"
+            elif has_our_prefix(field):
+                hint = "thinkgate's prefix, but not a field of thinkgate's"
             else:
-                hint = (
-                    "it is not an OpenAI field thinkgate honours, a vLLM sampling field it "
-                    f"passes on, or an option of {name}"
-                )
-            takes = ", ".join(sorted(accepted)) or "none"
+                ignored.append(field)
+                continue
             raise InvalidRequest(
                 f"unknown body field {field!r}: {hint} (options of {name}: {takes})",
                 param=field,
             )
+        return tuple(ignored)
 
     def names(self) -> list[str]:
         return sorted(self._classes)

@@ -16,6 +16,7 @@ from typing import Final
 from pydantic import JsonValue, ValidationError
 
 from core.errors import GatewayError, InvalidRequest
+from server.apis.openai import sdk_fields
 from server.apis.openai.protocol import UNSUPPORTED, ChatCompletionRequest
 from server.apis.openai.validation import invalid
 
@@ -32,7 +33,9 @@ def to_chat(
     route: str, fields: Mapping[str, object], extras: Mapping[str, JsonValue]
 ) -> ChatCompletionRequest:
     """The chat request of ``fields`` (chat field names; None: not set) plus the route's
-    unknown body fields ``extras`` (strategy options)."""
+    unknown body fields ``extras`` (strategy options, or a client's own fields, which the
+    pipeline ignores; the route's refused fields are 400s here)."""
+    sdk_fields.refuse_decided(sdk_fields.BY_ROUTE.get(route, {}), extras)
     for name in extras:
         if name in _CHAT_ONLY:
             raise InvalidRequest(

@@ -25,6 +25,7 @@ from core.errors import InvalidRequest, OverTenantLimit
 from server import presets
 from server.apis.openai import sdk_fields
 from server.apis.openai.protocol import (
+    VLLM_FIELDS,
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIBody,
@@ -142,8 +143,7 @@ async def admit(
     body = await _body(request, gw, tenant, kind, parse)
     name, budget = _budget(request, gw, body, tenant)
     strategy = gw.registry.get(name)
-    options = body.options()
-    gw.registry.check_options(name, options)
+    options = _own_options(request, gw, name, body.options())
     prompts, per_prompt = _check_prompts(request, gw, body, budget, tenant)
     asked = _asked(gw, body, strategy, name, prompts)
     # The thinking budget leaves the answer room under the output limit (server.pipeline.effort).
@@ -191,6 +191,21 @@ async def admit(
     return admitted, body.stream
 
 
+def _own_options(
+    request: Request, gw: Gateway, name: str, unknown: Mapping[str, JSON]
+) -> dict[str, JSON]:
+    """The strategy's options among the body's unknown fields. The rest, a client's or a
+    platform's own fields, are accepted and ignored as vLLM's server does, and named in
+    ``X-Thinkgate-Ignored`` and the log; a misspelling of one of thinkgate's names is a
+    400 (``Registry.check_options``)."""
+    foreign = gw.registry.check_options(name, unknown, ours=VLLM_FIELDS)
+    if not foreign:
+        return dict(unknown)
+    log.info("request.fields_ignored", fields=list(foreign))
+    request.state.ignored = (*getattr(request.state, "ignored", ()), *foreign)
+    return {k: v for k, v in unknown.items() if k not in foreign}
+
+
 async def _body(
     request: Request,
     gw: Gateway,
@@ -214,6 +229,7 @@ async def _body(
     else:
         body = parse_body(CompletionRequest, raw)
     table = sdk_fields.CHAT if kind == "chat" else sdk_fields.COMPLETIONS
+    sdk_fields.refuse_decided(table, body.model_extra or {})
     request.state.ignored = sdk_fields.ignored(table, set_fields(body))
     if isinstance(body, ChatCompletionRequest):
         request.state.ignored += builders.ignored_in_messages(body)

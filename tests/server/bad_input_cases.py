@@ -150,8 +150,15 @@ CHAT_CASES: list[tuple[str, Any, dict[str, str], int, str | None]] = [
         400,
         "tools.0.function",
     ),
-    # Every field has a place (server/apis/openai/protocol.py); anything else is named.
-    ("unknown field", {"model": M, "messages": MSG, "colour": "red"}, {}, 400, "colour"),
+    # thinkgate's own fields are strict (a client's own unknown field is ignored).
+    ("thinkgate's prefix", {"model": M, "messages": MSG, "thinkgate_x": 1}, {}, 400, "thinkgate_x"),
+    (
+        "misspelt vLLM field",
+        {"model": M, "messages": MSG, "min_pp": 0.1},
+        {},
+        400,
+        "min_pp",
+    ),
     (
         "misspelt option",
         {"model": M, "messages": MSG, "strategy": "best-of-majority", "alhpa": 0.1},

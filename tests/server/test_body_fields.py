@@ -1,6 +1,6 @@
 """Every body field has a place (server/apis/openai/protocol.py): OpenAI platform fields are
 accepted and ignored, vLLM's sampling extras reach the engine, a strategy's declared options reach
-the strategy, and anything else is a 400 naming it. Live server, real engine, the OpenAI
+the strategy (a near miss of one is a 400 naming it). Live server, real engine, the OpenAI
 SDK (and the exact payload vLLM's benchmark client sends)."""
 
 from __future__ import annotations

@@ -84,20 +84,30 @@ def test_installed_strategies_load_and_missing_ones_fail_start_up() -> None:
         Registry().load_entry_points(allow={"plain", "nope"})
 
 
-def test_body_options_outside_the_strategy_are_a_400_naming_the_field() -> None:
+def test_body_options_of_thinkgate_are_strict_and_a_clients_own_are_ignored() -> None:
     registry = Registry()
     registry.register(Good)
     registry.register(_variant(name="wide", body_options=frozenset({"depth", "alhpa"})))
-    registry.check_options("good", {"depth": 2})
-    registry.check_options("good", {})
-    with pytest.raises(InvalidRequest) as unknown:
-        registry.check_options("good", {"depth": 1, "colour": "red"})
-    assert unknown.value.param == "colour"
-    assert "'colour'" in str(unknown.value) and "options of good: depth" in str(unknown.value)
+    assert registry.check_options("good", {"depth": 2}) == ()
+    assert registry.check_options("good", {}) == ()
+    # A client's or platform's own field (Codex's client_metadata): accepted, ignored.
+    both = {"depth": 1, "colour": "red", "client_metadata": {}}
+    assert registry.check_options("good", both) == ("client_metadata", "colour")
     with pytest.raises(InvalidRequest) as elsewhere:
         registry.check_options("good", {"alhpa": 0.1})
     assert elsewhere.value.param == "alhpa"
     assert "an option of wide, not of good" in str(elsewhere.value)
+    with pytest.raises(InvalidRequest) as misspelt:
+        registry.check_options("good", {"dpeth": 2})
+    assert misspelt.value.param == "dpeth" and "did you mean 'depth'?" in str(misspelt.value)
+    assert "options of good: depth" in str(misspelt.value)
+    with pytest.raises(InvalidRequest, match="did you mean 'top_k'"):
+        registry.check_options("good", {"top_kk": 2}, ours=("top_k",))
+    with pytest.raises(InvalidRequest, match="did you mean 'budget'"):
+        registry.check_options("good", {"budgets": {}})
+    with pytest.raises(InvalidRequest, match="thinkgate's prefix") as prefixed:
+        registry.check_options("good", {"thinkgate_mode": "x"})
+    assert prefixed.value.param == "thinkgate_mode"
 
 
 def test_installed_strategies_declare_the_options_they_read() -> None:

@@ -9,7 +9,8 @@ passed to the engine, like OpenAI's ``presence_penalty``, ``frequency_penalty`` 
 ``logit_bias``); the client's ``logprobs`` (and completions' ``echo``) and chat's
 ``response_format``, which the serving layer checks against the strategy; or an option
 of the chosen strategy (``Strategy.body_options``, checked by ``Registry.check_options``
-once the strategy is known). Anything else is a 400 naming the field. Responses are
+once the strategy is known). Anything else is a client's own field, ignored and listed,
+unless it is a near miss of one of thinkgate's names (a 400 naming it). Responses are
 built as plain dicts in ``server/apis/openai/render.py``.
 
 Here: the chat and completions requests and their shared fields; a chat request's
@@ -19,7 +20,7 @@ reading of a raw body in ``server.apis.openai.validation``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar, cast
+from typing import Annotated, Final, Literal, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -191,6 +192,10 @@ class _Common(BaseModel):
             if value not in allowed:
                 raise InvalidRequest(f"{key} is not supported by thinkgate", param=key)
 
+
+# vLLM's sampling fields, as _Common declares them: a near miss of one is a misspelling
+# (a 400 naming it), not a client's own field to ignore.
+VLLM_FIELDS: Final = ("ignore_eos", "top_k", "min_p", "repetition_penalty", "min_tokens")
 
 M = TypeVar("M", bound=_Common)
 

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from core.errors import InvalidRequest
+
 Decision = Literal["honoured", "ignored", "refused"]
 
 
@@ -184,6 +186,23 @@ APIS: Final[Mapping[str, Mapping[str, Decided]]] = {
 }
 
 HEADER: Final = "X-Thinkgate-Ignored"
+# The Responses and Messages routes' tables, by route (their unknown fields reach the chat
+# request as extras: server.apis.chat_translation).
+BY_ROUTE: Final[Mapping[str, Mapping[str, Decided]]] = {
+    "/v1/responses": RESPONSES,
+    "/v1/messages": MESSAGES,
+}
+
+
+def refuse_decided(table: Mapping[str, Decided], fields: Iterable[str]) -> None:
+    """A 400 naming the first of ``fields`` that ``table`` refuses, and why. Checked
+    before unknown fields are ignored: a refused field is decided, not unknown."""
+    for field in sorted(fields):
+        decided = table.get(field)
+        if decided is not None and decided.decision == "refused":
+            raise InvalidRequest(
+                f"{field} is not supported by thinkgate: {decided.note}", param=field
+            )
 
 
 def ignored(table: Mapping[str, Decided], present: Iterable[str]) -> tuple[str, ...]:
