@@ -30,6 +30,11 @@ class GatewayError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "server_error"
     default_code: ClassVar[str | None] = None
+    # Whether another try of the same request can succeed (the ``x-should-retry`` header
+    # the OpenAI and Anthropic SDKs obey; None: leave it to the client's own rule, which
+    # retries 408, 409, 429 and 5xx). A long multi-sample request that failed for good
+    # must not be sent again.
+    retry: ClassVar[bool | None] = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -52,6 +57,7 @@ class GatewayError(Exception):
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"
+    retry = False
 
 
 class InvalidBudget(InvalidRequest):
@@ -77,12 +83,23 @@ class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
     default_code = "invalid_api_key"
+    retry = False
 
 
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
     default_code = "not_found"
+    retry = False
+
+
+class MethodNotAllowed(GatewayError):
+    """A route that exists, asked with a method it does not answer (``Allow`` says which)."""
+
+    status = 405
+    type = "invalid_request_error"
+    default_code = "method_not_allowed"
+    retry = False
 
 
 class RequestTimeout(GatewayError):
@@ -97,12 +114,14 @@ class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
     default_code = "payload_too_large"
+    retry = False
 
 
 class Overloaded(GatewayError):
     status = 429
     type = "rate_limit_error"
     default_code = "overloaded"
+    retry = True
 
     def __init__(self, message: str, *, retry_after_s: int = 1, code: str | None = None) -> None:
         # code: ``overloaded`` (the server is full), ``rate_limit_exceeded`` (a tenant's
@@ -121,6 +140,7 @@ class BackendUnavailable(BackendError):
     status = 503
     type = "service_unavailable"
     default_code = "engine_unavailable"
+    retry = True
 
     def __init__(
         self,
@@ -148,6 +168,7 @@ class BackendTimeout(BackendError):
     status = 504
     type = "timeout"
     default_code = "engine_timeout"
+    retry = False  # the same request would run into the same limit
 
 
 def first_error(exc: BaseException) -> BaseException:

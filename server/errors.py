@@ -24,6 +24,7 @@ from core.errors import (
     BackendError,
     GatewayError,
     InvalidRequest,
+    MethodNotAllowed,
     NotFound,
     OverTenantLimit,
     PayloadTooLarge,
@@ -72,6 +73,10 @@ def error_response(request: Request, err: GatewayError) -> Response:
     retry_after = getattr(err, "retry_after_s", None)  # Overloaded, a draining server
     if isinstance(retry_after, int):
         headers["Retry-After"] = str(retry_after)
+    if err.retry is not None:
+        headers["x-should-retry"] = "true" if err.retry else "false"
+        if err.retry:
+            headers.setdefault("Retry-After", "1")
     if isinstance(err, RequestTimeout):
         # The rest of the slow body may still arrive: never read it as the next request.
         headers["Connection"] = "close"
@@ -127,12 +132,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     elif exc.status_code == 413:
         err = PayloadTooLarge(str(exc.detail))
     elif exc.status_code == 405:
-        err = InvalidRequest(f"method {request.method} not allowed on {request.url.path}")
+        err = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
     elif exc.status_code < 500:
         err = InvalidRequest(str(exc.detail))
     else:
         err = BackendError(str(exc.detail))
-    return error_response(request, err)
+    response = error_response(request, err)
+    if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:

@@ -78,7 +78,7 @@ def test_body_too_large_is_413(base_url: str, served_model: str) -> None:
 
 def test_unknown_route_and_method(base_url: str) -> None:
     check_error(httpx.get(f"{base_url}/v1/nothing"), 404, None)
-    check_error(httpx.get(f"{base_url}/v1/chat/completions"), 400, None)
+    check_error(httpx.get(f"{base_url}/v1/chat/completions"), 405, None)
 
 
 def test_the_engine_lives_on_after_bad_requests(base_url: str, served_model: str) -> None:

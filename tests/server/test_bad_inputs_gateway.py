@@ -59,4 +59,7 @@ async def test_completions_bad_input_never_reaches_the_engine(
 async def test_unknown_route_and_method(scripted_app: Callable[..., Any]) -> None:
     async with scripted_app(_never) as app:
         check_error(await app.client.get("/v1/nothing"), 404, None)
-        check_error(await app.client.get("/v1/chat/completions"), 400, None)
+        wrong = await app.client.put("/v1/chat/completions", json={})
+        check_error(wrong, 405, None)
+        assert wrong.headers["Allow"] == "POST" and wrong.headers["x-should-retry"] == "false"
+        check_error(await app.client.get("/v1/chat/completions"), 405, None)
