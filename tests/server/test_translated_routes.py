@@ -394,7 +394,7 @@ async def test_messages_other_errors_keep_the_envelope(
     assert denied.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
-    assert wrong_method.status_code == 400 and wrong_method.json()["type"] == "error"
+    assert wrong_method.status_code == 405 and wrong_method.json()["type"] == "error"
     assert malformed.status_code == 400 and malformed.json()["type"] == "error"
 
 

@@ -65,7 +65,7 @@ class MessagesCall:
             "content": content,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": {**usage_body(final.usage), "cache_creation_input_tokens": 0},
+            "usage": usage_body(final.usage),
             "thinkgate": env.thinkgate(final),
         }
 
@@ -77,12 +77,20 @@ class MessagesCall:
         return "" if self.seal is None else self.seal.seal(thinking, "messages.thinking")
 
 
-def usage_body(usage: Usage) -> Body:
+def usage_body(usage: Usage | None = None, *, prompt_tokens: int = 0) -> Body:
+    """The Messages API's ``usage``, every field its schema has (nothing is cached or
+    written to a cache here, no server tool runs, one service tier)."""
     return {
-        "input_tokens": usage.prompt_tokens,
-        "output_tokens": usage.completion_tokens,
+        "input_tokens": usage.prompt_tokens if usage is not None else prompt_tokens,
+        "output_tokens": usage.completion_tokens if usage is not None else 0,
+        "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
-        "output_tokens_details": {"thinking_tokens": usage.reasoning_tokens},
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "server_tool_use": None,
+        "service_tier": "standard",
+        "output_tokens_details": {
+            "thinking_tokens": usage.reasoning_tokens if usage is not None else 0
+        },
     }
 
 
@@ -156,7 +164,7 @@ class MessagesEncoder:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": self._prompt_tokens, "output_tokens": 0},
+            "usage": usage_body(prompt_tokens=self._prompt_tokens),
         }
         return [sse.event("message_start", {"type": "message_start", "message": message})]
 

@@ -209,6 +209,7 @@ def _choice(kind: Kind, c: Choice, *, tools: CallForm | None = None) -> Body:
         message: Body = {
             "role": "assistant",
             "content": answer.content,
+            "refusal": None,  # the schema requires it; the served model refuses in text
             "reasoning_content": reasoning,
             "reasoning": reasoning,
         }

@@ -54,6 +54,9 @@ class Echo:
     parallel_tool_calls: bool = True
     store: bool = False
     previous_response_id: str | None = None
+    max_tool_calls: int | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +95,7 @@ class ResponsesCall:
 def usage_body(usage: Usage) -> Body:
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
@@ -123,11 +126,20 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "reasoning": {"effort": echo.effort, "summary": None},
         "store": echo.store,
         "background": False,
-        "temperature": echo.temperature,
-        "top_p": echo.top_p,
+        # The values sampled with: the request's, else the engine's defaults.
+        "temperature": 1.0 if echo.temperature is None else echo.temperature,
+        "top_p": 1.0 if echo.top_p is None else echo.top_p,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "max_tool_calls": echo.max_tool_calls,
+        "safety_identifier": echo.safety_identifier,
+        "prompt_cache_key": echo.prompt_cache_key,
+        "service_tier": "default",
         "text": {"format": echo.text_format},
         "tool_choice": echo.tool_choice,
-        "tools": [dict(t) for t in echo.tools],
+        # A function tool's ``strict`` as given (null: not said; the schema requires it).
+        "tools": [_tool(t) for t in echo.tools],
         "truncation": "disabled",
         "usage": usage_body(final.usage) if final is not None else None,
         "user": None,
@@ -136,6 +148,13 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
     if final is not None:
         body["thinkgate"] = env.thinkgate(final)
     return body
+
+
+def _tool(tool: Mapping[str, object]) -> Body:
+    out = dict(tool)
+    if out.get("type") == "function":
+        out.setdefault("strict", None)
+    return out
 
 
 def _item_id(env: Envelope, kind: BlockKind, position: int) -> str:

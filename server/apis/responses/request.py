@@ -276,6 +276,9 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
         parallel_tool_calls=body.parallel_tool_calls is not False,
         store=stored is not None and body.store is not False,
         previous_response_id=body.previous_response_id,
+        max_tool_calls=body.max_tool_calls,
+        safety_identifier=body.safety_identifier,
+        prompt_cache_key=body.prompt_cache_key,
     )
     _, hosted = functions_of(body.tools)
     ignored = sdk_fields.ignored(sdk_fields.RESPONSES, set_fields(body))

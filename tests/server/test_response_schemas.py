@@ -1,0 +1,69 @@
+"""Every answer validates against the SDKs' own types of it, strictly: each field their
+schema requires is present (null where nothing applies). The SDKs themselves do not mind
+a missing field (they build responses without validating); strict validators and
+conformance suites do. Scripted engine, the fast tier."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from core.engine import GenerateRequest, Sample
+from engines.scripted import samples_of
+
+ANSWER = "3+4=7\n</think>\\boxed{7}"
+MSG = [{"role": "user", "content": "Compute 3+4 mod 10."}]
+TOOL = {"type": "function", "name": "add", "parameters": {"type": "object", "properties": {}}}
+
+
+def _handler(tokens: Any) -> Callable[[GenerateRequest], Sequence[Sample]]:
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        return samples_of(tokens, *[ANSWER] * request.sampling.n)
+
+    return handler
+
+
+async def test_answers_validate_against_the_sdks_types(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    from anthropic.types import Message
+    from openai.types.chat import ChatCompletion
+    from openai.types.completion import Completion
+    from openai.types.responses import Response
+
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        m = app.model
+        chat = await app.client.post("/v1/chat/completions", json={"model": m, "messages": MSG})
+        completion = await app.client.post(
+            "/v1/completions", json={"model": m, "prompt": "3+4=", "max_tokens": 8}
+        )
+        responses = await app.client.post(
+            "/v1/responses",
+            json={"model": m, "input": "Compute 3+4 mod 10.", "tools": [TOOL], "max_tool_calls": 2},
+        )
+        messages = await app.client.post(
+            "/v1/messages", json={"model": m, "max_tokens": 64, "messages": MSG}
+        )
+    for r in (chat, completion, responses, messages):
+        assert r.status_code == 200, r.text
+    assert ChatCompletion.model_validate(chat.json(), strict=True)
+    assert chat.json()["choices"][0]["message"]["refusal"] is None
+    assert Completion.model_validate(completion.json())
+    response = Response.model_validate(responses.json())
+    body = responses.json()
+    assert body["temperature"] == 1.0 and body["top_p"] == 1.0 and body["max_tool_calls"] == 2
+    for name in ("presence_penalty", "frequency_penalty", "top_logprobs", "service_tier"):
+        assert body[name] is not None, name
+    for name in ("safety_identifier", "prompt_cache_key"):
+        assert name in body and body[name] is None, name
+    assert body["tools"][0]["strict"] is None and response.tools
+    reasoning = next(i for i in body["output"] if i["type"] == "reasoning")
+    assert "encrypted_content" in reasoning and reasoning["encrypted_content"] is None
+    message = Message.model_validate(messages.json())
+    usage = messages.json()["usage"]
+    assert usage["cache_creation"] == {
+        "ephemeral_5m_input_tokens": 0,
+        "ephemeral_1h_input_tokens": 0,
+    }
+    assert usage["server_tool_use"] is None and usage["service_tier"] == "standard"
+    assert message.content[-1].type == "text"
