@@ -7,9 +7,11 @@ callable returning a mapping with ``model`` (directory or hub id), ``served_name
 optionally ``reward_model``, ``prm_model`` (a process reward model for the step search),
 ``step_delimiter`` (where a reasoning step of that model ends), ``max_model_len`` (a
 replica's vLLM flag), ``effort_context`` (the length reasoning efforts are shares of,
-where the model was trained on less than it is served with) and
+where the model was trained on less than it is served with),
 ``calibration_questions`` (a JSONL file of questions with their answers, one a line:
-what ``thinkgate calibrate auto`` measures the model's plans on by default).
+what ``thinkgate calibrate auto`` measures the model's plans on by default) and
+``max_tokens`` (the output limit of a request that sets none, where the model's own
+``generation_config.json`` names none).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class ModelDefaults:
     step_delimiter: str | None = None
     effort_context: int | None = None
     calibration_questions: str | None = None
+    max_tokens: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, object], source: str) -> ModelDefaults:
@@ -59,6 +62,11 @@ class ModelDefaults:
             raise NoDefaultModel(f"{source}: 'effort_context' must be an integer")
         if questions is not None and (not isinstance(questions, str | Path) or not questions):
             raise NoDefaultModel(f"{source}: 'calibration_questions' must be a path")
+        output = raw.get("max_tokens")
+        if output is not None and (
+            isinstance(output, bool) or not isinstance(output, int) or output < 1
+        ):
+            raise NoDefaultModel(f"{source}: 'max_tokens' must be a positive integer")
         return cls(
             str(model),
             name,
@@ -68,6 +76,7 @@ class ModelDefaults:
             delimiter,
             effort,
             None if questions is None else str(questions),
+            output,
         )
 
     def is_default_model(self, model: str | Path) -> bool:

@@ -34,7 +34,7 @@ from server.batches.runner import BatchRunner
 from server.batches.service import Batches
 from server.batches.store import SQLITE_FILE, BatchStore
 from server.gateway import Gateway
-from server.pipeline import effort
+from server.pipeline import effort, output_limit
 from server.process.gc_pauses import GcPauses, freeze_heap
 from server.process.lifecycle import Lifecycle
 from server.process.loop_lag import LoopProbe
@@ -170,6 +170,7 @@ async def _gateway(
         presets=presets.load(settings.presets),
         responses=_responses(settings, stack),
         effort_context=effort.effort_context(settings, active.max_model_len),
+        default_max_tokens=output_limit.default_max_tokens(settings),
     )
 
 

@@ -49,6 +49,9 @@ class Gateway:
     presets: Mapping[str, Preset] = field(default_factory=lambda: dict(BUILT_IN))
     # The length reasoning efforts are shares of (server.pipeline.effort); 0: the engine's context.
     effort_context: int = 0
+    # max_tokens of a request that sets none (server.pipeline.output_limit); None: the rest
+    # of the context.
+    default_max_tokens: int | None = None
 
 
 def gateway(conn: HTTPConnection) -> Gateway:

@@ -192,6 +192,10 @@ class Settings(HttpSettings):
     """Tokens a thinking budget leaves for the answer under a request's output limit
     (``max_tokens``, ``max_output_tokens``): a larger thinking budget is lowered to fit,
     and ``X-Budget-Applied`` shows the lowered value."""
+    default_max_tokens: int | None = Field(default=None, ge=1)
+    """Output limit of a request that sets none (``max_tokens``, ``max_output_tokens``).
+    Unset: the model's ``generation_config.json`` ``max_new_tokens``, else the default
+    model's own (the testbed's: 1024), else the rest of the context (vLLM's rule)."""
     default_thinking: int | None = Field(default=None, ge=0)
     """Thinking budget when the request sets none (strategies that honour it)."""
     default_solution: int | None = Field(default=None, ge=0)

@@ -31,6 +31,9 @@ def defaults() -> dict[str, object]:
         # poor, the protocol holds), and its efforts sized by the 512 it thinks within.
         "max_model_len": 65536,  # a replica's vLLM flag
         "effort_context": 512,
+        # A request without max_tokens stops here, not at the 65,536th position: offered
+        # tools it may never stop (minutes on a CPU); twice the 512 it was trained on.
+        "max_tokens": 1024,
         "calibration_questions": str(CALIBRATION_QUESTIONS),
     }
 

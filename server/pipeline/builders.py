@@ -158,6 +158,8 @@ def sampling(
             )
         max_tokens, param = body.max_completion_tokens, "max_completion_tokens"
     room = gw.engine.max_model_len - prompt_len
+    if max_tokens is None and gw.default_max_tokens is not None:
+        return _sampling(gw, body, min(gw.default_max_tokens, room))
     capped = isinstance(body, ChatCompletionRequest) and body._cap_to_context
     if max_tokens is not None and max_tokens > room and capped:
         max_tokens = room  # a prompt always leaves at least one token (_prompt_ids)
@@ -167,6 +169,12 @@ def sampling(
             f"the model's {gw.engine.max_model_len}-token context",
             param=param,
         )
+    return _sampling(gw, body, max_tokens)
+
+
+def _sampling(
+    gw: Gateway, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None
+) -> SamplingConfig:
     return SamplingConfig(
         n=1,
         max_tokens=max_tokens,
