@@ -187,6 +187,7 @@ PART_SOURCES: list[tuple[str, Any, str, dict[str, Any], str | None]] = [
             "function_call": ri.FunctionCallInput,
             "function_call_output": ri.FunctionCallOutput,
             "reasoning": ri.ReasoningInput,
+            "item_reference": ri.ItemReference,
         },
         None,
     ),
@@ -283,11 +284,6 @@ def test_every_part_inside_a_request_is_decided() -> None:
             "/v1/chat/completions",
             {"messages": [*MSG, {"role": "assistant", "audio": {"id": "a"}}, *MSG]},
             "audio",
-        ),
-        (
-            "/v1/responses",
-            {"input": [{"type": "item_reference", "id": "x"}]},
-            "send the item itself",
         ),
         (
             "/v1/responses",

@@ -148,3 +148,37 @@ async def test_retention_expires_and_zero_stores_nothing(
         with pytest.raises(openai.BadRequestError) as info:
             await client.responses.create(model=app.model, input=Q, store=True)
         assert info.value.body["param"] == "store"  # type: ignore[index]
+
+
+async def test_item_references_resolve_against_the_tenants_stored_items(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """The AI SDK's Responses provider, with store left on, sends earlier turns' items as
+    ``{"type": "item_reference", "id": ...}``: each is the stored item it names, so the
+    prompt is the one the items themselves make; an unknown id and another tenant's are
+    404s naming the reference."""
+    async with scripted_app(_handler(testbed_tokens), api_keys=("alice", "bob")) as app:
+        alice = app.openai(api_key="alice")
+        first = await alice.responses.create(model=app.model, input=Q)
+        items = [i.model_dump(exclude_none=True) for i in first.output]
+        assert [i["type"] for i in items] == ["reasoning", "message"]
+        refs = [{"type": "item_reference", "id": i["id"]} for i in items]
+        turn = [{"role": "user", "content": Q}]
+        again = [{"role": "user", "content": "And plus 1?"}]
+        by_item = await alice.responses.create(model=app.model, input=[*turn, *items, *again])
+        prompt_of_items = app.engine.calls[-1].prompt_token_ids
+        by_ref = await alice.responses.create(model=app.model, input=[*turn, *refs, *again])
+        assert app.engine.calls[-1].prompt_token_ids == prompt_of_items
+        assert THOUGHT in testbed_tokens.decode(prompt_of_items)
+        assert by_item.status == by_ref.status == "completed"
+        # The resolved items are stored as items: a reference to a turn's input resolves.
+        listed = await alice.responses.input_items.list(by_ref.id)
+        assert "item_reference" not in {i.type for i in listed.data}
+        with pytest.raises(openai.NotFoundError) as unknown:
+            await alice.responses.create(
+                model=app.model, input=[*turn, {"type": "item_reference", "id": "rs_nope"}]
+            )
+        assert "input.1.id" in str(unknown.value) and "rs_nope" in str(unknown.value)
+        bob = app.openai(api_key="bob")
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.create(model=app.model, input=[*turn, refs[1]])

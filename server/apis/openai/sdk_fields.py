@@ -295,7 +295,7 @@ PARTS: Final[Mapping[str, Mapping[str, Decided]]] = {
         "function_call": _h("the assistant's call"),
         "function_call_output": _h("the tool's result"),
         "reasoning": _h("the turn's thinking (sealed or in the clear)"),
-        "item_reference": _r("item references: send the item itself, or previous_response_id"),
+        "item_reference": _h("an item of the tenant's stored responses, by id"),
         "compaction": _r("compaction items: no server-side compaction here"),
         "compaction_trigger": _r("compaction items: no server-side compaction here"),
         "configuration_update": _r("configuration_update items: send the request's fields"),

@@ -85,6 +85,13 @@ class FunctionCallOutput(Strict):
         return {"role": "tool", "tool_call_id": self.call_id, "content": text}
 
 
+class ItemReference(Strict):
+    """An item of a stored response, by id (server.apis.responses.request resolves it)."""
+
+    type: Literal["item_reference"]
+    id: Annotated[str, Field(min_length=1)]
+
+
 class ReasoningText(Strict):
     type: Literal["reasoning_text", "summary_text"]
     text: str

@@ -36,9 +36,9 @@ from core.errors import InvalidRequest
 from server.apis.chat_translation import to_chat
 from server.apis.openai import sdk_fields
 from server.apis.openai.protocol import BUDGET_SCHEMA, PositiveInt, Temperature, TopP
-from server.apis.openai.validation import Strict, set_fields, validate_json
+from server.apis.openai.validation import Strict, set_fields, validate, validate_json
 from server.apis.reasoning_seal import Seal
-from server.apis.responses.input_items import ITEM_SCHEMA, chat_messages
+from server.apis.responses.input_items import ITEM_SCHEMA, ItemReference, chat_messages
 from server.apis.responses.render import Echo, ResponsesCall
 from server.apis.responses.store import ResponseStore, with_ids
 from server.apis.responses.tools import (
@@ -234,10 +234,14 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
     ``seal`` opens the reasoning a client gives back and seals what it asks to carry."""
     body = validate_json(ResponsesRequest, raw)
     body.refuse_stateful(stored)
-    own = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    given = body.input
+    own = (
+        [{"role": "user", "content": given}] if isinstance(given, str) else _resolved(given, stored)
+    )
     prior: list[dict[str, Any]] = []
     if body.previous_response_id is not None and stored is not None:
         prior = stored.store.conversation(body.previous_response_id, stored.readers)
+    if prior or not isinstance(given, str):
         body = body.model_copy(update={"input": [*prior, *own]})
     effort = body.reasoning.effort if body.reasoning else None
     fmt = body.text.format if body.text is not None else None
@@ -306,6 +310,26 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
     return ResponsesCall(
         chat=chat, echo=echo, renames=RENAMES, ignored=ignored, seal=sealing, keep=keep
     )
+
+
+def _resolved(items: list[dict[str, Any]], stored: Stored | None) -> list[dict[str, Any]]:
+    """``items`` with each ``item_reference`` replaced by the item it names, read from the
+    tenant's stored responses (another tenant's id is not found)."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if item.get("type") != "item_reference":
+            out.append(item)
+            continue
+        where = f"input.{i}"
+        ref = validate(ItemReference, item, prefix=where).id
+        if stored is None:
+            raise InvalidRequest(
+                f"{where}: item_reference reads stored responses, which this server does not "
+                "keep (--response-retention-s 0): send the item itself",
+                param=where,
+            )
+        out.append(stored.store.item(ref, stored.readers, param=f"{where}.id"))
+    return out
 
 
 def _echo_choice(body: ResponsesRequest) -> object:

@@ -134,6 +134,24 @@ class ResponseStore:
         items: list[dict[str, Any]] = [*json.loads(inputs), *json.loads(outputs)]
         return items
 
+    def item(self, item_id: str, owner: Owners, *, param: str) -> dict[str, Any]:
+        """An input or output item of ``owner``'s stored responses, by its id (what an
+        ``item_reference`` names: the AI SDK sends earlier turns so while store is on)."""
+        query = (
+            "SELECT j.value FROM responses r, json_each(r.{col}) j WHERE r.owner IN (?, ?)"
+            " AND r.created >= ? AND json_extract(j.value, '$.id') = ?"
+        )
+        args = (*_two(owner), self._cutoff(), item_id)
+        for col in ("output", "input"):  # an answer's items first: most references are
+            row = self._db.execute(query.format(col=col) + " LIMIT 1", args).fetchone()
+            if row is not None:
+                found: dict[str, Any] = json.loads(row[0])
+                return found
+        raise NotFound(
+            f"{param}: no stored item {item_id!r} (another tenant's, expired or deleted)",
+            param=param,
+        )
+
     def delete(self, response_id: str, owner: Owners) -> None:
         self._row(response_id, owner, "response_id")
         self._db.execute(
