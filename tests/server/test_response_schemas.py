@@ -67,3 +67,48 @@ async def test_answers_validate_against_the_sdks_types(
     }
     assert usage["server_tool_use"] is None and usage["service_tier"] == "standard"
     assert message.content[-1].type == "text"
+
+
+async def test_stream_events_validate_against_the_sdks_types(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """Every event of a Responses stream (the reasoning summary's included) and of a
+    Messages stream is one of the SDK's event types, with the fields it requires."""
+    import json
+
+    from anthropic.types import RawMessageStreamEvent
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    def events(text: str) -> list[dict[str, Any]]:
+        out = []
+        for frame in text.split("\n\n"):
+            data = [line[6:] for line in frame.splitlines() if line.startswith("data: ")]
+            if data and data[0] != "[DONE]":
+                out.append(json.loads(data[0]))
+        return out
+
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        m = app.model
+        streamed = await app.client.post(
+            "/v1/responses",
+            json={
+                "model": m,
+                "input": "Compute 3+4 mod 10.",
+                "stream": True,
+                "reasoning": {"summary": "auto"},
+            },
+        )
+        messages = await app.client.post(
+            "/v1/messages",
+            json={"model": m, "max_tokens": 64, "messages": MSG, "stream": True},
+        )
+    assert streamed.status_code == 200 and messages.status_code == 200
+    openai_events = TypeAdapter(ResponseStreamEvent)
+    kinds = set()
+    for event in events(streamed.text):
+        kinds.add(openai_events.validate_python(event).type)
+    assert "response.reasoning_summary_text.delta" in kinds and "response.completed" in kinds
+    anthropic_events = TypeAdapter(RawMessageStreamEvent)
+    for event in events(messages.text):
+        anthropic_events.validate_python(event)

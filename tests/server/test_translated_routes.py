@@ -97,6 +97,32 @@ async def test_responses_stream_carries_the_same_answer_in_typed_events(
     assert final["instructions"] == "Be brief." and final["thinkgate"]["strategy"] == "plain"
 
 
+async def test_a_summary_asked_for_is_the_reasoning_text(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        body = {
+            "model": app.model,
+            "input": "Compute 3+4 mod 10.",
+            "reasoning": {"summary": "auto"},
+        }
+        plain = (await app.client.post("/v1/responses", json=body)).json()
+        streamed = await app.client.post("/v1/responses", json={**body, "stream": True})
+    reasoning = plain["output"][0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "3+4=7\n"}]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "3+4=7\n"}]
+    assert plain["reasoning"]["summary"] == "auto"
+    events = _events(streamed.text)
+    deltas = [d["delta"] for n, d in events if n == "response.reasoning_summary_text.delta"]
+    assert "".join(deltas) == "3+4=7\n"
+    names = [n for n, _ in events]
+    assert names.index("response.reasoning_summary_part.added") < names.index(
+        "response.reasoning_summary_part.done"
+    )
+    done = next(d for n, d in events if n == "response.output_item.done")
+    assert done["item"]["summary"] == reasoning["summary"]
+
+
 async def test_output_items_given_back_are_the_next_turns_history(
     scripted_app: Callable[..., Any], testbed_tokens: Any
 ) -> None:

@@ -128,7 +128,7 @@ RESPONSES: Final[Mapping[str, Decided]] = {
     "prompt_cache_key": _i(_CACHE),
     "prompt_cache_options": _i(_CACHE),
     "prompt_cache_retention": _i(_CACHE),
-    "reasoning": _h("effort; summary is ignored (no summariser)"),
+    "reasoning": _h("effort; a summary asked for is the reasoning text (no summariser)"),
     "safety_identifier": _i(_PLATFORM),
     "service_tier": _i(_PLATFORM),
     "store": _h("true or omitted: kept (--response-retention-s); false: not"),

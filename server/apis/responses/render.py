@@ -55,6 +55,9 @@ class Echo:
     store: bool = False
     previous_response_id: str | None = None
     max_tool_calls: int | None = None
+    # reasoning.summary as asked: the reasoning text is then its summary too, where the
+    # AI SDK and other Responses clients read reasoning (None: summary stays empty).
+    summary: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
 
@@ -79,7 +82,14 @@ class ResponsesCall:
             _call_item(env, b.position, b.call, call_id(), done=True)
             if b.call is not None
             else _item(
-                env, b.kind, b.position, text=b.text, choice=b.choice, done=True, seal=self.seal
+                env,
+                b.kind,
+                b.position,
+                text=b.text,
+                choice=b.choice,
+                done=True,
+                seal=self.seal,
+                summary=self.echo.summary is not None,
             )
             for b in of_result(final, env.tools)
         ]
@@ -123,7 +133,7 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "output": output,
         "parallel_tool_calls": echo.parallel_tool_calls,
         "previous_response_id": echo.previous_response_id,
-        "reasoning": {"effort": echo.effort, "summary": None},
+        "reasoning": {"effort": echo.effort, "summary": echo.summary},
         "store": echo.store,
         "background": False,
         # The values sampled with: the request's, else the engine's defaults.
@@ -189,6 +199,7 @@ def _item(
     choice: Choice | None = None,
     done: bool,
     seal: Seal | None = None,
+    summary: bool = False,
 ) -> Body:
     """A reasoning or message item; in progress (empty) unless ``done``; a done
     reasoning item's text sealed into ``encrypted_content`` with ``seal``."""
@@ -202,7 +213,7 @@ def _item(
         return {
             "id": item_id,
             "type": "reasoning",
-            "summary": [],
+            "summary": [{"type": "summary_text", "text": text}] if summary and done else [],
             "content": content,
             "encrypted_content": (
                 seal.seal(text, "responses.reasoning") if seal is not None and done else None
@@ -275,16 +286,26 @@ class ResponsesEncoder:
             return self._call(b)
         item_id = _item_id(self._env, b.kind, b.position)
         at = {"item_id": item_id, "output_index": b.position, "content_index": 0}
+        summary = b.kind == "thinking" and self._echo.summary is not None
         if isinstance(b, Opened):
             item = _item(self._env, b.kind, b.position, done=False)
             added = self._event("response.output_item.added", output_index=b.position, item=item)
-            return added + self._event("response.content_part.added", **at, part=_part(b.kind, ""))
+            added += self._event("response.content_part.added", **at, part=_part(b.kind, ""))
+            return added + (self._summary(b, "added") if summary else b"")
         if isinstance(b, Text):
             if b.kind == "thinking":
-                return self._event("response.reasoning_text.delta", **at, delta=b.text)
+                delta = self._event("response.reasoning_text.delta", **at, delta=b.text)
+                return delta + (self._summary(b, "delta") if summary else b"")
             return self._event("response.output_text.delta", **at, delta=b.text, logprobs=[])
         item = _item(
-            self._env, b.kind, b.position, text=b.text, choice=b.choice, done=True, seal=self._seal
+            self._env,
+            b.kind,
+            b.position,
+            text=b.text,
+            choice=b.choice,
+            done=True,
+            seal=self._seal,
+            summary=summary,
         )
         self._done.append(item)
         if b.kind == "thinking":
@@ -292,8 +313,26 @@ class ResponsesEncoder:
         else:
             text_done = self._event("response.output_text.done", **at, text=b.text, logprobs=[])
         part_done = self._event("response.content_part.done", **at, part=_part(b.kind, b.text))
+        part_done += self._summary(b, "done") if summary else b""
         item_done = self._event("response.output_item.done", output_index=b.position, item=item)
         return text_done + part_done + item_done
+
+    def _summary(self, b: Opened | Text | Closed, stage: str) -> bytes:
+        """The reasoning's summary events (the reasoning text itself), when asked for."""
+        at = {
+            "item_id": _item_id(self._env, b.kind, b.position),
+            "output_index": b.position,
+            "summary_index": 0,
+        }
+        if stage == "added":
+            part = {"type": "summary_text", "text": ""}
+            return self._event("response.reasoning_summary_part.added", **at, part=part)
+        if stage == "delta":
+            return self._event("response.reasoning_summary_text.delta", **at, delta=b.text)
+        part = {"type": "summary_text", "text": b.text}
+        return self._event("response.reasoning_summary_text.done", **at, text=b.text) + self._event(
+            "response.reasoning_summary_part.done", **at, part=part
+        )
 
     def _call(self, b: Opened | Text | Closed) -> bytes:
         at = {"item_id": _item_id(self._env, "call", b.position), "output_index": b.position}

@@ -77,7 +77,8 @@ INCLUDABLE: Final = frozenset(
 
 class Reasoning(Strict):
     effort: Effort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None  # no summaries: ignored
+    # A summary asked for is the reasoning text itself (no summarising model here).
+    summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
     # Which turns' reasoning the model sees, and OpenAI's "pro" mode: the reasoning a
     # request gives back is what the model sees here (its chat template decides), and
@@ -281,6 +282,9 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
         store=stored is not None and body.store is not False,
         previous_response_id=body.previous_response_id,
         max_tool_calls=body.max_tool_calls,
+        summary=(body.reasoning.summary or body.reasoning.generate_summary)
+        if body.reasoning
+        else None,
         safety_identifier=body.safety_identifier,
         prompt_cache_key=body.prompt_cache_key,
     )
