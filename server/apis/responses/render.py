@@ -291,11 +291,11 @@ class ResponsesEncoder:
             item = _item(self._env, b.kind, b.position, done=False)
             added = self._event("response.output_item.added", output_index=b.position, item=item)
             added += self._event("response.content_part.added", **at, part=_part(b.kind, ""))
-            return added + (self._summary(b, "added") if summary else b"")
+            return added + (self._summary(b) if summary else b"")
         if isinstance(b, Text):
             if b.kind == "thinking":
                 delta = self._event("response.reasoning_text.delta", **at, delta=b.text)
-                return delta + (self._summary(b, "delta") if summary else b"")
+                return delta + (self._summary(b) if summary else b"")
             return self._event("response.output_text.delta", **at, delta=b.text, logprobs=[])
         item = _item(
             self._env,
@@ -313,26 +313,25 @@ class ResponsesEncoder:
         else:
             text_done = self._event("response.output_text.done", **at, text=b.text, logprobs=[])
         part_done = self._event("response.content_part.done", **at, part=_part(b.kind, b.text))
-        part_done += self._summary(b, "done") if summary else b""
+        part_done += self._summary(b) if summary else b""
         item_done = self._event("response.output_item.done", output_index=b.position, item=item)
         return text_done + part_done + item_done
 
-    def _summary(self, b: Opened | Text | Closed, stage: str) -> bytes:
+    def _summary(self, b: Opened | Text | Closed) -> bytes:
         """The reasoning's summary events (the reasoning text itself), when asked for."""
         at = {
             "item_id": _item_id(self._env, b.kind, b.position),
             "output_index": b.position,
             "summary_index": 0,
         }
-        if stage == "added":
+        if isinstance(b, Opened):
             part = {"type": "summary_text", "text": ""}
             return self._event("response.reasoning_summary_part.added", **at, part=part)
-        if stage == "delta":
+        if isinstance(b, Text):
             return self._event("response.reasoning_summary_text.delta", **at, delta=b.text)
         part = {"type": "summary_text", "text": b.text}
-        return self._event("response.reasoning_summary_text.done", **at, text=b.text) + self._event(
-            "response.reasoning_summary_part.done", **at, part=part
-        )
+        done = self._event("response.reasoning_summary_text.done", **at, text=b.text)
+        return done + self._event("response.reasoning_summary_part.done", **at, part=part)
 
     def _call(self, b: Opened | Text | Closed) -> bytes:
         at = {"item_id": _item_id(self._env, "call", b.position), "output_index": b.position}

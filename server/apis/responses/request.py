@@ -267,27 +267,7 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
         "parallel_tool_calls": body.parallel_tool_calls,
     }
     chat = to_chat(ROUTE, fields, body.model_extra or {})
-    echo = Echo(
-        instructions=body.instructions,
-        max_output_tokens=body.max_output_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        effort=effort,
-        metadata=dict(body.metadata or {}),
-        text_format=fmt.echo() if fmt is not None else {"type": "text"},
-        tools=[dict(t) for t in body.tools or []],
-        tool_choice=_echo_choice(body),
-        # OpenAI's default: parallel calls allowed.
-        parallel_tool_calls=body.parallel_tool_calls is not False,
-        store=stored is not None and body.store is not False,
-        previous_response_id=body.previous_response_id,
-        max_tool_calls=body.max_tool_calls,
-        summary=(body.reasoning.summary or body.reasoning.generate_summary)
-        if body.reasoning
-        else None,
-        safety_identifier=body.safety_identifier,
-        prompt_cache_key=body.prompt_cache_key,
-    )
+    echo = _echo(body, effort, fmt, stored)
     _, hosted = functions_of(body.tools)
     ignored = sdk_fields.ignored(sdk_fields.RESPONSES, set_fields(body))
     ignored += tuple(f"tools.{kind}" for kind in sorted(set(hosted)))
@@ -313,6 +293,33 @@ def translate(raw: bytes, seal: Seal | None = None, stored: Stored | None = None
 
     return ResponsesCall(
         chat=chat, echo=echo, renames=RENAMES, ignored=ignored, seal=sealing, keep=keep
+    )
+
+
+def _echo(
+    body: ResponsesRequest, effort: str | None, fmt: TextFormat | None, stored: Stored | None
+) -> Echo:
+    """What the response repeats of the request."""
+    return Echo(
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        effort=effort,
+        metadata=dict(body.metadata or {}),
+        text_format=fmt.echo() if fmt is not None else {"type": "text"},
+        tools=[dict(t) for t in body.tools or []],
+        tool_choice=_echo_choice(body),
+        # OpenAI's default: parallel calls allowed.
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        store=stored is not None and body.store is not False,
+        previous_response_id=body.previous_response_id,
+        max_tool_calls=body.max_tool_calls,
+        summary=(body.reasoning.summary or body.reasoning.generate_summary)
+        if body.reasoning
+        else None,
+        safety_identifier=body.safety_identifier,
+        prompt_cache_key=body.prompt_cache_key,
     )
 
 
