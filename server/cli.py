@@ -34,6 +34,7 @@ TOOLS: dict[str, str] = {
     "replica": "engines.local.replica:main",
     "gpu-check": "kernels.gpu_check.__main__:cli",
     "keys": "server.tenancy.keys_cli:main",
+    "conformance": "clients.conformance:main",
 }
 
 
