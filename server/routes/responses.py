@@ -41,6 +41,17 @@ async def responses(request: Request) -> Response:
     )
 
 
+@router.post("/v1/responses/compact", include_in_schema=False)
+async def compact(request: Request) -> Response:
+    """OpenAI's compaction endpoint, which this server does not have: a 404 saying so (not
+    the 405 of ``/v1/responses/{id}``'s methods), as clients probing for it expect."""
+    raise NotFound(
+        "POST /v1/responses/compact: compaction is not supported here; send the "
+        "conversation, or continue with previous_response_id",
+        param=None,
+    )
+
+
 def _stored(request: Request) -> Stored | None:
     gw = gateway(request)
     tenant = tenant_of(request)

@@ -63,3 +63,6 @@ async def test_unknown_route_and_method(scripted_app: Callable[..., Any]) -> Non
         check_error(wrong, 405, None)
         assert wrong.headers["Allow"] == "POST" and wrong.headers["x-should-retry"] == "false"
         check_error(await app.client.get("/v1/chat/completions"), 405, None)
+        compact = await app.client.post("/v1/responses/compact", json={"model": app.model})
+        check_error(compact, 404, None)
+        assert "compaction is not supported" in compact.text

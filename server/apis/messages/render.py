@@ -65,6 +65,8 @@ class MessagesCall:
             "content": content,
             "stop_reason": reason,
             "stop_sequence": sequence,
+            "stop_details": None,  # a refusal's details: the served model refuses in text
+            "container": None,  # no container tools run here
             "usage": usage_body(final.usage),
             "thinkgate": env.thinkgate(final),
         }
@@ -88,6 +90,7 @@ def usage_body(usage: Usage | None = None, *, prompt_tokens: int = 0) -> Body:
         "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
         "server_tool_use": None,
         "service_tier": "standard",
+        "inference_geo": None,
         "output_tokens_details": {
             "thinking_tokens": usage.reasoning_tokens if usage is not None else 0
         },
@@ -164,6 +167,8 @@ class MessagesEncoder:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
+            "stop_details": None,
+            "container": None,
             "usage": usage_body(prompt_tokens=self._prompt_tokens),
         }
         return [sse.event("message_start", {"type": "message_start", "message": message})]

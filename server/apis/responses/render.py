@@ -210,16 +210,18 @@ def _item(
         status = "incomplete" if cut else "completed"
     content = [_part(kind, text)] if done else []
     if kind == "thinking":
-        return {
+        reasoning: Body = {
             "id": item_id,
             "type": "reasoning",
             "summary": [{"type": "summary_text", "text": text}] if summary and done else [],
             "content": content,
-            "encrypted_content": (
-                seal.seal(text, "responses.reasoning") if seal is not None and done else None
-            ),
             "status": status,
         }
+        # Present only when sealed: OpenAI's schema has it optional and nullable, Open
+        # Responses' a string.
+        if seal is not None and done:
+            reasoning["encrypted_content"] = seal.seal(text, "responses.reasoning")
+        return reasoning
     item: Body = {
         "id": item_id,
         "type": "message",
