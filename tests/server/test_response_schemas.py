@@ -112,3 +112,33 @@ async def test_stream_events_validate_against_the_sdks_types(
     anthropic_events = TypeAdapter(RawMessageStreamEvent)
     for event in events(messages.text):
         anthropic_events.validate_python(event)
+
+
+async def test_answers_validate_against_the_specs_a_third_party_suite_bundles(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """llm-comply's bundled specs (OpenAI chat, Open Responses, Anthropic), strict JSON
+    Schema: the fast tier's view of what its live run checks."""
+    from pathlib import Path
+
+    import llm_comply
+    from llm_comply.schema import SpecLoader
+
+    specs = Path(llm_comply.__file__).parent / "specs"
+    async with scripted_app(_handler(testbed_tokens)) as app:
+        m = app.model
+        chat = await app.client.post("/v1/chat/completions", json={"model": m, "messages": MSG})
+        responses = await app.client.post(
+            "/v1/responses", json={"model": m, "input": "Compute 3+4 mod 10.", "tools": [TOOL]}
+        )
+        messages = await app.client.post(
+            "/v1/messages", json={"model": m, "max_tokens": 64, "messages": MSG}
+        )
+    cases = [
+        ("openai_chat.json", chat, "CreateChatCompletionResponse"),
+        ("openresponses.json", responses, "ResponseResource"),
+        ("anthropic.json", messages, "Message"),
+    ]
+    for spec, answer, schema in cases:
+        assert answer.status_code == 200, answer.text
+        assert SpecLoader(str(specs / spec)).validate(answer.json(), schema) == [], spec

@@ -148,7 +148,8 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
         "service_tier": "default",
         "text": {"format": echo.text_format},
         "tool_choice": echo.tool_choice,
-        # A function tool's ``strict`` as given (null: not said; the schema requires it).
+        # A function tool's ``description`` and ``strict`` as given (null: not said; the
+        # schemas require both).
         "tools": [_tool(t) for t in echo.tools],
         "truncation": "disabled",
         "usage": usage_body(final.usage) if final is not None else None,
@@ -163,6 +164,7 @@ def _response(env: Envelope, echo: Echo, *, final: Result | None, output: list[B
 def _tool(tool: Mapping[str, object]) -> Body:
     out = dict(tool)
     if out.get("type") == "function":
+        out.setdefault("description", None)
         out.setdefault("strict", None)
     return out
 
