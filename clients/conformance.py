@@ -7,11 +7,13 @@ reported skipped elsewhere.
 * ``n-choices``: ``n`` > 1 is ``n`` choices in schema, and usage covers them all;
 * ``n-stream``: a streamed ``n`` > 1 ends every choice, and its usage chunk covers all;
 * ``length-cut``: ``max_tokens`` cuts with ``finish_reason: length`` and is honoured;
-* ``fan-out-usage``: a k-sample strategy at temperature 0 bills k times one sample's
-  tokens (usage summed over the fan-out, not the chosen answer's alone);
+* ``fan-out-usage``: a k-sample strategy on the argmax path (``top_k`` 1) bills k times
+  one sample's tokens (usage summed over the fan-out, not the chosen answer's alone);
 * ``strategy-schema``: a strategy's answer is a chat completion in schema, with its
   ``thinkgate`` object;
-* ``reasoning-while-sampling``: reasoning deltas stream while several samples run;
+* ``progress-while-sampling``: several samples at once show their work as they run (a
+  streamed ``n`` 2 interleaves their reasoning; a strategy reports each sample's end
+  before its answer);
 * ``budget-cut``: a total-token ceiling is honoured, and the cut says ``length``;
 * ``thinking-budget``: a thinking budget is honoured per sample.
 
@@ -71,22 +73,28 @@ class Server:
         return out
 
     async def stream(self, **body: Any) -> list[dict[str, Any]]:
+        """The stream's JSON chunks, in order."""
+        return [event for kind, event in await self.events(**body) if kind == "data"]
+
+    async def events(self, **body: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The stream in order: ``("data", chunk)``, and ``("progress", data)`` for each
+        ``: thinkgate.progress`` comment (other comments, keep-alives, are left out)."""
         payload = {"model": self.model, "messages": [{"role": "user", "content": QUESTION}]}
-        chunks: list[dict[str, Any]] = []
+        out: list[tuple[str, dict[str, Any]]] = []
         done = False
         async with self.client.stream(
             "POST", "/v1/chat/completions", json={**payload, **body, "stream": True}
         ) as r:
             _expect(r.status_code == 200, f"status {r.status_code}")
             async for line in r.aiter_lines():
-                if not line.startswith("data: "):
-                    continue  # comments (progress, keep-alives) and blank lines
-                if line == "data: [DONE]":
+                if line.startswith(": thinkgate.progress "):
+                    out.append(("progress", json.loads(line.split(" ", 2)[2])))
+                elif line == "data: [DONE]":
                     done = True
-                    continue
-                chunks.append(json.loads(line[6:]))
+                elif line.startswith("data: "):
+                    out.append(("data", json.loads(line[6:])))
         _expect(done, "the stream did not end with data: [DONE]")
-        return chunks
+        return out
 
     def need_thinkgate(self) -> None:
         if not self.thinkgate:
@@ -142,7 +150,8 @@ async def length_cut(s: Server) -> str:
 
 async def fan_out_usage(s: Server) -> str:
     s.need_thinkgate()
-    greedy = {"temperature": 0, "seed": 7, "max_tokens": 96}
+    # top_k 1: every sample is the argmax path (vLLM refuses n > 1 at temperature 0).
+    greedy = {"temperature": 1.0, "top_k": 1, "seed": 7, "max_tokens": 96}
     one = await s.answer(**greedy)
     many = await s.answer(**greedy, strategy="self-consistency", budget={"samples": 3})
     drawn = many.get("thinkgate", {}).get("samples")
@@ -169,21 +178,34 @@ async def strategy_schema(s: Server) -> str:
     return f"X-Budget-Applied: {r.headers['X-Budget-Applied']}"
 
 
-async def reasoning_while_sampling(s: Server) -> str:
-    s.need_thinkgate()
-    body = {"strategy": "self-consistency", "budget": {"samples": 3}, "max_tokens": 96}
-    chunks = await s.stream(**body)
-    kinds = [
-        "reasoning" if (d.get("reasoning_content") or d.get("reasoning")) else "content"
+def _reasoning(delta: dict[str, Any]) -> bool:
+    return bool(delta.get("reasoning_content") or delta.get("reasoning"))
+
+
+async def progress_while_sampling(s: Server) -> str:
+    """Several samples at once show their work as they run: a streamed ``n`` 2 interleaves
+    both samples' reasoning before either ends; a thinkgate strategy reports each sample's
+    end (``: thinkgate.progress``) before its answer streams."""
+    chunks = await s.stream(n=2, max_tokens=96, temperature=1.0, seed=3)
+    order = [
+        (c["index"], "end" if c.get("finish_reason") else "reasoning")
         for k in chunks
         for c in k.get("choices", [])
-        if (d := c.get("delta") or {}) and (d.get("content") or d.get("reasoning_content"))
+        if c.get("finish_reason") or _reasoning(c.get("delta") or {})
     ]
-    if "reasoning" not in kinds and "content" in kinds:
+    if not any(kind == "reasoning" for _, kind in order):
         raise Skipped("the model's answers carry no reasoning")
-    _expect("reasoning" in kinds, "no reasoning deltas while 3 samples ran")
-    _expect(kinds.index("reasoning") < len(kinds) - 1, "reasoning came only at the end")
-    return f"{kinds.count('reasoning')} reasoning deltas before the answer"
+    first_end = next((i for i, (_, kind) in enumerate(order) if kind == "end"), len(order))
+    thinking = {index for index, kind in order[:first_end] if kind == "reasoning"}
+    _expect(thinking == {0, 1}, f"reasoning of samples {sorted(thinking)} before the first end")
+    if not s.thinkgate:
+        return "n 2: both samples' reasoning streamed before either ended"
+    events = await s.events(strategy="self-consistency", budget={"samples": 3}, max_tokens=96)
+    first_data = next((i for i, (kind, _) in enumerate(events) if kind == "data"), len(events))
+    reports = [e for kind, e in events[:first_data] if kind == "progress"]
+    done = {r.get("samples_done") for r in reports if "samples_done" in r}
+    _expect(len(done) >= 3, f"progress before the answer: {reports[:5]}")
+    return f"n 2 interleaved; {len(reports)} progress reports before a 3-sample answer"
 
 
 async def budget_cut(s: Server) -> str:
@@ -221,7 +243,7 @@ CHECKS: dict[str, Callable[[Server], Awaitable[str]]] = {
     "length-cut": length_cut,
     "fan-out-usage": fan_out_usage,
     "strategy-schema": strategy_schema,
-    "reasoning-while-sampling": reasoning_while_sampling,
+    "progress-while-sampling": progress_while_sampling,
     "budget-cut": budget_cut,
     "thinking-budget": thinking_budget,
 }
