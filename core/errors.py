@@ -86,6 +86,16 @@ class Unauthorized(GatewayError):
     retry = False
 
 
+class CrossOrigin(GatewayError):
+    """A browser request from another origin to a route that changes state (or to the
+    live view), which the server was not told to allow (``--allowed-origins``)."""
+
+    status = 403
+    type = "permission_error"
+    default_code = "cross_origin_refused"
+    retry = False
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -108,6 +118,16 @@ class RequestTimeout(GatewayError):
     status = 408
     type = "invalid_request_error"
     default_code = "request_timeout"
+
+
+class UnsupportedMediaType(GatewayError):
+    """A JSON route's body sent as another type (``text/plain``, a form: what a page
+    elsewhere may send without asking)."""
+
+    status = 415
+    type = "invalid_request_error"
+    default_code = "unsupported_media_type"
+    retry = False
 
 
 class PayloadTooLarge(GatewayError):

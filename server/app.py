@@ -43,6 +43,7 @@ from server.resources.prm import preflight as prm_preflight
 from server.resources.scoring import preflight
 from server.resources.start_up import start_engine_and_resources
 from server.routes import ROUTERS
+from server.routes.guard import ExposureGuard
 from server.settings import Settings
 from server.tenancy.admission import Admission
 from server.tenancy.tenants import Keyring
@@ -82,6 +83,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> FastAPI:
     app.state.gateway = None
     app.state.lifecycle = lifecycle
     errors.install(app)
+    app.add_middleware(ExposureGuard, settings=settings)
     for router in ROUTERS:
         app.include_router(router)
     return app

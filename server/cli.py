@@ -113,6 +113,11 @@ def serve(argv: Sequence[str]) -> int:
     except ValidationError as exc:
         print(f"thinkgate serve: bad settings:\n{exc}", file=sys.stderr)
         return 2
+    from server.tenancy.exposure import open_door
+
+    if (refusal := open_door(settings)) is not None:
+        print(f"thinkgate serve: {refusal}", file=sys.stderr)
+        return 2
     try:
         sock = listen_socket(settings.host, settings.port)
     except OSError as exc:

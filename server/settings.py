@@ -355,7 +355,14 @@ class Settings(HttpSettings):
         return value
 
     @field_validator(
-        "api_keys", "logits_processors", "strategies", "vllm_urls", "remote_headers", mode="before"
+        "api_keys",
+        "allowed_hosts",
+        "allowed_origins",
+        "logits_processors",
+        "strategies",
+        "vllm_urls",
+        "remote_headers",
+        mode="before",
     )
     @classmethod
     def _split(cls, value: object) -> object:

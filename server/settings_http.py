@@ -26,6 +26,18 @@ class HttpSettings(BaseSettings):
     api_keys: StrList = ()
     """Keys accepted on /v1/* and /ui (``Authorization: Bearer <key>``, or HTTP Basic with
     the key as the password, which a browser asks for on /ui); empty: no authentication."""
+    allow_unauthenticated_network: bool = False
+    """Serve without keys on an interface other than loopback: every caller is then the one
+    tenant and reads every file, batch and stored response. Off, ``thinkgate serve``
+    refuses such a bind without ``--api-keys`` or ``--keys-file``."""
+    allowed_hosts: StrList = ()
+    """``Host`` names served (``*.example.com`` for a domain's names); others are a 400.
+    Empty: on a loopback bind its loopback names only (so DNS rebinding cannot reach it),
+    on another bind any."""
+    allowed_origins: StrList = ()
+    """Browser origins (``https://app.example.com``) that may call state-changing routes
+    and the live view from another page; empty: same origin only (a page elsewhere
+    cannot spend compute or cancel batches on this server)."""
     keys_file: str | None = None
     """TOML file of tenants: each with hashed API keys, a weight and optional limits
     (rates, budgets, body and prompt sizes); read again when it changes, so keys are

@@ -824,10 +824,10 @@ class ScriptedApp:
 
         transport = httpx2.ASGITransport(app=self.asgi)
         return anthropic.AsyncAnthropic(
-            base_url="http://scripted",
+            base_url="http://localhost",
             api_key="unused",
             max_retries=0,
-            http_client=httpx2.AsyncClient(transport=transport, base_url="http://scripted"),
+            http_client=httpx2.AsyncClient(transport=transport, base_url="http://localhost"),
         )
 
 
@@ -872,7 +872,7 @@ def scripted_app(
         app = create_app(config, engine=engine)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://scripted") as c:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 yield ScriptedApp(client=c, engine=engine, model=engine.model_name, asgi=app)
 
     return open_app

@@ -5,18 +5,34 @@ its tenant's if lower: a 413 before it is all read) and the time it may take to 
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 from starlette.requests import ClientDisconnect, Request
 
-from core.errors import PayloadTooLarge, RequestTimeout
+from core.errors import PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from server.errors import ClientGone
 from server.tenancy.tenants import Tenant
+
+# JSON, and the JSON lines a PETS batch is: none of them is a type a page elsewhere may
+# send without asking (text/plain, forms), so a cross-site "simple" request never lands.
+JSON_TYPES: Final = ("application/json", "application/jsonl", "application/x-ndjson")
+
+
+def _check_media_type(request: Request) -> None:
+    given = request.headers.get("content-type", "")
+    kind = given.split(";", 1)[0].strip().lower()
+    if kind in JSON_TYPES or (kind.startswith("application/") and kind.endswith("+json")):
+        return
+    raise UnsupportedMediaType(
+        f"Content-Type {given or '(none)'!r}: send the body as application/json"
+    )
 
 
 async def read_body(request: Request, limit: int, *, tenant: Tenant | None = None) -> bytes:
     """The raw body, refusing more than ``limit`` bytes (or the tenant's
     ``max_body_bytes``, if lower) with a 413 before reading it all, and a body that takes
     longer than the server's ``body_read_timeout_s`` to arrive (408)."""
+    _check_media_type(request)
     gw = getattr(request.app.state, "gateway", None)
     timeout = gw.settings.body_read_timeout_s if gw is not None else None
     whose, owner = "the limit", None

@@ -70,7 +70,9 @@ def api_key(conn: HTTPConnection, keys: Keyring) -> str | None:
 
 
 def _presented(conn: HTTPConnection) -> str:
-    """The key a request presents (Bearer, or Basic's password), or ""."""
+    """The key a request presents (Bearer, Basic's password, or ``x-api-key``), or ""."""
+    if "authorization" not in conn.headers and (key := conn.headers.get("x-api-key")):
+        return key.strip()  # Anthropic's own header, which its SDK and curl examples send
     scheme, _, value = conn.headers.get("authorization", "").partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer":

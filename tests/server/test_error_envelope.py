@@ -54,7 +54,7 @@ def _app(exc: Exception) -> FastAPI:
 
 async def _get(app: FastAPI, path: str = "/boom") -> httpx.Response:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         return await client.get(path, headers={"X-Request-Id": "rid-1"})
 
 
@@ -103,7 +103,7 @@ async def test_fastapi_validation_errors_become_400_with_the_field_path() -> Non
         return {"limit": limit}
 
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         response = await client.get("/items", params={"limit": "many"})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "query.limit"
@@ -165,7 +165,7 @@ async def test_not_ready_before_the_lifespan_ran() -> None:
 
     app = create_app(Settings())  # lifespan not run: no engine yet (starting/stopping)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         assert (await client.get("/health")).status_code == 200
         ready = await client.get("/ready")
         chat = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})

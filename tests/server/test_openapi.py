@@ -23,7 +23,7 @@ ERROR_STATUSES = ("400", "401", "404", "408", "413", "429", "503")
 async def doc() -> dict[str, Any]:
     app = create_app(Settings())  # no lifespan: the schema needs no engine
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         response = await client.get("/openapi.json")
     assert response.status_code == 200
     document: dict[str, Any] = response.json()

@@ -31,6 +31,9 @@ JSONL = "\n".join(
 BUDGET = 32  # 8 warm-up samples, then 12 rounds of 2: long enough to be killed in
 
 
+JSONL_TYPE = {"Content-Type": "application/jsonl"}  # a JSON route's body says its type
+
+
 def job_of(base_url: str, job_id: str) -> dict[str, Any]:
     job: dict[str, Any] = httpx.get(f"{base_url}/v1/pets/batches/{job_id}", timeout=10).json()
     return job
@@ -53,7 +56,13 @@ def test_a_gateway_killed_mid_batch_resumes_it_on_restart(
     )
     first = spawn_server(*flags)
     params = {"total_budget": BUDGET, "cap": 8, "round_size": 2, "seed": 5}
-    resp = httpx.post(f"{first.base_url}/v1/pets/batches", params=params, content=JSONL, timeout=30)
+    resp = httpx.post(
+        f"{first.base_url}/v1/pets/batches",
+        params=params,
+        content=JSONL,
+        headers=JSONL_TYPE,
+        timeout=30,
+    )
     assert resp.status_code == 200, resp.text
     job_id = resp.json()["id"]
 

@@ -26,8 +26,13 @@ JSONL = "\n".join(
 )
 
 
+JSONL_TYPE = {"Content-Type": "application/jsonl"}  # a JSON route's body says its type
+
+
 def submit(base_url: str, **params: int | float) -> httpx.Response:
-    return httpx.post(f"{base_url}/v1/pets/batches", params=params, content=JSONL, timeout=30)
+    return httpx.post(
+        f"{base_url}/v1/pets/batches", params=params, content=JSONL, headers=JSONL_TYPE, timeout=30
+    )
 
 
 def wait(base_url: str, job_id: str, timeout_s: float = 300) -> dict[str, object]:
@@ -82,7 +87,9 @@ def test_batch_spends_exactly_the_budget_within_caps(base_url: str) -> None:
 def test_batch_errors(base_url: str) -> None:
     assert submit(base_url).status_code == 400  # no budget
     assert submit(base_url, total_budget=5, average_budget=1).status_code == 400
-    bad = httpx.post(f"{base_url}/v1/pets/batches", params={"total_budget": 3}, content="{}")
+    bad = httpx.post(
+        f"{base_url}/v1/pets/batches", params={"total_budget": 3}, content="{}", headers=JSONL_TYPE
+    )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
     missing = httpx.get(f"{base_url}/v1/pets/batches/pbatch_nope")
     assert missing.status_code == 404

@@ -230,6 +230,7 @@ def test_pets_offline_rounds_spread_over_the_servers(remote_stack: RemoteStack) 
         f"{base}/v1/pets/batches",
         params={"total_budget": 24, "cap": 6, "round_size": 6, "seed": 3},
         content=jsonl,
+        headers={"Content-Type": "application/jsonl"},
         timeout=30,
     ).json()
     _wait(

@@ -28,6 +28,10 @@ from server.settings import Settings
 LIMIT_S = 0.6
 
 
+# A JSON route's body must say it is JSON (a 415 otherwise: server.pipeline.body).
+JSON_POST = b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
 def _app() -> FastAPI:
     app = FastAPI()
     errors.install(app)
@@ -89,7 +93,7 @@ def test_a_silent_connection_is_closed(server: tuple[str, int]) -> None:
 
 
 def test_a_dribbled_head_gets_408_and_is_closed(server: tuple[str, int]) -> None:
-    head = b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Slow: " + b"z" * 100
+    head = JSON_POST + b"Content-Length: 2\r\nX-Slow: " + b"z" * 100
     with socket.create_connection(server) as sock:
         # One byte every LIMIT_S / 6, each well within the limit, until the server answers:
         # the limit is on the whole head, not on the gap between bytes.
@@ -105,7 +109,7 @@ def test_a_dribbled_head_gets_408_and_is_closed(server: tuple[str, int]) -> None
 
 
 def test_a_reused_connection_gets_the_limit_again(server: tuple[str, int]) -> None:
-    request = b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"
+    request = JSON_POST + b"Content-Length: 2\r\n\r\nok"
     with socket.create_connection(server) as sock:
         time.sleep(LIMIT_S / 2)  # a prompt client is not cut
         sock.sendall(request)
@@ -126,7 +130,7 @@ def test_a_reused_connection_gets_the_limit_again(server: tuple[str, int]) -> No
 
 def test_a_slow_body_gets_408_and_is_closed(server: tuple[str, int]) -> None:
     with socket.create_connection(server) as sock:
-        sock.sendall(b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n0123456789")
+        sock.sendall(JSON_POST + b"Content-Length: 2000\r\n\r\n0123456789")
         answer, after = _until_closed(sock, 5 * LIMIT_S)
     assert "did not arrive" in str(_envelope(answer)["message"])
     assert after < 3 * LIMIT_S

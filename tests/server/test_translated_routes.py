@@ -416,12 +416,15 @@ async def test_messages_other_errors_keep_the_envelope(
             "/v1/messages", json={**body, "model": "other"}, headers=headers
         )
         wrong_method = await app.client.get("/v1/messages", headers=headers)
-        malformed = await app.client.post("/v1/messages", content=b"{", headers=headers)
+        json_type = {**headers, "Content-Type": "application/json"}
+        malformed = await app.client.post("/v1/messages", content=b"{", headers=json_type)
+        plain_text = await app.client.post("/v1/messages", content=b"{}", headers=headers)
     assert denied.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
     assert wrong_method.status_code == 405 and wrong_method.json()["type"] == "error"
     assert malformed.status_code == 400 and malformed.json()["type"] == "error"
+    assert plain_text.status_code == 415 and plain_text.json()["type"] == "error"
 
 
 async def test_engine_failure_mid_stream_is_one_error_event(
