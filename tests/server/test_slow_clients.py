@@ -157,7 +157,8 @@ def test_live_server_answers_a_stalled_body_with_408(base_url: str, served_model
     body = orjson.dumps({"model": served_model, "messages": [{"role": "user", "content": "hi"}]})
     limit = Settings().body_read_timeout_s
     head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Type: application/json\r\n"
         f"X-Request-Id: slow-body\r\nContent-Length: {len(body) + 2000}\r\n\r\n"
     ).encode()
     with socket.create_connection(_live(base_url)) as sock:
