@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# (format, test id) -> why it cannot pass here. Nothing else may fail.
+# (format, test id) -> why it cannot pass here, or not every time (a listed test may pass).
+# Nothing else may fail.
 BEYOND: dict[tuple[str, str], str] = {
     ("openai-chat", "chat-image-input"): "an image: the served model reads text (a 400)",
     ("open-responses", "image-input"): "an image: the served model reads text (a 400)",
@@ -23,9 +24,14 @@ BEYOND: dict[tuple[str, str], str] = {
     ("openai-chat", "chat-tool-calling"): "the model must choose the tool itself (auto)",
     ("open-responses", "tool-calling"): "the model must choose the tool itself (auto)",
     ("anthropic", "anth-tool-calling"): "the model must choose the tool itself (auto)",
+    # Streams that must carry answer text: the testbed ends inside its thinking now and
+    # then (no text at all: 1 stream in 6-10 measured), and off its task more often.
     ("openai-chat", "chat-streaming-response"): (
-        "'Count from 1 to 5.' is off the testbed's task: it thinks until its output limit "
-        "and never writes content"
+        "'Count from 1 to 5.' is off the testbed's task: it often thinks until its output "
+        "limit and writes no content"
+    ),
+    ("anthropic", "anth-streaming-response"): (
+        "needs a text block: the testbed sometimes ends inside its thinking"
     ),
     # OpenAI's SDKs type reasoning deltas as response.reasoning_text.delta (and vLLM sends
     # that); the Open Responses spec names them response.reasoning.delta. thinkgate
