@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from server.calibrate.local_server import free_port
+from server.calibrate.local_server import free_port, started
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "clients" / "js"
@@ -26,42 +24,19 @@ NODE = JS / "node_modules" / ".bin" / "node"
 
 
 @pytest.fixture
-def default_server(tmp_path: Path) -> object:
+def default_server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        # The suite's own short context (THINKGATE_MAX_MODEL_LEN) left out: the default.
-        env={
-            **{k: v for k, v in os.environ.items() if k != "THINKGATE_MAX_MODEL_LEN"},
-            "THINKGATE_STATE_DIR": str(tmp_path / "state"),
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "not ready"
-            time.sleep(1)
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+    # The suite's own short context (THINKGATE_MAX_MODEL_LEN) left out: the default.
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "THINKGATE_MAX_MODEL_LEN"},
+        "THINKGATE_STATE_DIR": str(tmp_path / "state"),
+    }
+    log = tmp_path / "serve.log"
+    with started(
+        cmd, port=port, ready_path="/ready", log=log, timeout_s=600, env=env, cwd=ROOT
+    ) as (url, _):
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        log.close()
 
 
 @pytest.mark.vllm
