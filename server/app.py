@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 from fastapi import FastAPI
 
+from core.allowance import DecodeSpeed
 from core.base import Resources
 from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
@@ -48,6 +49,7 @@ from server.settings import Settings
 from server.tenancy.admission import Admission
 from server.tenancy.tenants import Keyring
 from strategies.auto import CROWD_KEY, Crowd
+from strategies.profile import PROFILE_KEY, Profile
 
 log = structlog.get_logger("thinkgate.app")
 
@@ -158,8 +160,15 @@ async def _gateway(
     _watch_process(settings, metrics, stack)
     crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
     items = {**built.items, REGISTRY_KEY.name: registry, CROWD_KEY.name: crowd}
+    profile = items.get(PROFILE_KEY.name)
+    speed = DecodeSpeed()
+    if isinstance(profile, Profile):  # its measured constants, where the operator set none
+        speed = DecodeSpeed(seconds_per_token=profile.seconds_per_token)
+        if "answer_reserve" not in settings.model_fields_set:
+            settings = settings.model_copy(update={"answer_reserve": profile.answer_reserve})
     return Gateway(
         settings=settings,
+        speed=speed,
         engine=active,
         registry=registry,
         resources=Resources(items=items),

@@ -3,7 +3,7 @@
 ``thinkgate serve [--model DIR_OR_ID] [--host H] [--port P] ...``: every setting has a
 flag (``--max-model-len``), a ``THINKGATE_*`` variable, and a default; flags win.
 ``thinkgate replica [--model ...] [vLLM server args]``: vLLM's own OpenAI server with our
-processors (``engines.local.replica``). Other subcommands (``testbed``, ``calibrate``,
+processors (``engines.local.replica``). Other subcommands (``testbed``, ``calibrate``, ``fit``,
 ``train-predictor``, ``bench``, ``gpu-check``, ``keys``) are
 "module:function" entries taking argv; a tool that is not installed is a clean error.
 """
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 TOOLS: dict[str, str] = {
     "testbed": "testbed.cli:main",
     "calibrate": "server.calibrate.cli:main",
+    "fit": "server.calibrate.fit:main",
     "train-predictor": "testbed.predictor_cli:main",
     "bench": "benchmarks.cli:main",
     "replica": "engines.local.replica:main",

@@ -212,6 +212,11 @@ class Settings(HttpSettings):
     """Calibrated plans of ``auto`` (JSON from ``thinkgate calibrate auto``); None: the
     testbed table shipped in ``strategies/auto_tables/``, attached only in front of its
     model; ``none``: no table (``auto`` plans by its documented rule)."""
+    profile: str | None = None
+    """A profile directory from ``thinkgate fit``: ``auto``'s table (in place of
+    ``auto_table``), the answer's measured length (``answer_reserve``, unless set) and the
+    decode speed a deadline starts from; refused at start in front of another model or
+    tokenizer than it was fitted on."""
     pets_table: str | None = None
     """PETS online allocation table (JSON from ``thinkgate calibrate pets``); None: the
     testbed table shipped in ``strategies/pets/tables/``; ``none``: no table (the
@@ -383,6 +388,12 @@ class Settings(HttpSettings):
     @classmethod
     def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return checked_urls(value)
+
+    @model_validator(mode="after")
+    def _one_table(self) -> Settings:
+        if self.profile is not None and self.auto_table is not None:
+            raise ValueError("profile carries auto's table: set profile or auto_table, not both")
+        return self
 
     @model_validator(mode="after")
     def _engine_needs(self) -> Settings:

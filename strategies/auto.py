@@ -69,6 +69,15 @@ class PlanRow:
     # Calibration questions behind this row (0: the table's ``questions``); rows measured
     # again on more questions say so.
     questions: int = 0
+    # The 95% interval of ``accuracy`` over those questions (Wilson), where measured.
+    low: float | None = None
+    high: float | None = None
+
+    def label(self) -> str:
+        """The row as ``thinkgate.auto`` names it."""
+        where = "" if self.deadline_s is None else f" @{self.deadline_s:g}s x{self.clients}"
+        t = "" if self.thinking is None else f" t={self.thinking}"
+        return f"{self.strategy}@{self.samples}{t}{where}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,12 +87,15 @@ class AutoTable:
     model: str
     rows: tuple[PlanRow, ...]
     questions: int = 0
+    profile: str | None = None  # the profile it belongs to (``strategies.profile``)
 
     @classmethod
-    def load(cls, path: Path) -> AutoTable:
+    def load(cls, path: Path, profile: str | None = None) -> AutoTable:
         data = json.loads(path.read_text())
         rows = tuple(PlanRow(**r) for r in data["rows"])
-        return cls(model=data["model"], rows=rows, questions=int(data.get("questions", 0)))
+        return cls(
+            model=data["model"], rows=rows, questions=int(data.get("questions", 0)), profile=profile
+        )
 
     def as_json(self) -> dict[str, JSON]:
         return {
@@ -100,6 +112,7 @@ class AutoTable:
                     **({} if r.deadline_s is None else {"deadline_s": r.deadline_s}),
                     **({} if r.clients == 1 else {"clients": r.clients}),
                     **({} if r.questions == 0 else {"questions": r.questions}),
+                    **({} if r.low is None else {"low": r.low, "high": r.high}),
                 }
                 for r in self.rows
             ],
@@ -130,9 +143,17 @@ class Plan:
     source: str  # "table" or "rule"
     expected_accuracy: float | None = None
     reason: str = ""
+    row: str | None = None  # the table row chosen (``PlanRow.label``)
+    profile: str | None = None  # the profile whose table it is
 
     def info(self) -> dict[str, JSON]:
+        where: dict[str, JSON] = {}
+        if self.row is not None:
+            where["row"] = self.row
+        if self.profile is not None:
+            where["profile"] = self.profile
         return {
+            **where,
             "strategy": self.strategy,
             "samples": self.samples,
             "thinking": self.thinking,
@@ -246,6 +267,8 @@ def table_plan(table: AutoTable, m: Means) -> Plan | None:
         source="table",
         expected_accuracy=best.accuracy,
         reason=reason,
+        row=best.label(),
+        profile=table.profile,
     )
 
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from server.calibrate.questions import Question
 from strategies.answers import equivalent
 
 
@@ -86,12 +85,34 @@ class Outcome:
     seconds: float
     late: bool = False  # the last byte after the client's timeout (counted as no answer)
     error: str | None = None  # the HTTP status of a refused request
+    answer: str | None = None  # the answer read from the reply
+    reasoning_tokens: int = 0  # of ``tokens``, those spent thinking
 
 
 def _chat(q: Asked) -> list[dict[str, str]]:
-    if isinstance(q, Question):
-        return q.chat()
+    chat = getattr(q, "chat", None)
+    if callable(chat):  # a calibration or workload question: its whole conversation
+        messages: list[dict[str, str]] = chat()
+        return messages
     return [{"role": "user", "content": q.prompt}]
+
+
+def _graded(q: Asked, content: str, stated: object) -> tuple[bool, str | None]:
+    """Whether the reply is right, and the answer read from it: by the question's own
+    grader where it has one (a workload question), else as the vote reads answers."""
+    grader = getattr(q, "grader", None)
+    if grader is not None:
+        read = grader.read(content, stated if isinstance(stated, str) else None)
+        expected = q.answer
+        return (
+            read is not None and isinstance(expected, str) and grader.same(read, expected)
+        ), read
+    answer = stated if isinstance(stated, str) else None
+    if answer is None:
+        from strategies.answers import extract_answer
+
+        answer = extract_answer(content)
+    return answer is not None and equivalent(answer, str(q.answer)), answer
 
 
 async def ask(
@@ -129,13 +150,17 @@ async def ask(
         return Outcome(False, False, 0, time.perf_counter() - t0, error=f"{exc.status_code}")
     seconds = time.perf_counter() - t0
     info = r.choices[0].model_extra.get("thinkgate") or {}
-    answer = info.get("answer")
-    if not isinstance(answer, str):
-        from strategies.answers import extract_answer
-
-        answer = extract_answer(r.choices[0].message.content or "")
-    right = answer is not None and equivalent(answer, str(q.answer))
-    return Outcome(right, answer is not None, r.usage.completion_tokens, seconds)
+    right, answer = _graded(q, r.choices[0].message.content or "", info.get("answer"))
+    details = getattr(r.usage, "completion_tokens_details", None)  # absent: a plain server
+    thought = (details.reasoning_tokens if details is not None else None) or 0
+    return Outcome(
+        right,
+        answer is not None,
+        r.usage.completion_tokens,
+        seconds,
+        answer=answer,
+        reasoning_tokens=thought,
+    )
 
 
 async def ask_all(

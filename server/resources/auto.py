@@ -4,7 +4,8 @@ The ``auto_table`` setting names the file (``--auto-table FILE``); unset, the te
 shipped in ``strategies/auto_tables/`` is used, in front of the testbed model only (a
 table calibrated on one model says nothing about another: ``auto`` then plans by its
 rule, and the log says so); ``none`` turns the table off. A named file that is missing or
-does not parse fails start-up.
+does not parse fails start-up. A profile (``--profile DIR``, ``thinkgate fit``) brings
+its own table, and is refused in front of another model than it was fitted on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from core.engine import ServedModel
 from server.resources.pets import made_for_served
 from server.settings import Settings
 from strategies.auto import DEFAULT_TABLE, TABLE_KEY, AutoTable
+from strategies.profile import PROFILE_KEY, Profile
 
 log = structlog.get_logger("thinkgate.auto")
 
@@ -26,6 +28,11 @@ log = structlog.get_logger("thinkgate.auto")
 async def auto_resources(
     settings: Settings, served: ServedModel, stack: AsyncExitStack
 ) -> Attached:
+    if settings.profile is not None:
+        profile = Profile.load(Path(settings.profile))
+        profile.check(served.model_name, served.tokens)  # another model's: start refused
+        log.info("auto.profile.loaded", profile=profile.name, plans=len(profile.table.rows))
+        return {TABLE_KEY: profile.table, PROFILE_KEY: profile}
     value = settings.auto_table
     if value is not None and value.strip().lower() in ("", "none"):
         log.info("auto.table.disabled", fallback="rule")

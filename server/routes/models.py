@@ -16,6 +16,7 @@ from server import presets
 from server.errors import response_headers
 from server.gateway import Gateway, gateway
 from server.routes.guard import AUTHORIZED
+from strategies.profile import PROFILE_KEY, tokenizer_fingerprint
 
 router = APIRouter(dependencies=[AUTHORIZED])
 
@@ -33,7 +34,18 @@ def _model(gw: Gateway) -> dict[str, object]:
         "max_model_len": gw.engine.max_model_len,
         "max_input_tokens": gw.engine.max_model_len,
         "strategies": gw.registry.names(),
+        # What a profile is fitted on and checked against (``thinkgate fit``).
+        "tokenizer_fingerprint": tokenizer_fingerprint(gw.engine.tokens),
+        **_profile(gw),
     }
+
+
+def _profile(gw: Gateway) -> dict[str, object]:
+    """The profile the planners run on (``thinkgate serve --profile``), where one is."""
+    profile = gw.resources.get(PROFILE_KEY)
+    if profile is None:
+        return {}
+    return {"profile": {"name": profile.name, "tokenizer": profile.tokenizer}}
 
 
 def _json(request: Request, body: object) -> Response:
