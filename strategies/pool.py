@@ -282,7 +282,7 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
                     finish_reason=delta.finish_reason,
                     cumulative_logprob=delta.cumulative_logprob,
                     stop_reason=delta.stop_reason,
-                    confidences=None if i in bare or i not in confs else tuple(confs[i]),
+                    confidences=_confidences(i, ids[i], bare, confs),
                     logprobs=tuple(lps.get(i, ())) if delta.logprobs is not None else None,
                 )
                 sample: dict[str, JSON] = {
@@ -459,3 +459,14 @@ def final_event(
         "sample_rewards": [_round(r) for r in rewards] if rewards is not None else None,
     }
     return Result(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)
+
+
+def _confidences(
+    i: int, ids: Sequence[int] | None, bare: set[int], confs: dict[int, list[float]]
+) -> tuple[float, ...] | None:
+    """A finished sample's confidences: None when tokens came without them (the engine
+    did not report them), empty for a sample with no tokens at all (a deadline ended it
+    before its first)."""
+    if i in bare or (i not in confs and ids):
+        return None
+    return tuple(confs.get(i, ()))

@@ -232,13 +232,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.judge:
             from server.calibrate.judge import judging
+            from strategies.profile import Profile, ProfileError
+
+            try:
+                Profile.load(args.out)  # before a server starts on it
+            except ProfileError as exc:
+                raise FitError(f"--judge needs a fitted profile in --out: {exc}") from exc
 
             with serving(args, profile=args.out) as url:
                 print(asyncio.run(judging(client_of(url, args.api_key), args, workload)))
             return 0
         with serving(args, profile=None) as url:
             fitted = asyncio.run(fitting(client_of(url, args.api_key), args, workload))
-    except FitError as exc:
+    except RuntimeError as exc:  # FitError, or a server that would not start (its log named)
         print(f"thinkgate fit: {exc}", file=sys.stderr)
         return 2
     write(args.out, fitted)

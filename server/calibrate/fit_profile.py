@@ -158,7 +158,12 @@ def report(f: Fitted, plotted: bool) -> str:
             f"{r['questions']} |"
         )
     if f.left_out:
-        lines += ["", "Left out for time: " + ", ".join(f"`{c.key}`" for c in f.left_out)]
+        lines += [
+            "",
+            f"Left out for time: {len(f.left_out)} cells, the least informative ones "
+            "(`fit.left_out_for_time` in profile.json names them): more `--minutes` "
+            "measures them.",
+        ]
     if f.refused:
         lines += [
             "",

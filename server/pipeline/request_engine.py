@@ -358,7 +358,7 @@ async def _collect(deltas: AsyncGenerator[SampleDelta, None]) -> list[Sample]:
                     finish_reason=d.finish_reason,
                     cumulative_logprob=d.cumulative_logprob,
                     stop_reason=d.stop_reason,
-                    confidences=None if i in bare or i not in confs else tuple(confs[i]),
+                    confidences=_confidences(i, ids.get(i), bare, confs),
                     logprobs=tuple(lps[i]) if i in lps else None,
                 )
     return [done[i] for i in sorted(done)]
@@ -419,3 +419,14 @@ def unanswered(spent: BudgetSpent) -> Result:
         usage=Usage(prompt_tokens=0, completion_tokens=0, reasoning_tokens=0),
         samples=0,
     )
+
+
+def _confidences(
+    i: int, ids: Sequence[int] | None, bare: set[int], confs: dict[int, list[float]]
+) -> tuple[float, ...] | None:
+    """A finished sample's confidences: None when tokens came without them (the engine
+    did not report them), empty for a sample with no tokens at all (a deadline ended it
+    before its first)."""
+    if i in bare or (i not in confs and ids):
+        return None
+    return tuple(confs.get(i, ()))

@@ -323,3 +323,12 @@ async def test_the_judgment_runs_the_test_part_once_and_marks_a_second_look(
             assert c["auto_minus_plan"][0] == 0.0
     assert all(v["non_inferior"] for v in e["at_each_budget"])
     assert "## Judgment" in (args.out / "report.md").read_text()
+
+
+def test_judge_without_a_profile_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _file(tmp_path, *_sums(4))
+    argv = ["--workload", str(path), "--out", str(tmp_path / "none"), "--judge"]
+    assert fit.main(argv) == 2
+    assert "--judge needs a fitted profile in --out" in capsys.readouterr().err

@@ -458,3 +458,25 @@ async def test_the_same_traces_vote_the_same_under_any_schedule(
     assert traces(by_load) == traces(by_fixed)
     assert by_load["usage"] == by_fixed["usage"]
     assert by_load["choices"][0]["message"] == by_fixed["choices"][0]["message"]
+
+
+async def test_a_trace_cut_before_its_first_token_weighs_nothing(
+    scripted_app: Any, testbed_tokens: Any
+) -> None:
+    """A deadline can end a trace before it drew a token: it has no confidences because
+    it has no tokens, not because the engine failed to report them (a 500 before)."""
+    tokens = testbed_tokens
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        n = request.sampling.n
+        empty = Sample(index=n - 1, token_ids=(), finish_reason="length", confidences=None)
+        return [*(_trace(tokens, 7, [5.0], i) for i in range(n - 1)), empty]
+
+    async with scripted_app(handler, processors=DEEPCONF) as app:
+        body = _chat(app.model, warmup=2, round_size=2)
+        headers = {"X-Strategy": "deepconf", "X-Budget-Samples": "4"}
+        r = await app.client.post("/v1/chat/completions", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert "boxed{7}" in out["choices"][0]["message"]["content"]
+    assert 0.0 in out["thinkgate"]["sample_confidences"]  # the empty trace

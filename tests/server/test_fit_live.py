@@ -1,0 +1,56 @@
+"""``thinkgate fit`` as docs/fit.md writes it, on the testbed with its defaults (the
+default model at its default context, a server the command starts and stops): a small
+workload fitted in ``--minutes 2``, then judged once on a few test questions by a server
+the command starts with ``--profile``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.defaults import CALIBRATION_QUESTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_fit_then_judge_on_the_testbed(tmp_path: Path) -> None:
+    workload = tmp_path / "small.jsonl"
+    workload.write_text("\n".join(CALIBRATION_QUESTIONS.read_text().splitlines()[:24]) + "\n")
+    out = tmp_path / "profile"
+    env = {k: v for k, v in os.environ.items() if k != "THINKGATE_MAX_MODEL_LEN"}
+    fit = [sys.executable, "-m", "server.cli", "fit", "--workload", str(workload)]
+    fit += ["--out", str(out)]
+    done = subprocess.run(
+        [*fit, "--minutes", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["model"] == "testbed-base" and doc["fit"]["took_s"] < 2 * 60 + 60
+    fit_ids, test_ids = doc["split"]["fit_ids"], doc["split"]["test_ids"]
+    assert len(fit_ids) + len(test_ids) == 24 and not set(fit_ids) & set(test_ids)
+    table = json.loads((out / "auto-table.json").read_text())
+    assert table["rows"] and all(
+        r["questions"] == doc["fit"]["questions_per_row"] for r in table["rows"]
+    )
+    assert 1 <= doc["constants"]["answer_reserve"] < 64
+    assert (out / "accuracy.png").stat().st_size > 0
+    judged = subprocess.run(
+        [*fit, "--judge", "--limit", "4", "--ceilings", "300"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert judged.returncode == 0, judged.stderr[-3000:]
+    entry = json.loads((out / "judgments.json").read_text())[0]
+    assert entry["questions"] == 4 and not entry["second_look"]
+    assert any(c["plan"] == "auto" for c in entry["cells"])
+    assert "## Judgment" in (out / "report.md").read_text()
