@@ -43,6 +43,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "search-peers": ("benchmarks.search_peers", "PRM search vs its_hub's, same engine and PRM"),
     "http-clients": ("benchmarks.http_clients", "client CPU per call: httpx vs aiohttp"),
     "budgets": ("benchmarks.budgets", "deadlines and token ceilings held; auto vs fixed plans"),
+    "fit": ("benchmarks.fit", "thinkgate fit on a mixed workload, then its one judgment"),
     "batches": ("benchmarks.batches", "Batch API: two gateways on PostgreSQL, one killed"),
     "tenants": ("benchmarks.tenants", "one tenant's SC@32 flood beside another's plain requests"),
     "live-view": ("benchmarks.live_view", "the /ui live view in headless Chromium: render times"),

@@ -204,6 +204,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ceilings", type=_ints, default=(300, 1000), help="--judge: token ceilings to judge at"
     )
+    p.add_argument(
+        "--judge-plans",
+        type=int,
+        default=None,
+        help="--judge: the fit's N best fixed plans per budget (default: every one measured)",
+    )
     return p
 
 

@@ -57,18 +57,21 @@ class Budget:
         return f"{self.deadline_s:g} s" if self.deadline_s is not None else f"{self.tokens} tokens"
 
 
-def budgets(profile: Profile, ceilings: Sequence[int]) -> list[tuple[Budget, list[PlanRow]]]:
-    """Each budget with the fixed plans the table measured for it, best first."""
+def budgets(
+    profile: Profile, ceilings: Sequence[int], best: int | None = None
+) -> list[tuple[Budget, list[PlanRow]]]:
+    """Each budget with the fixed plans the table measured for it, best first (the
+    ``best`` first of them, where given: a judgment's time bound)."""
     out: list[tuple[Budget, list[PlanRow]]] = []
     alone = [r for r in profile.table.rows if r.deadline_s is not None and r.clients == 1]
     for d in sorted({r.deadline_s for r in alone if r.deadline_s is not None}):
         rows = sorted((r for r in alone if r.deadline_s == d), key=lambda r: -r.accuracy)
-        out.append((Budget(d, None), rows))
+        out.append((Budget(d, None), rows[:best]))
     free = [r for r in profile.table.rows if r.deadline_s is None]
     for t in ceilings:
         rows = sorted((r for r in free if r.tokens * 1.2 <= t), key=lambda r: -r.accuracy)
         if rows:
-            out.append((Budget(None, t), rows))
+            out.append((Budget(None, t), rows[:best]))
     return out
 
 
@@ -92,7 +95,7 @@ async def judging(client: Any, args: argparse.Namespace, workload: Workload) -> 
         raise FitError("the workload is not the one the profile was fitted on")
     test_ids = set(doc["split"]["test_ids"])
     test = [q for q in workload.questions if q.id in test_ids][: args.limit]
-    plan = budgets(profile, args.ceilings)
+    plan = budgets(profile, args.ceilings, args.judge_plans)
     print(f"rule: {RULE}", file=sys.stderr)
     from server.calibrate.fit import served
 
