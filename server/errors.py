@@ -95,7 +95,7 @@ def error_response(request: Request, err: GatewayError) -> Response:
         path=request.url.path,
         type=type(err).__name__,
         param=err.param,
-        message=err.message,
+        message=loggable(err, gw is not None and gw.settings.log_content),
     )
     if request.url.path.startswith(messages_errors.PATH):  # and /v1/messages/count_tokens
         body: object = messages_errors.envelope(err, request_id(request))
@@ -148,6 +148,15 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     # it is counted as streams that lose their client are: status 499.
     _record(request, "499", path=request.url.path, reason="client_gone")
     return Response(status_code=499, headers=response_headers(request))
+
+
+def loggable(err: GatewayError, log_content: bool) -> str:
+    """What the log keeps of an error's message. A refusal of the request (4xx) may quote
+    it (a field's value, a tool's text, a file's line): only with ``log_content``; a
+    server error (5xx) is the server's own words."""
+    if err.status >= 500 or log_content:
+        return err.message
+    return f"({len(err.message)} characters: logged with --log-content)"
 
 
 def _record(request: Request, status: str, *, error: bool = False, **detail: object) -> None:

@@ -43,6 +43,10 @@ class HttpSettings(BaseSettings):
     (rates, budgets, body and prompt sizes); read again when it changes, so keys are
     added and revoked without a restart (docs/tenants.md). The plain ``api_keys`` keep
     working, each key a tenant of its own."""
+    metrics_key: str | None = Field(default=None, repr=False)
+    """A key that reads ``/metrics`` only (a Prometheus scraper's ``authorization``
+    credentials). With API keys set, ``/metrics`` (which names tenants and their usage)
+    answers a tenant's key or this one, else 401; without keys it is open."""
     log_content: bool = False
     """Put prompt and answer text in the logs (debugging only); off, no prompt, answer
     or key text is ever logged."""

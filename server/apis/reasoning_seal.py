@@ -19,10 +19,12 @@ fleet sets the same), else 32 random bytes kept in ``<state dir>/reasoning.key``
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Final, Literal
 
@@ -56,10 +58,24 @@ class Seal:
         path = directory / KEY_FILE
         if not path.exists():
             directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-        return cls(path.read_bytes())
+            # Written whole under a private name, then linked into place: a link fails
+            # when the name exists, so of two processes starting on one state directory
+            # one key wins, and neither ever reads a key half written.
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".reasoning-key-")
+            try:
+                with os.fdopen(fd, "wb") as f:  # mkstemp's file is 0600
+                    f.write(secrets.token_bytes(32))
+                    f.flush()
+                    os.fsync(f.fileno())
+                # Another process made it first: its key is the key.
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise ValueError(f"{path} holds {len(key)} bytes, a reasoning key is 32")
+        return cls(key)
 
     def seal(self, text: str, kind: Kind) -> str:
         nonce = secrets.token_bytes(12)

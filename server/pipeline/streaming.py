@@ -44,6 +44,7 @@ from core.base import ChoiceDelta, LogprobEntry, Progress, Result, StrategyEvent
 from core.errors import BackendError, BackendUnavailable, GatewayError
 from server.apis.openai import render, sse
 from server.apis.openai.render import Body, Envelope
+from server.errors import loggable
 from server.gateway import Gateway
 from server.process.metrics import record_end
 
@@ -393,7 +394,8 @@ async def sse_body(
         err = _as_gateway_error(exc)
         status = str(err.status)
         gw.metrics.aborted.labels("shutdown" if err.code == "shutting_down" else "error").inc()
-        log.error("stream.error", request_id=request_id, status=err.status, message=err.message)
+        message = loggable(err, gw.settings.log_content)
+        log.error("stream.error", request_id=request_id, status=err.status, message=message)
         yield run.encoder.error(err)
     finally:
         on_end(result)  # the tenant is billed the result's usage

@@ -39,7 +39,7 @@ def authorize(conn: HTTPConnection, keys: Keyring) -> Tenant:
             raise Unauthorized(f"tenant {batch_tenant!r} is no longer in the keys")
         tenant = found
     else:
-        tenant = keys.identify(_presented(conn))
+        tenant = keys.identify(presented(conn))
     setattr(conn.state, _AUTHORIZED, tenant)
     conn.state.tenant = tenant.name
     structlog.contextvars.bind_contextvars(tenant=tenant.name)
@@ -66,10 +66,10 @@ def api_key(conn: HTTPConnection, keys: Keyring) -> str | None:
     """The request's API key once ``authorize`` passed it (None: no keys configured)."""
     if not keys.enabled:
         return None
-    return _presented(conn)
+    return presented(conn)
 
 
-def _presented(conn: HTTPConnection) -> str:
+def presented(conn: HTTPConnection) -> str:
     """The key a request presents (Bearer, Basic's password, or ``x-api-key``), or ""."""
     if "authorization" not in conn.headers and (key := conn.headers.get("x-api-key")):
         return key.strip()  # Anthropic's own header, which its SDK and curl examples send

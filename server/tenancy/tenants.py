@@ -197,7 +197,8 @@ def plain_keys(keys: tuple[str, ...]) -> KeyTable:
 
 class Keyring:
     """The server's keys: the plain list and the keys file, the file read again when it
-    changes on disk (``identify`` checks, one ``stat`` per request)."""
+    changes on disk (``identify`` checks, one ``stat`` per request). Deleting the file
+    revokes its keys; a file that does not parse keeps the last good table."""
 
     def __init__(self, *, plain: tuple[str, ...] = (), path: Path | None = None) -> None:
         self._plain = plain_keys(plain)
@@ -245,6 +246,11 @@ class Keyring:
             if self._stamp is not None:  # logged once, not on every request
                 self._stamp = None
                 self._failed(f"cannot read: {exc.strerror}")
+                if isinstance(exc, FileNotFoundError):
+                    # Deleted: its keys are revoked (failing closed). A file that is only
+                    # unreadable for a moment keeps its last table instead.
+                    self._file = KeyTable()
+                    log.warning("keys.revoked", path=str(self._path), why="file deleted")
             return
         if stamp == self._stamp:
             return

@@ -136,3 +136,38 @@ async def test_anthropics_x_api_key_is_a_key(
         assert bad.status_code == 401
         none = await app.client.post("/v1/messages", json=body)
         assert none.status_code == 401
+
+
+async def test_metrics_are_behind_the_keys_when_there_are_keys(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    keys = {"api_keys": ("alice",), "metrics_key": "scraper"}
+    async with scripted_app(_handler(testbed_tokens), **keys) as app:
+        assert (await app.client.get("/metrics")).status_code == 401
+        wrong = {"Authorization": "Bearer mallory"}
+        assert (await app.client.get("/metrics", headers=wrong)).status_code == 401
+        for key in ("alice", "scraper"):
+            ok = await app.client.get("/metrics", headers={"Authorization": f"Bearer {key}"})
+            assert ok.status_code == 200 and "thinkgate_" in ok.text
+        # The scraper's key reads the metrics only.
+        chat = {"model": app.model, "messages": [{"role": "user", "content": "1+1"}]}
+        scraper = {"Authorization": "Bearer scraper"}
+        assert (await app.client.post(CHAT, json=chat, headers=scraper)).status_code == 401
+    async with scripted_app(_handler(testbed_tokens)) as app:  # no keys: open, as before
+        assert (await app.client.get("/metrics")).status_code == 200
+
+
+def test_processes_starting_together_agree_on_one_reasoning_key(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from server.apis.reasoning_seal import KEY_FILE, Seal
+
+    for attempt in range(20):
+        directory = tmp_path / f"state-{attempt}"
+        with ThreadPoolExecutor(8) as pool:
+            seals = list(pool.map(Seal.from_state_dir, [directory] * 8))
+        sealed = seals[0].seal("a thought", "reasoning")
+        assert all(s.open(sealed, "reasoning", param="p") == "a thought" for s in seals)
+        assert len((directory / KEY_FILE).read_bytes()) == 32
+        assert [p.name for p in directory.iterdir()] == [KEY_FILE]  # no temporary left
+        assert (directory / KEY_FILE).stat().st_mode & 0o777 == 0o600

@@ -75,10 +75,13 @@ def test_the_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("[tenants.broken")  # a broken edit keeps the last good table
     assert keys.identify("tg-new").name == "gamma"
     assert keys.reload_failures == 1
-    os.remove(path)  # gone: the last good table stays, the failure logged once
-    assert keys.identify(KEY_A).name == "alpha"
-    assert keys.identify(KEY_A).name == "alpha"
+    os.remove(path)  # deleted: its keys are revoked, the failure logged once
+    for _ in range(2):
+        with pytest.raises(Unauthorized):
+            keys.identify(KEY_A)
     assert keys.reload_failures == 2
+    path.write_text(_file(("alpha", KEY_A, "")))  # back: admitted again
+    assert keys.identify(KEY_A).name == "alpha"
 
 
 def test_a_keys_file_that_does_not_parse_stops_the_start(tmp_path: Path) -> None:

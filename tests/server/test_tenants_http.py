@@ -214,6 +214,7 @@ def test_the_tokens_billed_are_the_sum_of_the_responses_usage_streams_included(
 
 
 MARK = "9*8*7*6*5*4*3*2"  # in the testbed vocabulary: decoded as sent
+STRATEGY_MARK = "no-such-strategy-5150"  # a 400's message quotes it
 
 
 def _logged(server: Server, tenant: str, key: str | None = None) -> list[dict[str, Any]]:
@@ -225,6 +226,12 @@ def _logged(server: Server, tenant: str, key: str | None = None) -> list[dict[st
         client.chat.completions.create(model="testbed-base", messages=marked, max_tokens=20)
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model="testbed-base", messages=marked, max_tokens=10**6)
+        with pytest.raises(openai.BadRequestError, match=STRATEGY_MARK):  # quoted back
+            client.chat.completions.create(
+                model="testbed-base",
+                messages=marked,
+                extra_headers={"X-Strategy": STRATEGY_MARK},
+            )
         with pytest.raises(openai.AuthenticationError):
             ask(server.client(tenant, key=f"{KEYS[tenant]}-WRONG"))
     return events
@@ -234,9 +241,10 @@ def test_no_key_prompt_or_answer_text_in_the_logs(server: Server) -> None:
     events = _logged(server, "beta")
     text = repr(events)
     assert MARK not in text and KEYS["beta"] not in text and "boxed" not in text
+    assert STRATEGY_MARK not in text  # a refusal's message quotes the request: not logged
     ends = [e for e in events if e["event"] == "request.end"]
-    assert [e["status"] for e in ends] == ["200", "400", "401"]
-    assert [e.get("tenant") for e in ends] == ["beta", "beta", None]
+    assert [e["status"] for e in ends] == ["200", "400", "400", "401"]
+    assert [e.get("tenant") for e in ends] == ["beta", "beta", "beta", None]
 
 
 def test_log_content_puts_the_prompt_and_answer_in_the_log(
@@ -261,4 +269,5 @@ def test_log_content_puts_the_prompt_and_answer_in_the_log(
         events = _logged(Server(f"http://127.0.0.1:{port}", keys), "beta")
     (content,) = [e for e in events if e["event"] == "request.content"]
     assert MARK in content["prompts"][0] and content["answers"] == ["\\boxed{3}"]
+    assert STRATEGY_MARK in repr(events)  # the refusal's message too
     assert KEYS["beta"] not in repr(events)  # a key never, even then
