@@ -175,7 +175,8 @@ def _pct(values: Sequence[float], q: float) -> float:
 
 def _billed(url: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+    auth = {"Authorization": f"Bearer {KEY_B}"}  # behind the keys: a tenant's key reads it
+    for line in httpx.get(f"{url}/metrics", headers=auth, timeout=10).text.splitlines():
         if line.startswith("thinkgate_tenant_tokens_total{") and 'kind="completion"' in line:
             tenant = line.split('tenant="')[1].split('"')[0]
             out[tenant] = float(line.rsplit(" ", 1)[1])

@@ -50,7 +50,9 @@ class Server:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or KEYS[tenant], max_retries=0)
 
     def metric(self, name: str, **labels: str) -> float:
-        text = httpx.get(f"{self.url}/metrics").text
+        # Behind the keys, as every route is when there are keys: any tenant's key reads it.
+        auth = {"Authorization": f"Bearer {next(iter(KEYS.values()))}"}
+        text = httpx.get(f"{self.url}/metrics", headers=auth).text
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for line in text.splitlines():
             if line.startswith(f"{name}{{{want}}} "):
