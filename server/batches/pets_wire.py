@@ -17,10 +17,28 @@ from dataclasses import replace
 from core.base import JSON
 from core.engine import ModelTokens, SamplingConfig
 from core.errors import InvalidBudget, InvalidRequest
+from server.apis.openai import sdk_fields
+from server.apis.openai.protocol import ChatCompletionRequest
+from server.apis.openai.validation import validate
 from server.batches.pets.input import MAX_TOTAL_BUDGET, BatchOptions, BatchQuestion
 from server.batches.pets.job import BatchView
 from server.batches.pets.result import QuestionOutcome
 from strategies.reasoning import thinking_open_after
+
+
+def checked_body(body: object, n: int) -> ChatCompletionRequest:
+    """Line ``n``'s body checked as ``/v1/chat/completions`` checks a request (the same
+    model, the same refusals): a 400 naming the line and the field, at submission."""
+    try:
+        if not isinstance(body, dict):
+            raise InvalidRequest("must be a JSON object")
+        checked = validate(ChatCompletionRequest, {"model": "-", **body})
+        checked.refuse_unsupported()
+        sdk_fields.refuse_decided(sdk_fields.CHAT, checked.model_extra or {})
+    except InvalidRequest as exc:
+        where = f"line {n}: body.{exc.message}" if exc.param else f"line {n}: body: {exc.message}"
+        raise InvalidRequest(where, param="input") from None
+    return checked
 
 
 def parse_lines(
@@ -28,9 +46,9 @@ def parse_lines(
 ) -> list[BatchQuestion]:
     """Questions of a JSONL body: ``{"custom_id": ..., "body": {"messages": [...], ...}}``.
 
-    ``body`` may set ``temperature``, ``top_p``, ``max_tokens`` (or
-    ``max_completion_tokens``) and ``seed``; other body fields are ignored. Raises
-    ``InvalidRequest`` naming the line.
+    ``body`` is checked as the chat route checks a request (``checked_body``); its
+    ``temperature``, ``top_p``, ``max_tokens`` (or ``max_completion_tokens``) and
+    ``seed`` are used, other fields are not. Raises ``InvalidRequest`` naming the line.
     """
     out: list[BatchQuestion] = []
     seen: set[str] = set()
@@ -49,26 +67,22 @@ def parse_lines(
         if custom_id in seen:
             raise InvalidRequest(f"line {n}: duplicate custom_id {custom_id!r}", param="input")
         seen.add(custom_id)
+        checked = checked_body(body, n)
         try:
             ids = tuple(tokens.render_chat(messages))
         except Exception as exc:  # the chat template refused these messages
             raise InvalidRequest(f"line {n}: bad messages ({exc})", param="input") from exc
         sampling = defaults
-        try:
-            if "temperature" in body:
-                sampling = replace(sampling, temperature=float(body["temperature"]))
-            if "top_p" in body:
-                sampling = replace(sampling, top_p=float(body["top_p"]))
-        except (TypeError, ValueError) as exc:
-            raise InvalidRequest(f"line {n}: bad sampling field ({exc})", param="input") from exc
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if checked.temperature is not None:
+            sampling = replace(sampling, temperature=checked.temperature)
+        if checked.top_p is not None:
+            sampling = replace(sampling, top_p=checked.top_p)
+        limit = checked.max_completion_tokens or checked.max_tokens
         if limit is not None:
-            if not isinstance(limit, int) or limit < 1:
-                raise InvalidRequest(f"line {n}: max_tokens must be >= 1", param="input")
             cap = defaults.max_tokens
             sampling = replace(sampling, max_tokens=min(limit, cap) if cap else limit)
-        if "seed" in body:
-            sampling = replace(sampling, seed=int(body["seed"]))
+        if checked.seed is not None:
+            sampling = replace(sampling, seed=checked.seed)
         out.append(
             BatchQuestion(
                 custom_id=custom_id,

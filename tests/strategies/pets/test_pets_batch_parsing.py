@@ -50,6 +50,36 @@ def test_bad_input_is_a_400(text: str, testbed_tokens: Any) -> None:
         parse_lines(text, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"seed": "x"}, "body.seed"),
+        ({"seed": 2**63}, "body.seed"),
+        ({"temperature": -0.5}, "body.temperature"),
+        ({"temperature": float("nan")}, "body.temperature"),
+        ({"temperature": float("inf")}, "body.temperature"),
+        ({"top_p": 0}, "body.top_p"),
+        ({"top_p": float("nan")}, "body.top_p"),
+        ({"max_tokens": True}, "body.max_tokens"),
+        ({"max_completion_tokens": "9"}, "body.max_completion_tokens"),
+        ({"n": 0}, "body.n"),
+        ({"messages": [{"role": "user"}]}, "body.messages"),
+        ({"modalities": ["audio"]}, "body.modalities"),
+        ({"audio": {"voice": "x"}}, "body.audio is not supported"),  # refused online too
+    ],
+)
+def test_every_field_is_checked_as_the_chat_route_checks_it(
+    body: dict[str, object], field: str, testbed_tokens: Any
+) -> None:
+    """One validator for the online route and the background lines: a bad field is a
+    400 at submission naming the line and the field, never a 500 in a job later."""
+    text = line("good") + "\n" + line("bad", **body)
+    with pytest.raises(InvalidRequest) as info:
+        parse_lines(text, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
+    assert info.value.message.startswith(f"line 2: {field}"), info.value.message
+    assert info.value.status == 400
+
+
 def test_options_need_exactly_one_budget_and_sane_caps() -> None:
     opts = options_from({"average_budget": "2.5", "cap": "8"}, 10, max_cap=64)
     assert (opts.total_budget, opts.cap) == (25, 8)
