@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from core.base import JSON
@@ -28,12 +29,16 @@ MAX_PAGE: Final = 100
 PURPOSES: Final = ("batch",)
 
 
+UPLOADS: Final = 4  # uploads in progress at once (each spools its file to disk)
+
+
 @dataclass(frozen=True, slots=True)
 class Batches:
     store: BatchStore
     runner: BatchRunner
     max_file_bytes: int
     allocations: PetsAllocations | None = None  # None: allocation batches are refused
+    uploads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(UPLOADS))
 
     async def upload(self, owner: str, purpose: str, filename: str, content: bytes) -> FileRecord:
         if purpose not in PURPOSES:

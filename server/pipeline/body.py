@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from starlette.datastructures import FormData
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message
 
 from core.errors import PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from server.errors import ClientGone
@@ -68,3 +70,50 @@ async def read_body(request: Request, limit: int, *, tenant: Tenant | None = Non
             gw.metrics.aborted.labels("client_disconnect").inc()
         raise ClientGone() from None
     return b"".join(chunks)
+
+
+async def read_form(
+    request: Request, limit: int, *, tenant: Tenant | None = None, max_fields: int = 8
+) -> FormData:
+    """A multipart form of one file (``/v1/files``), bounded while it streams: the bytes
+    counted as they arrive, chunked or not (a 413 at the first byte past ``limit``, or the
+    tenant's ``max_body_bytes`` if lower, before the rest is spooled to disk), and the
+    whole form due within ``body_read_timeout_s`` (a 408). Close it when done."""
+    gw = getattr(request.app.state, "gateway", None)
+    timeout = gw.settings.body_read_timeout_s if gw is not None else None
+    whose, owner = "the limit", None
+    if tenant is not None and (own := tenant.limits.max_body_bytes) is not None and own < limit:
+        limit, whose, owner = own, f"tenant {tenant.name!r}'s limit", tenant.name
+
+    def too_large(message: str) -> PayloadTooLarge:
+        if owner is not None and gw is not None:
+            gw.metrics.tenant_rejected(owner, "max_body_bytes")
+        return PayloadTooLarge(message)
+
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(f"the upload is {declared} bytes; {whose} is {limit}")
+    received = 0
+    receive = request.receive
+
+    async def counted() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise too_large(f"the upload exceeds {whose} of {limit} bytes")
+        return message
+
+    bounded = Request(request.scope, counted)
+    try:
+        async with asyncio.timeout(timeout):
+            return await bounded.form(max_files=1, max_fields=max_fields)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the upload did not arrive within {timeout} s ({received} bytes came)"
+        ) from None
+    except ClientDisconnect:
+        if gw is not None:
+            gw.metrics.aborted.labels("client_disconnect").inc()
+        raise ClientGone() from None

@@ -10,12 +10,12 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge
+from core.errors import BackendUnavailable, GatewayError, InvalidRequest, Overloaded
 from server.apis.openai.validation import validate_json
-from server.batches.service import Batches, listed, page_limit
+from server.batches.service import UPLOADS, Batches, listed, page_limit
 from server.errors import response_headers
 from server.gateway import gateway
-from server.pipeline.body import read_body
+from server.pipeline.body import read_body, read_form
 from server.routes.guard import AUTHORIZED
 from server.tenancy.auth import tenant_of
 
@@ -41,28 +41,32 @@ def _json(request: Request, body: object) -> Response:
 async def upload(request: Request) -> Response:
     batches, owner = _batches(request)
     limit = batches.max_file_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit + MULTIPART_SLACK:
-        raise PayloadTooLarge(f"the upload is {declared} bytes; a file may be {limit}")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest(
             "send the file as multipart/form-data with fields 'file' and 'purpose'", param="file"
         )
-    try:
-        form = await request.form(max_files=1, max_fields=8)
-    except Exception as exc:  # a malformed multipart body
-        raise InvalidRequest(f"the form cannot be read: {exc}", param="file") from None
-    try:
-        upload = form.get("file")
-        purpose = form.get("purpose")
-        if not isinstance(upload, UploadFile):
-            raise InvalidRequest("the form has no file field 'file'", param="file")
-        if not isinstance(purpose, str):
-            raise InvalidRequest("the form has no field 'purpose'", param="purpose")
-        content = await upload.read(limit + 1)
-        record = await batches.upload(owner, purpose, upload.filename or "", content)
-    finally:
-        await form.close()
+    if batches.uploads.locked():  # each upload spools to disk: a cap on how many at once
+        raise Overloaded(
+            f"{UPLOADS} uploads are in progress; try again shortly", code="rate_limit_exceeded"
+        )
+    async with batches.uploads:
+        try:
+            form = await read_form(request, limit + MULTIPART_SLACK, tenant=tenant_of(request))
+        except GatewayError:
+            raise
+        except Exception as exc:  # a malformed multipart body
+            raise InvalidRequest(f"the form cannot be read: {exc}", param="file") from None
+        try:
+            upload = form.get("file")
+            purpose = form.get("purpose")
+            if not isinstance(upload, UploadFile):
+                raise InvalidRequest("the form has no file field 'file'", param="file")
+            if not isinstance(purpose, str):
+                raise InvalidRequest("the form has no field 'purpose'", param="purpose")
+            content = await upload.read(limit + 1)
+            record = await batches.upload(owner, purpose, upload.filename or "", content)
+        finally:
+            await form.close()
     return _json(request, record.render())
 
 

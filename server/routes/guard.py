@@ -1,8 +1,9 @@
 """What stands before every route: ``ExposureGuard``, the ``Host`` and ``Origin`` rules
 (an ASGI middleware, before routing), and ``AUTHORIZED``, the one authorization of a
 request, the FastAPI dependency every route behind the API keys declares (/v1/* and /ui;
-/health and /ready are open; /metrics checks the keys itself, a scraper's key included). It runs before the route's handler, once per
-request (FastAPI caches a dependency within a request), and keeps the tenant on the
+/health and /ready are open; /metrics checks the keys itself, a scraper's key included).
+It runs before the route's handler, once per request (FastAPI caches a dependency within
+a request), and keeps the tenant on the
 request, where the handler and the pipeline read it (``server.tenancy.auth.tenant_of``)."""
 
 from __future__ import annotations
