@@ -150,7 +150,7 @@ async def _gateway(
     _watch_engine(metrics, active)
     admission = Admission(
         max_requests=settings.max_inflight_requests,
-        max_samples=settings.max_inflight_samples,
+        max_samples=samples_cap(settings, active),
         retry_after_s=settings.retry_after_s,
         metrics=metrics,
         wait_s=settings.admission_wait_s,
@@ -183,6 +183,21 @@ async def _gateway(
         effort_context=effort.effort_context(settings, active.max_model_len),
         default_max_tokens=output_limit.default_max_tokens(settings),
     )
+
+
+def samples_cap(settings: Settings, engine: Engine) -> int:
+    """``max_inflight_samples``, or the rows the engine batches at once (at least one
+    request's largest sample budget, so every admissible request can run)."""
+    if settings.max_inflight_samples is not None:
+        return settings.max_inflight_samples
+    load = engine.load()
+    if load is not None and load.rows > 0:
+        rows = load.rows
+    elif settings.engine == "remote":  # no server up yet: what each is said to run
+        rows = settings.remote_server_rows * max(1, len(settings.vllm_urls))
+    else:
+        rows = settings.max_num_seqs
+    return max(rows, settings.max_samples)
 
 
 def _watch_engine(metrics: Metrics, active: Engine) -> None:

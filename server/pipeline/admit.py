@@ -277,10 +277,11 @@ def _check_prompts(
         )
     per_prompt = max(body.n, budget.samples or 1)
     _check_tenant_request(tenant, body, prompts, per_prompt, request.headers)
-    if per_prompt * len(prompts) > settings.max_inflight_samples:
+    cap = gw.admission.max_samples  # the setting, or the engine's rows
+    if per_prompt * len(prompts) > cap:
         raise InvalidRequest(
             f"{len(prompts)} prompts x {per_prompt} samples exceed this server's "
-            f"{settings.max_inflight_samples} samples in flight; send fewer prompts at once",
+            f"{cap} samples in flight; send fewer prompts at once",
             param="prompt",
         )
     return prompts, per_prompt

@@ -238,3 +238,26 @@ def test_any_configured_key_works_each_its_own_tenant() -> None:
     one = authorize(_request("Bearer other"), keys)
     two = authorize(_request("bearer  sekrit"), keys)
     assert one.name.startswith("key-") and two.name.startswith("key-") and one != two
+
+
+def test_the_default_samples_cap_is_what_the_engine_batches() -> None:
+    """Unset, the cap that fair shares divide is the engine's rows (so a tenant's half is
+    half of what runs, not of a queue behind it), at least one request's sample budget."""
+    from core.engine import EngineLoad
+    from server.app import samples_cap
+    from server.settings import Settings
+
+    class Rows:
+        def __init__(self, rows: int | None) -> None:
+            self.rows = rows
+
+        def load(self) -> EngineLoad | None:
+            return None if self.rows is None else EngineLoad(rows=self.rows, busy=0)
+
+    assert samples_cap(Settings(), Rows(None)) == 64  # type: ignore[arg-type]  # max_num_seqs
+    assert samples_cap(Settings(max_num_seqs=128), Rows(None)) == 128  # type: ignore[arg-type]
+    assert samples_cap(Settings(), Rows(256)) == 256  # type: ignore[arg-type]  # what it says
+    assert samples_cap(Settings(max_num_seqs=8), Rows(None)) == 64  # type: ignore[arg-type]
+    assert samples_cap(Settings(max_inflight_samples=1024), Rows(8)) == 1024  # type: ignore[arg-type]
+    remote = Settings(engine="remote", vllm_urls=("http://a:1", "http://b:1"))
+    assert samples_cap(remote, Rows(None)) == 128  # type: ignore[arg-type]  # 64 rows each
