@@ -29,6 +29,7 @@ from server.apis.responses import store as response_store
 from server.apis.responses.store import ResponseStore
 from server.batches.allocation import PetsAllocations
 from server.batches.calls import in_process
+from server.batches.pets.admitted import TenantGate
 from server.batches.pets.service import RESOURCE_KEY as PETS_JOBS
 from server.batches.pets.service import BatchJobs
 from server.batches.runner import BatchRunner
@@ -111,7 +112,7 @@ def _lifespan(
             gw = await _gateway(settings, engine, lifecycle, registry, keys, stack)
             # Set before the batch runner starts: its lines are requests to this app.
             app.state.gateway = gw
-            batches = await _batches(settings, app, stack, gw.resources.get(PETS_JOBS))
+            batches = await _batches(settings, app, stack, gw.resources.get(PETS_JOBS), keys)
             app.state.gateway = replace(gw, batches=batches)
             freeze_heap()  # the start-up heap is never scanned again (gc_pauses)
             log.info(
@@ -156,6 +157,9 @@ async def _gateway(
         wait_s=settings.admission_wait_s,
         idle_s=settings.fair_idle_s,
     )
+    jobs = built.items.get(PETS_JOBS.name)
+    if isinstance(jobs, BatchJobs):  # every job's draws are its tenant's, admitted as such
+        jobs.gate = TenantGate(admission, keys)
     lifecycle.bind_loop(asyncio.get_running_loop(), lambda: admission.requests)
     _watch_process(settings, metrics, stack)
     crowd = Crowd(admission.in_flight)  # auto plans for the requests in flight
@@ -229,7 +233,11 @@ def _watch_process(settings: Settings, metrics: Metrics, stack: AsyncExitStack) 
 
 
 async def _batches(
-    settings: Settings, app: FastAPI, stack: AsyncExitStack, pets_jobs: BatchJobs | None
+    settings: Settings,
+    app: FastAPI,
+    stack: AsyncExitStack,
+    pets_jobs: BatchJobs | None,
+    keys: Keyring,
 ) -> Batches:
     """The Batch API's store and runner; the runner's lines are requests to ``app``, an
     allocation batch's a PETS job on ``pets_jobs`` (None: such a batch is refused)."""
@@ -239,7 +247,9 @@ async def _batches(
     call, client = in_process(app)
     stack.push_async_callback(client.aclose)
     allocations = (
-        None if pets_jobs is None else PetsAllocations(pets_jobs, max_cap=settings.max_samples)
+        None
+        if pets_jobs is None
+        else PetsAllocations(pets_jobs, max_cap=settings.max_samples, keys=keys)
     )
     runner = BatchRunner(
         store,

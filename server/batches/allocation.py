@@ -28,6 +28,7 @@ from server.batches.pets.service import BatchJobs
 from server.batches.pets.store import TERMINAL
 from server.batches.pets_wire import batch_object, options_from, output_lines, parse_lines
 from server.batches.records import Line, new_id
+from server.tenancy.tenants import Keyring
 
 METHODS: Final = ("pets",)
 ENDPOINT: Final = "/v1/chat/completions"
@@ -64,12 +65,22 @@ def check(value: object, endpoint: str) -> dict[str, JSON]:
     return dict(value)
 
 
+def tenant_cap(max_cap: int, keys: Keyring | None, tenant: str) -> int:
+    """A job's largest samples per question: the server's cap, or the tenant's own
+    ``budget_samples`` where lower (a tenant held to 4 samples a request is held to 4
+    a question in its batch jobs too)."""
+    found = None if keys is None or not keys.enabled else keys.named(tenant)
+    own = None if found is None else found.limits.budget_samples
+    return max_cap if own is None else min(max_cap, own)
+
+
 @dataclass(frozen=True, slots=True)
 class PetsAllocations:
     """Batches whose lines are one PETS job on this gateway's job service."""
 
     jobs: BatchJobs
     max_cap: int  # the server's max_samples
+    keys: Keyring | None = None  # the tenants, whose own sample budgets cap their jobs
 
     async def submit(
         self, allocation: Mapping[str, JSON], lines: Sequence[Line], *, tenant: str
@@ -91,7 +102,8 @@ class PetsAllocations:
         )
         params = {k: str(v) for k, v in allocation.items() if k != "method"}
         try:
-            options = options_from(params, len(questions), max_cap=self.max_cap)
+            cap = tenant_cap(self.max_cap, self.keys, tenant)
+            options = options_from(params, len(questions), max_cap=cap)
         except GatewayError as exc:  # name the field as the client wrote it
             exc.param = f"allocation.{exc.param}" if exc.param else "allocation"
             raise

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from core.engine import SamplingConfig
 from core.errors import BackendUnavailable, InvalidRequest, NotFound
 from server.apis.openai import sse
+from server.batches.allocation import tenant_cap
 from server.batches.pets.job import BatchView
 from server.batches.pets.service import RESOURCE_KEY, BatchJobs
 from server.batches.pets_wire import (
@@ -65,12 +66,13 @@ def _json(obj: object) -> Response:
 @router.post("", openapi_extra=openapi.BATCH_CREATE)
 async def create(request: Request) -> Response:
     (jobs, tenant), gw = _jobs(request), gateway(request)
-    raw = await read_body(request, gw.settings.max_body_bytes)
+    raw = await read_body(request, gw.settings.max_body_bytes, tenant=tenant_of(request))
     defaults = SamplingConfig(temperature=1.0, max_tokens=gw.engine.max_model_len)
     questions = parse_lines(
         raw.decode("utf-8", "replace"), gw.engine.tokens, defaults=defaults, max_questions=100_000
     )
-    options = options_from(request.query_params, len(questions), max_cap=gw.settings.max_samples)
+    cap = tenant_cap(gw.settings.max_samples, gw.keys, tenant)  # the tenant's, if lower
+    options = options_from(request.query_params, len(questions), max_cap=cap)
     return _json(batch_object(await jobs.submit(questions, options, tenant=tenant)))
 
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from core.base import JSON
 from core.engine import Engine, GenerateRequest, ModelTokens, Sample
 from core.errors import BackendError, BackendUnavailable, first_error
+from server.batches.pets.admitted import Gate
 from server.batches.pets.input import BatchQuestion
 from server.batches.pets.result import AnswerVotes, QuestionOutcome
 from server.batches.pets.store import BatchStore, JobRecord, Status, StoredSample
@@ -102,6 +103,7 @@ class BatchJob:
         store: BatchStore,
         owner: str,
         lease_s: float,
+        gate: Callable[[], Gate | None] = lambda: None,
     ) -> None:
         if len(questions) != record.n_questions:
             raise ValueError(f"job {record.id}: {len(questions)} of {record.n_questions} questions")
@@ -113,6 +115,7 @@ class BatchJob:
         self._store = store
         self._owner = owner
         self._lease_s = lease_s
+        self._gate = gate  # the tenant's admission, once the server has bound it
         self.status: Status = record.status
         self.error: str | None = record.error
         self.completed_at: int | None = record.completed_at
@@ -233,7 +236,7 @@ class BatchJob:
         )
         try:
             async with gate:
-                samples = await engine.generate(request)
+                samples = await self._generate(engine, request)
             if len(samples) != n:
                 raise BackendError(f"engine returned {len(samples)} of {n} samples")
             stored = [StoredSample(question=q, round=round_, sample=s) for s in samples]
@@ -246,6 +249,22 @@ class BatchJob:
             raise
         for sample in samples:
             self.alloc.observe(q, self._observe(q, sample))
+
+    async def _generate(self, engine: Engine, request: GenerateRequest) -> list[Sample]:
+        """One draw, admitted as the tenant's (``admitted.TenantGate``) where bound."""
+        gate = self._gate()
+        if gate is None:
+            return list(await engine.generate(request))
+        n, limit = request.sampling.n, request.sampling.max_tokens
+        reserve = n * (limit if limit is not None else engine.max_model_len)
+        release = await gate.enter(self.record.tenant, n, reserve)
+        spent = 0
+        try:
+            samples = list(await engine.generate(request))
+            spent = sum(len(s.token_ids) for s in samples)
+            return samples
+        finally:
+            release(spent)
 
     def _observe(self, q: int, sample: Sample) -> Label:
         """Tally one sample of question ``q`` and return its label (deterministic in the

@@ -33,7 +33,8 @@ import structlog
 
 from core.base import JSON, ResourceKey
 from core.engine import Engine
-from core.errors import GatewayError, InvalidRequest, NotFound
+from core.errors import GatewayError, InvalidRequest, NotFound, Overloaded
+from server.batches.pets.admitted import Gate
 from server.batches.pets.input import BatchOptions, BatchQuestion
 from server.batches.pets.job import BatchJob, BatchView
 from server.batches.pets.store import TERMINAL, BatchStore, JobRecord
@@ -41,6 +42,7 @@ from server.batches.pets.store import TERMINAL, BatchStore, JobRecord
 log = structlog.get_logger("thinkgate.pets")
 
 WATCH_POLL_S: Final = 1.0  # how often a watcher re-reads a job that runs elsewhere
+MAX_TENANT_JOBS: Final = 8  # batch jobs one tenant may have running on this gateway
 REPLAY_SLICE: Final = 64  # stored samples re-observed between two yields to the loop
 
 
@@ -65,6 +67,9 @@ class BatchJobs:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._claimer: asyncio.Task[None] | None = None
         self._foreign: set[str] = set()  # jobs of other models, logged once each
+        # The tenants' admission (``admitted.TenantGate``), bound once the server has one:
+        # from then on every draw of every job, resumed ones included, passes it.
+        self.gate: Gate | None = None
 
     @property
     def engine(self) -> Engine:
@@ -85,6 +90,14 @@ class BatchJobs:
         if len(self._running) >= self._max_jobs:
             raise InvalidRequest(
                 f"{len(self._running)} batch jobs are running; the limit is {self._max_jobs}"
+            )
+        mine = sum(1 for j in self._running.values() if j.record.tenant == tenant)
+        if mine >= MAX_TENANT_JOBS:
+            raise Overloaded(
+                f"tenant {tenant or 'anonymous'!r} has {mine} batch jobs running; the limit "
+                f"is {MAX_TENANT_JOBS} a tenant: wait for one to end",
+                retry_after_s=30,
+                code="rate_limit_exceeded",
             )
         record = JobRecord(
             id=f"pbatch_{uuid.uuid4().hex[:16]}",
@@ -253,6 +266,7 @@ class BatchJobs:
             store=self._store,
             owner=self.owner,
             lease_s=self._lease_s,
+            gate=lambda: self.gate,
         )
 
     def _start(self, job: BatchJob) -> None:
