@@ -22,6 +22,7 @@ from core.allowance import DecodeSpeed
 from core.base import Resources
 from core.engine import Engine
 from core.registry import REGISTRY_KEY, Registry
+from core.sql import is_postgres
 from engines.local import stopping
 from server import errors, presets
 from server.apis.reasoning_seal import Seal
@@ -277,7 +278,11 @@ def _seal(settings: Settings) -> Seal:
 def _responses(settings: Settings, stack: AsyncExitStack) -> ResponseStore | None:
     if settings.response_retention_s <= 0:
         return None
-    path = settings.state_path / response_store.FILE
-    store = ResponseStore(path, retention_s=settings.response_retention_s)
+    # A fleet's PostgreSQL (``--batch-store``) holds them too: any replica continues any.
+    shared = settings.batch_store
+    target = (
+        shared if shared and is_postgres(shared) else str(settings.state_path / response_store.FILE)
+    )
+    store = ResponseStore(target, retention_s=settings.response_retention_s)
     stack.callback(store.close)
     return store

@@ -286,14 +286,15 @@ class Settings(HttpSettings):
 
     # --- state: PETS batch jobs
     state_dir: str | None = None
-    """Directory of the gateway's state: batches, PETS batch jobs (unless
-    ``--batch-store`` names a PostgreSQL database), stored responses and the reasoning
-    seal's key live there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
+    """Directory of the gateway's state: batches, PETS batch jobs and stored responses
+    (unless ``--batch-store`` names a PostgreSQL database) and the reasoning seal's key
+    live there and survive restarts; None: ``$XDG_STATE_HOME/thinkgate``, else
     ``~/.local/state/thinkgate``."""
     response_retention_s: float = Field(default=2_592_000.0, ge=0)
     """Stored responses (``store``, ``previous_response_id``, ``GET /v1/responses/{id}``)
-    are kept this long, in ``responses.sqlite3`` in the state directory (30 days, as
-    OpenAI); 0: nothing is stored, and asking to is a 400."""
+    are kept this long, in ``responses.sqlite3`` in the state directory, or in the
+    PostgreSQL database ``batch_store`` names, shared by a fleet (30 days, as OpenAI); 0:
+    nothing is stored, and asking to is a 400."""
     presets: str | None = None
     """JSON file of strategy presets chosen by model name (``<model>@<name>``: name ->
     ``{"strategy", "budget"}``), listed in ``/v1/models``; None: the built-in ones
@@ -304,10 +305,11 @@ class Settings(HttpSettings):
     sets the same; None: a random key kept in ``reasoning.key`` in the state directory."""
     batch_store: str | None = Field(default=None, repr=False)
     """Where the Batch API (``/v1/files``, ``/v1/batches``) keeps files, batches and
-    answers, and PETS allocation jobs their samples: a ``postgresql://`` URL shared by
-    every gateway of a fleet (any replica serves any batch; a dead one's batches are
-    taken over when its lease lapses), or None: ``batches.sqlite3`` and
-    ``pets-batches.sqlite3`` in the state directory."""
+    answers, PETS allocation jobs their samples, and the Responses API its stored
+    responses: a ``postgresql://`` URL shared by every gateway of a fleet (any replica
+    serves any batch or continues any response; a dead one's batches are taken over when
+    its lease lapses), or None: ``batches.sqlite3``, ``pets-batches.sqlite3`` and
+    ``responses.sqlite3`` in the state directory."""
     batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1024)
     """The largest file ``/v1/files`` takes (OpenAI's: 200 MB for a batch)."""
     batch_concurrency: int = Field(default=8, ge=1)

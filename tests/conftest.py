@@ -866,9 +866,8 @@ def scripted_app(
             model_name="testbed-base",
             processors=processors,
         )
-        config = Settings(
-            reward_model="none", prm_model="none", state_dir=str(tmp_path / "state"), **settings
-        )
+        base = {"reward_model": "none", "prm_model": "none", "state_dir": str(tmp_path / "state")}
+        config = Settings(**{**base, **settings})  # a test may name its own state dir
         app = create_app(config, engine=engine)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

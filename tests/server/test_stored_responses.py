@@ -182,3 +182,47 @@ async def test_item_references_resolve_against_the_tenants_stored_items(
         bob = app.openai(api_key="bob")
         with pytest.raises(openai.NotFoundError):
             await bob.responses.create(model=app.model, input=[*turn, refs[1]])
+
+
+async def test_two_gateways_on_one_postgresql_continue_each_others_responses(
+    tmp_path: Path, scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """With ``--batch-store postgresql://...`` stored responses live in it too: what one
+    replica stored, another continues, reads, resolves items of and deletes (behind a
+    Service, a fleet's replicas take turns)."""
+    from postgres import fresh_database, postgres_server
+
+    with postgres_server() as pg:
+        url = fresh_database(pg)
+        handler = _handler(testbed_tokens)
+        async with (
+            # Each its own state directory, as two pods have.
+            scripted_app(handler, batch_store=url, state_dir=str(tmp_path / "a")) as one,
+            scripted_app(handler, batch_store=url, state_dir=str(tmp_path / "b")) as two,
+        ):
+            a, b = one.openai(), two.openai()
+            turns = [await a.responses.create(model=one.model, input=Q)]
+            for i in range(4):  # each turn continued on the other gateway
+                via, app = (b, two) if i % 2 == 0 else (a, one)
+                turns.append(
+                    await via.responses.create(
+                        model=app.model,
+                        input=f"Compute {i}+1 mod 10.",
+                        previous_response_id=turns[-1].id,
+                    )
+                )
+                prompt = testbed_tokens.decode(app.engine.calls[-1].prompt_token_ids)
+                assert Q in prompt  # the first turn, stored by the first gateway
+            assert (await b.responses.retrieve(turns[0].id)).output_text == turns[0].output_text
+            said = turns[0].output[-1]
+            ref = await b.responses.create(
+                model=two.model,
+                input=[
+                    {"type": "item_reference", "id": said.id},
+                    {"role": "user", "content": "And 2+2?"},
+                ],
+            )
+            assert ref.status == "completed"
+            await b.responses.delete(turns[0].id)
+            with pytest.raises(openai.NotFoundError):
+                await a.responses.retrieve(turns[0].id)
