@@ -1,4 +1,5 @@
-"""A batch line as a request to this gateway's own app, in process (ASGI, no socket).
+"""A batch line (or a Responses WebSocket turn) as a request to this gateway's own app, in
+process (ASGI, no socket).
 
 The line runs as its batch's tenant: the call carries the tenant's name in a header that
 only this wrapper reads, and moves into the request's scope (``server.tenancy.auth.BATCH_TENANT``)
@@ -20,8 +21,9 @@ from server.tenancy.auth import BATCH_TENANT
 _HEADER: Final = b"x-thinkgate-batch-tenant"
 
 
-def in_process(app: ASGIApp) -> tuple[Call, httpx.AsyncClient]:
-    """A ``Call`` into ``app`` and the client it uses (the caller closes it)."""
+def tenant_client(app: ASGIApp) -> httpx.AsyncClient:
+    """A client of ``app`` in process whose requests run as the tenant that
+    ``as_tenant(name)`` headers name (the caller closes it)."""
 
     async def as_tenant(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -30,14 +32,24 @@ def in_process(app: ASGIApp) -> tuple[Call, httpx.AsyncClient]:
             scope = {**scope, "headers": headers, BATCH_TENANT: tenant}
         await app(scope, receive, send)
 
-    client = httpx.AsyncClient(
+    return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=as_tenant, raise_app_exceptions=False),
         base_url="http://batch.internal",
-        timeout=None,  # the server's own request_timeout_s ends a line that runs too long
+        timeout=None,  # the server's own request_timeout_s ends a call that runs too long
     )
 
+
+def as_tenant(tenant: str) -> dict[str, str]:
+    """The headers that make a ``tenant_client`` request the tenant's."""
+    return {_HEADER.decode(): tenant}
+
+
+def in_process(app: ASGIApp) -> tuple[Call, httpx.AsyncClient]:
+    """A ``Call`` into ``app`` and the client it uses (the caller closes it)."""
+    client = tenant_client(app)
+
     async def call(endpoint: str, body: dict[str, JSON], tenant: str) -> Answer:
-        r = await client.post(endpoint, json=body, headers={_HEADER.decode(): tenant})
+        r = await client.post(endpoint, json=body, headers=as_tenant(tenant))
         try:
             payload: JSON = r.json()
         except ValueError:

@@ -14,6 +14,7 @@ from server.routes import (
     metrics,
     models,
     responses,
+    responses_socket,
     token_counts,
     ui,
 )
@@ -23,6 +24,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     chat.router,
     completions.router,
     responses.router,
+    responses_socket.router,
     messages.router,
     token_counts.router,
     models.router,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from core.errors import CrossOrigin, InvalidRequest
 from server.settings import Settings
@@ -83,6 +83,18 @@ class Exposure:
 
     def refusal(self, request: Request) -> InvalidRequest | CrossOrigin | None:
         """Why ``request`` is refused before routing (None: it is not)."""
+        watched = request.method not in _SAFE_METHODS or request.url.path.startswith("/ui")
+        return self._refusal(request, request.method, watched=watched)
+
+    def socket_refusal(self, conn: HTTPConnection) -> InvalidRequest | CrossOrigin | None:
+        """Why a WebSocket handshake is refused (None: it is not). Always watched: a page
+        elsewhere may open a socket to any server its user reaches, and the handshake is
+        a GET that starts work."""
+        return self._refusal(conn, "WEBSOCKET", watched=True)
+
+    def _refusal(
+        self, request: HTTPConnection, method: str, *, watched: bool
+    ) -> InvalidRequest | CrossOrigin | None:
         host = request.headers.get("host", "")
         if self.hosts is not None and host and not _host_allowed(_hostname(host), self.hosts):
             return InvalidRequest(
@@ -91,10 +103,9 @@ class Exposure:
         origin = request.headers.get("origin")
         if origin is None or origin.rstrip("/").lower() in self.origins:
             return None
-        watched = request.method not in _SAFE_METHODS or request.url.path.startswith("/ui")
         if watched and urlsplit(origin).netloc.lower() != host.lower():
             return CrossOrigin(
-                f"a request from {origin} (another origin) to {request.method} "
+                f"a request from {origin} (another origin) to {method} "
                 f"{request.url.path} is refused; --allowed-origins lists the pages that may"
             )
         return None
