@@ -44,8 +44,9 @@ from core.base import (
 )
 from core.budget import Budget
 from core.engine import Engine, EngineLoad
-from core.errors import BackendUnavailable
+from core.errors import BackendUnavailable, InvalidRequest
 from core.registry import REGISTRY_KEY
+from strategies.vote_stop import FLAG as STOP_FLAG
 
 MAX_SAMPLES: Final = 16  # the rule's largest vote (more rarely pays on a deadline)
 USAGE_MARGIN: Final = 1.2  # a table plan fits a ceiling when its mean usage x this does
@@ -373,7 +374,8 @@ class Auto:
     # tokens and deadline_ms are every strategy's; a thinking budget (an effort's) caps
     # each sample of the plan; auto sets the others itself.
     budget_fields: ClassVar[frozenset[str]] = frozenset({"thinking"})
-    body_options: ClassVar[frozenset[str]] = frozenset()
+    # ``adaptive: false`` runs a sampling plan whole (the stop rule off: a comparison's).
+    body_options: ClassVar[frozenset[str]] = frozenset({STOP_FLAG})
     # The chosen plan may draw many samples: progress events, then the answer.
     streams_live: ClassVar[bool] = False
     honours_response_format: ClassVar[bool] = True
@@ -393,7 +395,7 @@ class Auto:
             tokens=ctx.request.budget.tokens,
             deadline_ms=ctx.request.budget.deadline_ms,
         )
-        request = replace(ctx.request, budget=budget)
+        request = replace(ctx.request, budget=budget, options=_plan_options(ctx, plan))
         strategy.validate(request, ctx.engine)
         why: dict[str, JSON] = {
             **plan.info(),
@@ -412,12 +414,37 @@ class Auto:
                 if isinstance(event, ChoiceDelta):
                     continue  # the answer comes whole with the result (not live)
                 if isinstance(event, Result):
-                    info = {**event.info, "strategy": "auto", "auto": why}
+                    info = {**event.info, "strategy": "auto", "auto": {**why, **_stages(event)}}
                     yield replace(event, info=info)
                     return
                 yield event
         finally:
             await run.aclose()
+
+
+def _plan_options(ctx: StrategyContext, plan: Plan) -> dict[str, JSON]:
+    """The chosen strategy's options: a vote drawn in stages that stops once settled
+    (``strategies.vote_stop``), unless the request says ``adaptive: false``."""
+    if plan.strategy != "self-consistency" or plan.samples < 2:
+        return {}
+    wanted = ctx.request.options.get(STOP_FLAG, True)
+    if not isinstance(wanted, bool):
+        raise InvalidRequest(f"{STOP_FLAG} must be true or false", param=STOP_FLAG)
+    return {STOP_FLAG: True} if wanted else {}
+
+
+def _stages(result: Result) -> dict[str, JSON]:
+    """What the stop rule did: the stages drawn, why the draw ended, the samples left."""
+    adaptive = result.info.get("adaptive")
+    if not isinstance(adaptive, dict):
+        return {}
+    cap, drawn = adaptive.get("cap"), result.info.get("samples")
+    unspent = cap - drawn if isinstance(cap, int) and isinstance(drawn, int) else None
+    return {
+        "stages": adaptive.get("rounds"),
+        "stopped": adaptive.get("stopped"),
+        "unspent_samples": unspent,
+    }
 
 
 def _strategy(ctx: StrategyContext, name: str) -> Strategy:

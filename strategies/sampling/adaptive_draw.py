@@ -9,35 +9,43 @@ aborts its samples in the engine, and no further round starts.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from core.allowance import BudgetSpent
 from core.base import JSON, Progress, Result, StrategyContext
 from core.engine import Sample
 from strategies.pool import Analysed, Draw, Pool, analyse, draw, score, start_draw
-from strategies.sampling.adaptive_vote import (
-    AdaptiveStop,
-    leader_share,
-    report,
-    round_event,
-    settled,
-)
+from strategies.sampling.adaptive_vote import round_event
 from strategies.scorers import Scorer
-from strategies.selection import build_classes
+from strategies.selection import AnswerClass, build_classes
+
+
+class StopRule(Protocol):
+    """When a draw in rounds stops: the PRM-weighted vote's share
+    (``adaptive_vote.AdaptiveStop``) or the majority's Beta posterior
+    (``vote_stop.VoteStop``)."""
+
+    @property
+    def round(self) -> int: ...
+
+    def judge(self, classes: Sequence[AnswerClass]) -> tuple[bool, float]: ...
+
+    def report(self, cap: int, rounds: int, done: bool, measure: float) -> dict[str, JSON]: ...
 
 
 @dataclass(slots=True)
 class Drawn:
     """What :func:`draw_adaptive` drew under ``stop`` and ``cap``, filled as it goes."""
 
-    stop: AdaptiveStop
+    stop: StopRule
     cap: int
     samples: list[Sample] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     draws: list[Draw] = field(default_factory=list)
     settled: bool = False
-    leader_share: float = 0.0
+    measure: float = 0.0  # what the rule read last: the leader's share, or the posterior
     pool: Analysed | None = None  # every sample so far, read (the vote's input)
 
     @property
@@ -59,16 +67,18 @@ class Drawn:
         return self.pool
 
     def info(self) -> dict[str, JSON]:
-        return report(self.stop, self.cap, self.rounds, self.settled, self.leader_share)
+        return self.stop.report(self.cap, self.rounds, self.settled, self.measure)
 
 
 async def draw_adaptive(
-    ctx: StrategyContext, scorer: Scorer, drawn: Drawn
+    ctx: StrategyContext, scorer: Scorer | None, drawn: Drawn
 ) -> AsyncIterator[Progress]:
     """Rounds until the vote settles or ``drawn.cap`` samples are drawn, into ``drawn``;
     yields ``{"samples_done": i, "samples": cap}`` per finished sample and
-    ``{"phase": "adaptive", ...}`` after each round."""
+    ``{"phase": "adaptive", ...}`` after each round. Without a scorer every sample
+    weighs 1 (the majority vote)."""
     stop, cap = drawn.stop, drawn.cap
+    staged = _per_sample(ctx, cap)
     while len(drawn.samples) < cap:
         first = len(drawn.samples)
         size = min(stop.round, cap - first)
@@ -77,7 +87,11 @@ async def draw_adaptive(
             return  # the request's ceiling or deadline: vote over what was drawn
         try:
             source = start_draw(
-                ctx, size, logprobs=scorer.needs_logprobs, suffix=f"pool{drawn.rounds}", first=first
+                staged,
+                size,
+                logprobs=scorer is not None and scorer.needs_logprobs,
+                suffix=f"pool{drawn.rounds}",
+                first=first,
             )
         except BudgetSpent as spent:
             if not first:
@@ -90,15 +104,31 @@ async def draw_adaptive(
             yield Progress(data=in_whole_pool(progress.data, first, cap))
         # Positions in the whole pool: the engine numbered each round's from 0.
         fresh = [replace(s, index=first + s.index) for s in pool.samples]
-        drawn.rewards += await score(ctx, scorer, analyse(ctx, fresh))
+        if scorer is None:
+            drawn.rewards += [1.0] * len(fresh)
+        else:
+            drawn.rewards += await score(ctx, scorer, analyse(ctx, fresh))
         drawn.samples += fresh
         drawn.pool = read = analyse(ctx, drawn.samples)
         classes = build_classes(read.answers, drawn.rewards, exact=read.exact)
-        drawn.leader_share = leader_share(classes)
-        drawn.settled = settled(classes, stop)
-        yield Progress(data=round_event(len(drawn.samples), drawn.leader_share, drawn.settled))
+        drawn.settled, drawn.measure = stop.judge(classes)
+        yield Progress(data=round_event(len(drawn.samples), drawn.measure, drawn.settled))
         if drawn.settled:
             return
+
+
+def _per_sample(ctx: StrategyContext, cap: int) -> StrategyContext:
+    """``ctx`` with each sample held to the share of the ceiling one draw of ``cap``
+    would give it: every round's samples are then the ones that draw would make, and the
+    rounds' worst cases together never pass the ceiling."""
+    left = ctx.allowance.left()
+    if left is None:
+        return ctx
+    sampling = ctx.request.sampling
+    per = max(1, left // max(1, cap))
+    limit = per if sampling.max_tokens is None else min(per, sampling.max_tokens)
+    request = replace(ctx.request, sampling=replace(sampling, max_tokens=limit))
+    return replace(ctx, request=request)
 
 
 def with_round_prompts(ctx: StrategyContext, result: Result, rounds: int) -> Result:

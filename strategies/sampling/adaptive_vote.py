@@ -38,6 +38,13 @@ class AdaptiveStop:
     share: float = 0.5  # of the answered samples' summed weight, held by the leader
     weight: float = 0.5  # the leader's own summed weight
 
+    def judge(self, classes: Sequence[AnswerClass]) -> tuple[bool, float]:
+        """Whether the vote so far stops the draw, and the leader's share it read."""
+        return settled(classes, self), leader_share(classes)
+
+    def report(self, cap: int, rounds: int, done: bool, measure: float) -> dict[str, JSON]:
+        return report(self, cap, rounds, done, measure)
+
 
 def adaptive_stop(request: StrategyRequest) -> AdaptiveStop | None:
     """The request's stop rule, None without ``adaptive: true``; 400 naming the field for

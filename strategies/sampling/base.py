@@ -37,8 +37,7 @@ from strategies.pool import (
     validate_common,
 )
 from strategies.prm import RESOURCE_KEY as PRM_KEY
-from strategies.sampling.adaptive_draw import Drawn, draw_adaptive, with_round_prompts
-from strategies.sampling.adaptive_vote import AdaptiveStop
+from strategies.sampling.adaptive_draw import Drawn, StopRule, draw_adaptive, with_round_prompts
 from strategies.sampling.prm_scorer import PrmScorer
 from strategies.scorers import RESOURCE_KEY as SCORERS_KEY
 from strategies.scorers import MeanLogprob, Scorer, ScorerSet
@@ -134,7 +133,7 @@ class SamplingStrategy:
     def check_scorer(self, ctx: StrategyContext, scorer: Scorer | None) -> None:
         """Before any engine call: whether the rule can use ``scorer``'s scores."""
 
-    def adaptive(self, request: StrategyRequest) -> AdaptiveStop | None:
+    def adaptive(self, request: StrategyRequest) -> StopRule | None:
         """The rule that stops the draw early (``strategies.sampling.adaptive_draw``); None: draw
         all N at once."""
         return None
@@ -161,11 +160,12 @@ class SamplingStrategy:
         stop = self.adaptive(request)
         rewards: list[float] | None
         drawn: Drawn | None = None
-        if stop is not None and scorer is not None:
+        if stop is not None and (scorer is not None or not self.uses_scorer):
             drawn = Drawn(stop=stop, cap=n)
             async for progress in draw_adaptive(ctx, scorer, drawn):
                 yield progress
-            source, analysed, rewards = drawn.first, drawn.analysed, drawn.rewards
+            source, analysed = drawn.first, drawn.analysed
+            rewards = drawn.rewards if scorer is not None else None  # a majority: unweighted
         else:
             source = start_draw(
                 ctx,

@@ -1,0 +1,147 @@
+"""The majority vote's stop rule (``strategies.vote_stop``) over the real app with a
+scripted engine: the draw stops as soon as the Beta posterior clears, a split vote draws
+to the cap, a stage the ceiling cannot afford is not started, every sample drawn is in
+the vote, the stages continue one seeded pool, and ``auto`` runs its sampling plans with
+the rule (``adaptive: false`` turns it off) and says what it did."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from core.engine import GenerateRequest, Sample
+from engines.scripted import samples_of
+from strategies.selection import AnswerClass
+from strategies.vote_stop import VoteStop, leads, settled
+
+QUESTION = [{"role": "user", "content": "Compute 3+4 mod 10."}]
+
+
+def _answers(tokens: Any, said: Iterator[int]) -> Callable[[GenerateRequest], Sequence[Sample]]:
+    """Each sample drawn answers the next of ``said``."""
+
+    def handler(request: GenerateRequest) -> Sequence[Sample]:
+        out = [f"3+4=7\n</think>\\boxed{{{next(said)}}}" for _ in range(request.sampling.n)]
+        return samples_of(tokens, *out)
+
+    return handler
+
+
+def _cycle(*values: int) -> Iterator[int]:
+    while True:
+        yield from values
+
+
+def test_the_posterior_and_when_it_settles() -> None:
+    assert leads(4, 0) == pytest.approx(0.96875)
+    assert leads(5, 1) == pytest.approx(0.9375)
+    assert leads(7, 1) > 0.95 > leads(3, 1)
+
+    def classes(*sizes: int) -> list[AnswerClass]:
+        members = iter(range(100))
+        return [
+            AnswerClass(
+                answer=str(i),
+                members=tuple(next(members) for _ in range(n)),
+                rewards=(),
+                first_seen=i,
+            )
+            for i, n in enumerate(sizes)
+        ]
+
+    rule = VoteStop()
+    assert settled(classes(2), rule)[0] is False  # fewer than 3 answered: not read
+    assert settled(classes(4), rule)[0] is True
+    assert settled(classes(5, 1), rule)[0] is False
+    assert settled(classes(7, 1), rule)[0] is True
+    assert settled(classes(4, 4), rule)[0] is False
+
+
+async def _ask(app: Any, strategy: str, body: dict[str, Any], **headers: str) -> dict[str, Any]:
+    r = await app.client.post(
+        "/v1/chat/completions",
+        json={"model": app.model, "messages": QUESTION, **body},
+        headers={"X-Strategy": strategy, **headers},
+    )
+    assert r.status_code == 200, r.text
+    info: dict[str, Any] = r.json()["thinkgate"]
+    return info
+
+
+async def test_an_agreeing_vote_stops_at_the_first_stage_that_settles_it(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_answers(testbed_tokens, _cycle(7))) as app:
+        info = await _ask(
+            app, "self-consistency", {"adaptive": True, "seed": 11}, **{"X-Budget-Samples": "8"}
+        )
+    assert info["samples"] == 4 and info["adaptive"]["stopped"] == "settled"
+    assert info["adaptive"]["rounds"] == 2 and info["adaptive"]["posterior"] >= 0.95
+    calls = app.engine.calls
+    assert [c.sampling.n for c in calls] == [2, 2]
+    assert [c.sampling.seed for c in calls] == [11, 13]  # one pool: stage 2 continues it
+
+
+async def test_a_split_vote_draws_to_the_cap_and_every_sample_votes(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_answers(testbed_tokens, _cycle(7, 3))) as app:
+        info = await _ask(app, "self-consistency", {"adaptive": True}, **{"X-Budget-Samples": "8"})
+    assert info["samples"] == 8 and info["adaptive"]["stopped"] == "cap"
+    assert sum(c.sampling.n for c in app.engine.calls) == 8
+    assert len(info["sample_answers"]) == 8  # every drawn sample in the vote
+
+
+async def test_a_stage_the_ceiling_cannot_afford_is_not_started(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_answers(testbed_tokens, _cycle(7, 3))) as app:
+        r = await app.client.post(
+            "/v1/chat/completions",
+            json={"model": app.model, "messages": QUESTION, "adaptive": True},
+            headers={
+                "X-Strategy": "self-consistency",
+                "X-Budget-Samples": "16",
+                "X-Budget-Tokens": "120",
+            },
+        )
+    body = r.json()
+    assert r.status_code == 200, r.text
+    assert body["usage"]["completion_tokens"] <= 120
+    calls = app.engine.calls
+    assert sum(c.sampling.n * (c.sampling.max_tokens or 0) for c in calls) <= 120
+    assert body["thinkgate"]["samples"] < 16
+
+
+async def test_the_rule_is_refused_beside_a_confidence_vote(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    async with scripted_app(_answers(testbed_tokens, _cycle(7))) as app:
+        r = await app.client.post(
+            "/v1/chat/completions",
+            json={"model": app.model, "messages": QUESTION, "adaptive": True, "vote": "confidence"},
+            headers={"X-Strategy": "self-consistency"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "adaptive"
+        r = await app.client.post(
+            "/v1/chat/completions",
+            json={"model": app.model, "messages": QUESTION, "adaptive_confidence": 0.9},
+            headers={"X-Strategy": "self-consistency"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "adaptive_confidence"
+
+
+async def test_auto_stops_its_vote_when_settled_and_says_so(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    # No table (auto_table none): the rule plans self-consistency for a roomy ceiling.
+    async with scripted_app(_answers(testbed_tokens, _cycle(7)), auto_table="none") as app:
+        info = await _ask(app, "auto", {}, **{"X-Budget-Tokens": "4000"})
+        whole = await _ask(app, "auto", {"adaptive": False}, **{"X-Budget-Tokens": "4000"})
+    plan = info["auto"]
+    assert plan["strategy"] == "self-consistency" and plan["samples"] > 4
+    assert plan["stopped"] == "settled" and plan["stages"] == 2
+    assert plan["unspent_samples"] == plan["samples"] - 4 == plan["samples"] - info["samples"]
+    assert "stages" not in whole["auto"] and whole["samples"] == whole["auto"]["samples"]
