@@ -32,7 +32,7 @@ from typing import Any
 from server.calibrate import fit_run
 from server.calibrate.fit_cells import Schedule, Speeds, all_cells
 from server.calibrate.fit_journal import Journal, save_schedule, saved_schedule
-from server.calibrate.fit_profile import Fitted, write
+from server.calibrate.fit_profile import Fitted, code_version, write
 from server.calibrate.graders import Grader, GraderError
 from server.calibrate.local_server import machine
 from server.calibrate.plans import CROWDS, DEADLINES
@@ -50,6 +50,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
     from tqdm import tqdm
 
     t0 = time.monotonic()
+    code = code_version()  # at the start: the checkout may change while it runs
     model, tokenizer = await served(client)
     fit, test = split(workload.questions, args.test_share)
     if not fit:
@@ -88,6 +89,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         took_s=time.monotonic() - t0,
         machine=machine(),
         seed=args.seed,
+        code=code,
     )
 
 

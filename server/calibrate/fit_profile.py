@@ -41,6 +41,7 @@ class Fitted:
     took_s: float
     machine: str
     seed: int
+    code: str  # the code version that measured it, taken when the run started
 
 
 def code_version() -> str:
@@ -75,7 +76,7 @@ def write(out: Path, f: Fitted) -> None:
         "model": f.model,
         "tokenizer": f.tokenizer,
         "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "code": code_version(),
+        "code": f.code,
         "workload": {
             "file": f.workload.path.name,
             "sha256": f.workload.sha256,

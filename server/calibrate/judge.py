@@ -87,6 +87,7 @@ async def judging(client: Any, args: argparse.Namespace, workload: Workload) -> 
     """The judgment's report section (also written into the profile)."""
     from tqdm import tqdm
 
+    code = code_version()  # at the start: the checkout may change while it runs
     profile = Profile.load(args.out)
     doc = json.loads((args.out / PROFILE_FILE).read_text())
     if doc["workload"]["sha256"] != workload.sha256:
@@ -113,7 +114,7 @@ async def judging(client: Any, args: argparse.Namespace, workload: Workload) -> 
     finally:
         bar.close()
         journal.close()
-    entry = _entry(args.out, profile, run, plan, test, workload.label_free)
+    entry = _entry(args.out, profile, run, plan, test, workload.label_free, code)
     return _record(args.out, entry)
 
 
@@ -128,6 +129,7 @@ def _entry(
     plan: Sequence[tuple[Budget, Sequence[PlanRow]]],
     test: Sequence[WorkQuestion],
     label_free: bool,
+    code: str,
 ) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     verdicts: list[dict[str, Any]] = []
@@ -153,7 +155,7 @@ def _entry(
                     }
                 )
     return {
-        "code": code_version(),
+        "code": code,
         "profile_digest": _digest(out),
         "test_ids_digest": hashlib.sha256(",".join(q.id for q in test).encode()).hexdigest()[:16],
         "questions": len(test),
