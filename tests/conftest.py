@@ -66,6 +66,7 @@ class LiveServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     model: str
+    api_key: str | None = None  # a key it accepts, where it has keys (/metrics is behind them)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:
@@ -112,7 +113,8 @@ class LiveServer:
     def metrics(self) -> dict[str, float]:
         """Current /metrics samples as ``{'name{labels}': value}``."""
         out: dict[str, float] = {}
-        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        text = httpx.get(f"{self.base_url}/metrics", headers=auth, timeout=10).text
         for line in text.splitlines():
             if line and not line.startswith("#"):
                 key, _, value = line.rpartition(" ")
@@ -228,6 +230,7 @@ def wait_server(server: LiveServer, *, api_key: str | None = None) -> LiveServer
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         models = httpx.get(f"{server.base_url}/v1/models", headers=auth, timeout=10).json()
         server.model = models["data"][0]["id"]
+        server.api_key = api_key
     except BaseException:
         stop_server(server)
         raise
