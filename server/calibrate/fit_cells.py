@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from server.calibrate.plans import CALIBRATION_GRID, CROWDS, DEADLINE_GRID, DEADLINES, FixedPlan
 
@@ -56,12 +57,24 @@ class Speeds:
         return self.alone + share * (self.crowded - self.alone)
 
 
+# Votes without a thinking budget: the sampling plans of a model without think tags
+# (whose server refuses thinking budgets), measured on any model.
+UNCAPPED: Final = (FixedPlan("self-consistency", 4), FixedPlan("self-consistency", 8))
+DEADLINE_PLANS: Final = (*DEADLINE_GRID, *UNCAPPED)
+CEILING_PLANS: Final = (*CALIBRATION_GRID, FixedPlan("self-consistency", 2), *UNCAPPED)
+
+
 def all_cells(deadlines: Sequence[float] = DEADLINES, crowds: Sequence[int] = CROWDS) -> list[Cell]:
     """Every cell, most informative first."""
-    alone = [Cell(p, d, 1) for d in deadlines for p in DEADLINE_GRID]
-    ceilings = [Cell(p) for p in CALIBRATION_GRID]
-    crowded = [Cell(p, d, c) for c in crowds if c > 1 for d in deadlines for p in DEADLINE_GRID]
+    alone = [Cell(p, d, 1) for d in deadlines for p in DEADLINE_PLANS]
+    ceilings = [Cell(p) for p in CEILING_PLANS]
+    crowded = [Cell(p, d, c) for c in crowds if c > 1 for d in deadlines for p in DEADLINE_PLANS]
     return [*alone, *ceilings, *crowded]
+
+
+def kind(plan: FixedPlan) -> str:
+    """What a server may refuse of a plan: its strategy, with a thinking budget or not."""
+    return plan.strategy if plan.thinking is None else f"{plan.strategy} (thinking budget)"
 
 
 def cost_s(cell: Cell, speeds: Speeds) -> float:

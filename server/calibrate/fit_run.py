@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from server.calibrate.fit_cells import Cell, Schedule, Speeds, all_cells, cost_s, schedule
+from server.calibrate.fit_cells import Cell, Schedule, Speeds, all_cells, cost_s, kind, schedule
 from server.calibrate.fit_journal import Journal
 from server.calibrate.plans import FixedPlan, Outcome, ask
 from server.calibrate.stats import percentile, wilson
@@ -94,16 +94,17 @@ def answer_reserve(run: Run) -> int:
 
 
 async def runnable(run: Run, cells: Sequence[Cell]) -> dict[str, str]:
-    """Strategies the server refuses (a PRM it lacks, think tags its model lacks), each
-    with the status it answered: one short request each, on the first fit question."""
+    """What the server refuses (a PRM it lacks; thinking budgets, for a model without
+    think tags), by ``fit_cells.kind``, each with the status it answered: one short
+    request each, on the first fit question."""
     refused: dict[str, str] = {}
-    for strategy in dict.fromkeys(c.plan.strategy for c in cells):
-        plan = next(c.plan for c in cells if c.plan.strategy == strategy)
-        key = f"runs|{strategy}"
+    for name in dict.fromkeys(kind(c.plan) for c in cells):
+        plan = next(c.plan for c in cells if kind(c.plan) == name)
+        key = f"runs|{name}"
         await measure_cell(run, key, Cell(plan, 0.5), run.fit[:1])
         out = run.journal.of(key, [run.fit[0].id])
         if out and out[0].error is not None:
-            refused[strategy] = out[0].error
+            refused[name] = out[0].error
     return refused
 
 
@@ -131,7 +132,7 @@ def plan_cells(
     crowds: Sequence[int],
     label_free: bool,
 ) -> Schedule:
-    cells = [c for c in all_cells(deadlines, crowds) if c.plan.strategy not in refused]
+    cells = [c for c in all_cells(deadlines, crowds) if kind(c.plan) not in refused]
     if label_free:  # the consensus is paid per question like a cell
         seconds -= cost_s(Cell(CONSENSUS, None, ROUND), speeds) * min(min_questions, available)
     return schedule(

@@ -332,3 +332,34 @@ def test_judge_without_a_profile_is_a_clean_error(
     argv = ["--workload", str(path), "--out", str(tmp_path / "none"), "--judge"]
     assert fit.main(argv) == 2
     assert "--judge needs a fitted profile in --out" in capsys.readouterr().err
+
+
+class _NoThinkTags:
+    """The testbed's tokenizer as a model without think tags sees it: its server refuses
+    thinking budgets."""
+
+    think_start_ids: tuple[int, ...] = ()
+    think_end_ids: tuple[int, ...] = ()
+    think_start_id = None
+    think_end_id = None
+
+    def __init__(self, tokens: Any) -> None:
+        self._tokens = tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokens, name)
+
+
+async def test_a_model_without_think_tags_is_fitted_on_the_plans_it_runs(
+    tmp_path: Path, scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    path = _file(tmp_path, *_sums(16))
+    args = _args(tmp_path, path, "--min-questions", "2")
+    plain = _NoThinkTags(testbed_tokens)
+    async with scripted_app(_handler(testbed_tokens, []), tokens=plain) as app:
+        fitted = await fit.fitting(app.openai(), args, read_workload(path))
+    assert "elastic (thinking budget)" in fitted.refused
+    assert "self-consistency (thinking budget)" in fitted.refused
+    plans = {(r["strategy"], r["samples"], r["thinking"]) for r in fitted.rows}
+    assert ("self-consistency", 4, None) in plans and ("plain", 1, None) in plans
+    assert all(r["thinking"] is None for r in fitted.rows)
