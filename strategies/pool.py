@@ -282,7 +282,7 @@ async def draw(source: Draw, pool: Pool) -> AsyncIterator[Progress]:
                     finish_reason=delta.finish_reason,
                     cumulative_logprob=delta.cumulative_logprob,
                     stop_reason=delta.stop_reason,
-                    confidences=_confidences(i, ids[i], bare, confs),
+                    confidences=finished_confidences(i, ids[i], bare, confs),
                     logprobs=tuple(lps.get(i, ())) if delta.logprobs is not None else None,
                 )
                 sample: dict[str, JSON] = {
@@ -461,7 +461,7 @@ def final_event(
     return Result(choices=tuple(choices), usage=usage_of(ctx, pool), samples=total, info=info)
 
 
-def _confidences(
+def finished_confidences(
     i: int, ids: Sequence[int] | None, bare: set[int], confs: dict[int, list[float]]
 ) -> tuple[float, ...] | None:
     """A finished sample's confidences: None when tokens came without them (the engine

@@ -60,10 +60,7 @@ def vote_stop(request: StrategyRequest) -> VoteStop | None:
     """The request's rule (None without ``adaptive: true``); 400 naming the field for a
     bad value, or for a tuning option without the flag."""
     opts = request.options
-    if not options.flag(opts, FLAG, False):
-        for name in TUNING:
-            if opts.get(name) is not None:
-                raise InvalidRequest(f"{name} applies with adaptive true only", param=name)
+    if not flagged(request, TUNING):
         return None
     default = VoteStop()
     return VoteStop(
@@ -72,6 +69,18 @@ def vote_stop(request: StrategyRequest) -> VoteStop | None:
             opts, "adaptive_confidence", default.confidence, lo=0.5, hi=0.999
         ),
     )
+
+
+def flagged(request: StrategyRequest, tuning: Sequence[str]) -> bool:
+    """Whether the request says ``adaptive: true``; a tuning option without it is a 400
+    naming the option (a rule's knobs that would do nothing)."""
+    opts = request.options
+    if options.flag(opts, FLAG, False):
+        return True
+    for name in tuning:
+        if opts.get(name) is not None:
+            raise InvalidRequest(f"{name} applies with adaptive true only", param=name)
+    return False
 
 
 @lru_cache(maxsize=4096)

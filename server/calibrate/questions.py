@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.calibrate.workload import chat_of
+
 
 class QuestionsFileError(ValueError):
     """A calibration questions file that cannot be read as questions."""
@@ -75,15 +77,7 @@ def _question(line: str, where: str) -> Question:
 
 
 def _messages(raw: object, where: str) -> tuple[tuple[str, str], ...]:
-    bad = QuestionsFileError(f"{where}: 'messages' is a list of {{role, content}} strings")
-    if not isinstance(raw, list) or not raw:
-        raise bad
-    out: list[tuple[str, str]] = []
-    for m in raw:
-        if not isinstance(m, dict):
-            raise bad
-        role, content = m.get("role"), m.get("content")
-        if not isinstance(role, str) or not isinstance(content, str):
-            raise bad
-        out.append((role, content))
-    return tuple(out)
+    chat = chat_of(raw)
+    if chat is None:
+        raise QuestionsFileError(f"{where}: 'messages' is a list of {{role, content}} strings")
+    return chat

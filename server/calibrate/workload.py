@@ -131,21 +131,26 @@ def _question(line: str, f: Fields, where: str, number: int) -> WorkQuestion:
     return WorkQuestion(question_id(messages), messages, answer, grader, number)
 
 
+def chat_of(raw: object) -> tuple[tuple[str, str], ...] | None:
+    """A chat as ``(role, content)`` pairs: a non-empty list of ``{role, content}``
+    strings (None: ``raw`` is not one)."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    out: list[tuple[str, str]] = []
+    for m in raw:
+        role, content = (m.get("role"), m.get("content")) if isinstance(m, dict) else (0, 0)
+        if not isinstance(role, str) or not isinstance(content, str):
+            return None
+        out.append((role, content))
+    return tuple(out)
+
+
 def _messages(doc: dict[str, object], f: Fields, where: str) -> tuple[tuple[str, str], ...]:
     if f.messages in doc:
-        bad = WorkloadError(f"{where}: '{f.messages}' is a list of {{role, content}} strings")
-        raw = doc[f.messages]
-        if not isinstance(raw, list) or not raw:
-            raise bad
-        out: list[tuple[str, str]] = []
-        for m in raw:
-            if not isinstance(m, dict):
-                raise bad
-            role, content = m.get("role"), m.get("content")
-            if not isinstance(role, str) or not isinstance(content, str):
-                raise bad
-            out.append((role, content))
-        return tuple(out)
+        chat = chat_of(doc[f.messages])
+        if chat is None:
+            raise WorkloadError(f"{where}: '{f.messages}' is a list of {{role, content}} strings")
+        return chat
     prompt = doc.get(f.prompt)
     if not isinstance(prompt, str) or not prompt.strip():
         raise WorkloadError(f"{where}: a question needs '{f.prompt}' (a string) or '{f.messages}'")

@@ -5,6 +5,7 @@ its tenant's if lower: a 413 before it is all read) and the time it may take to 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Final
 
 from starlette.datastructures import FormData
@@ -30,6 +31,35 @@ def _check_media_type(request: Request) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A body's limit: the server's, or the tenant's ``max_body_bytes`` where lower (a
+    refusal by the tenant's is counted in its metrics)."""
+
+    limit: int
+    whose: str
+    owner: str | None
+    gw: object
+
+    @classmethod
+    def of(cls, request: Request, limit: int, tenant: Tenant | None, what: str) -> _Bound:
+        gw = getattr(request.app.state, "gateway", None)
+        bound = cls(limit, "the limit", None, gw)
+        own = None if tenant is None else tenant.limits.max_body_bytes
+        if tenant is not None and own is not None and own < limit:
+            bound = cls(own, f"tenant {tenant.name!r}'s limit", tenant.name, gw)
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > bound.limit:
+            raise bound.too_large(f"the {what} is {declared} bytes; {bound.whose} is {bound.limit}")
+        return bound
+
+    def too_large(self, message: str) -> PayloadTooLarge:
+        metrics = getattr(self.gw, "metrics", None)
+        if self.owner is not None and metrics is not None:
+            metrics.tenant_rejected(self.owner, "max_body_bytes")
+        return PayloadTooLarge(message)
+
+
 async def read_body(request: Request, limit: int, *, tenant: Tenant | None = None) -> bytes:
     """The raw body, refusing more than ``limit`` bytes (or the tenant's
     ``max_body_bytes``, if lower) with a 413 before reading it all, and a body that takes
@@ -37,18 +67,8 @@ async def read_body(request: Request, limit: int, *, tenant: Tenant | None = Non
     _check_media_type(request)
     gw = getattr(request.app.state, "gateway", None)
     timeout = gw.settings.body_read_timeout_s if gw is not None else None
-    whose, owner = "the limit", None
-    if tenant is not None and (own := tenant.limits.max_body_bytes) is not None and own < limit:
-        limit, whose, owner = own, f"tenant {tenant.name!r}'s limit", tenant.name
-
-    def too_large(message: str) -> PayloadTooLarge:
-        if owner is not None and gw is not None:
-            gw.metrics.tenant_rejected(owner, "max_body_bytes")
-        return PayloadTooLarge(message)
-
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(f"the body is {declared} bytes; {whose} is {limit}")
+    bound = _Bound.of(request, limit, tenant, "body")
+    limit, whose, too_large = bound.limit, bound.whose, bound.too_large
     chunks: list[bytes] = []
     size = 0
     try:
@@ -81,18 +101,8 @@ async def read_form(
     whole form due within ``body_read_timeout_s`` (a 408). Close it when done."""
     gw = getattr(request.app.state, "gateway", None)
     timeout = gw.settings.body_read_timeout_s if gw is not None else None
-    whose, owner = "the limit", None
-    if tenant is not None and (own := tenant.limits.max_body_bytes) is not None and own < limit:
-        limit, whose, owner = own, f"tenant {tenant.name!r}'s limit", tenant.name
-
-    def too_large(message: str) -> PayloadTooLarge:
-        if owner is not None and gw is not None:
-            gw.metrics.tenant_rejected(owner, "max_body_bytes")
-        return PayloadTooLarge(message)
-
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(f"the upload is {declared} bytes; {whose} is {limit}")
+    bound = _Bound.of(request, limit, tenant, "upload")
+    limit, whose, too_large = bound.limit, bound.whose, bound.too_large
     received = 0
     receive = request.receive
 

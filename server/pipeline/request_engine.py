@@ -48,6 +48,7 @@ from core.engine import (
     all_of,
 )
 from server.pipeline.call_fit import Fitted, fit_call
+from strategies.pool import finished_confidences
 
 # A non-streamed call is sent whole (not as a stream the gateway can cut token by token)
 # when its worst case at the measured speed, x FAR_MARGIN, plus FAR_QUEUE_S for the
@@ -358,7 +359,7 @@ async def _collect(deltas: AsyncGenerator[SampleDelta, None]) -> list[Sample]:
                     finish_reason=d.finish_reason,
                     cumulative_logprob=d.cumulative_logprob,
                     stop_reason=d.stop_reason,
-                    confidences=_confidences(i, ids.get(i), bare, confs),
+                    confidences=finished_confidences(i, ids.get(i), bare, confs),
                     logprobs=tuple(lps[i]) if i in lps else None,
                 )
     return [done[i] for i in sorted(done)]
@@ -419,14 +420,3 @@ def unanswered(spent: BudgetSpent) -> Result:
         usage=Usage(prompt_tokens=0, completion_tokens=0, reasoning_tokens=0),
         samples=0,
     )
-
-
-def _confidences(
-    i: int, ids: Sequence[int] | None, bare: set[int], confs: dict[int, list[float]]
-) -> tuple[float, ...] | None:
-    """A finished sample's confidences: None when tokens came without them (the engine
-    did not report them), empty for a sample with no tokens at all (a deadline ended it
-    before its first)."""
-    if i in bare or (i not in confs and ids):
-        return None
-    return tuple(confs.get(i, ()))

@@ -24,8 +24,8 @@ from typing import Final
 
 from core import options
 from core.base import JSON, StrategyRequest
-from core.errors import InvalidRequest
 from strategies.selection import AnswerClass
+from strategies.vote_stop import flagged
 
 FLAG: Final = "adaptive"
 TUNING: Final = ("adaptive_round", "adaptive_share", "adaptive_weight")
@@ -50,10 +50,7 @@ def adaptive_stop(request: StrategyRequest) -> AdaptiveStop | None:
     """The request's stop rule, None without ``adaptive: true``; 400 naming the field for
     a bad value, or for a tuning option without the flag."""
     opts = request.options
-    if not options.flag(opts, FLAG, False):
-        for name in TUNING:
-            if opts.get(name) is not None:
-                raise InvalidRequest(f"{name} applies with adaptive true only", param=name)
+    if not flagged(request, TUNING):
         return None
     default = AdaptiveStop()
     return AdaptiveStop(
