@@ -152,7 +152,8 @@ async def _gateway(
     _watch_engine(metrics, active)
     admission = Admission(
         max_requests=settings.max_inflight_requests,
-        max_samples=samples_cap(settings, active),
+        max_samples=settings.max_inflight_samples,
+        share_samples=share_cap(settings, active),
         retry_after_s=settings.retry_after_s,
         metrics=metrics,
         wait_s=settings.admission_wait_s,
@@ -190,11 +191,12 @@ async def _gateway(
     )
 
 
-def samples_cap(settings: Settings, engine: Engine) -> int:
-    """``max_inflight_samples``, or the rows the engine batches at once (at least one
-    request's largest sample budget, so every admissible request can run)."""
-    if settings.max_inflight_samples is not None:
-        return settings.max_inflight_samples
+def share_cap(settings: Settings, engine: Engine) -> int:
+    """``fair_share_samples``, or the rows the engine batches at once (at least one
+    request's largest sample budget, so every admissible request can run), never above
+    ``max_inflight_samples``."""
+    if settings.fair_share_samples is not None:
+        return min(settings.fair_share_samples, settings.max_inflight_samples)
     load = engine.load()
     if load is not None and load.rows > 0:
         rows = load.rows
@@ -202,7 +204,7 @@ def samples_cap(settings: Settings, engine: Engine) -> int:
         rows = settings.remote_server_rows * max(1, len(settings.vllm_urls))
     else:
         rows = settings.max_num_seqs
-    return max(rows, settings.max_samples)
+    return min(max(rows, settings.max_samples), settings.max_inflight_samples)
 
 
 def _watch_engine(metrics: Metrics, active: Engine) -> None:

@@ -322,12 +322,14 @@ class Settings(HttpSettings):
     # --- admission control
     max_inflight_requests: int = Field(default=256, ge=1)
     """Requests served at once; more are a 429 with Retry-After."""
-    max_inflight_samples: int | None = Field(default=None, ge=1)
-    """Samples admitted at once (max(n, samples) per request); more wait for room (a
-    tenant within its fair share) or are a 429. Unset: the rows the engine batches (the
-    local engine's ``max_num_seqs``; the remote servers' ``remote_server_rows`` each), at
-    least ``max_samples``: tenants' fair shares are then shares of what the engine runs at
-    once, not of a queue behind it."""
+    max_inflight_samples: int = Field(default=1024, ge=1)
+    """Samples admitted at once (max(n, samples) per request); more are a 429."""
+    fair_share_samples: int | None = Field(default=None, ge=1)
+    """The samples that the active tenants' fair shares divide while more than one is
+    active (a tenant alone may hold ``max_inflight_samples``). Unset: the rows the engine
+    batches (the local engine's ``max_num_seqs``; the remote servers'
+    ``remote_server_rows`` each), at least ``max_samples``: a tenant's share is then a
+    share of what the engine runs at once, not of a queue behind it."""
     retry_after_s: int = Field(default=1, ge=0)
     """Retry-After (seconds) of a 429 for a full server (a tenant's own rates compute
     theirs from its window)."""

@@ -277,7 +277,7 @@ def _check_prompts(
         )
     per_prompt = max(body.n, budget.samples or 1)
     _check_tenant_request(tenant, body, prompts, per_prompt, request.headers)
-    cap = gw.admission.max_samples  # the setting, or the engine's rows
+    cap = settings.max_inflight_samples
     if per_prompt * len(prompts) > cap:
         raise InvalidRequest(
             f"{len(prompts)} prompts x {per_prompt} samples exceed this server's "

@@ -70,9 +70,13 @@ class Admission:
         wait_s: float = 0.0,
         idle_s: float = 5.0,
         clock: Clock = time.monotonic,
+        share_samples: int | None = None,
     ) -> None:
         self.max_requests = max_requests
         self.max_samples = max_samples
+        # What active tenants' fair shares divide while more than one is active (the rows
+        # the engine batches): a tenant alone may hold up to ``max_samples``.
+        self.share_samples = max_samples if share_samples is None else share_samples
         self.retry_after_s = retry_after_s
         self.wait_s = wait_s
         self.idle_s = idle_s
@@ -183,7 +187,8 @@ class Admission:
         """The tenant's share of the server's samples and requests among the active."""
         total = sum(a.tenant.weight for a in self._active(now) if a is not acct)
         part = acct.tenant.weight / (total + acct.tenant.weight)
-        return self.max_samples * part, max(1.0, self.max_requests * part)
+        samples = self.share_samples if total > 0 else self.max_samples
+        return samples * part, max(1.0, self.max_requests * part)
 
     def _within_share(self, acct: Account, samples: int, now: float) -> bool:
         if acct.requests == 0:

@@ -240,12 +240,12 @@ def test_any_configured_key_works_each_its_own_tenant() -> None:
     assert one.name.startswith("key-") and two.name.startswith("key-") and one != two
 
 
-def test_the_default_samples_cap_is_what_the_engine_batches() -> None:
-    """Unset, the cap that fair shares divide is the engine's rows (so a tenant's half is
-    half of what runs, not of a queue behind it), at least one request's sample budget."""
+def test_the_default_share_base_is_what_the_engine_batches() -> None:
+    """Unset, the samples that fair shares divide are the engine's rows (so a tenant's
+    half is half of what runs, not of a queue behind it), at least one request's sample
+    budget, at most the server's cap."""
     from core.engine import EngineLoad
-    from server.app import samples_cap
-    from server.settings import Settings
+    from server.app import share_cap
 
     class Rows:
         def __init__(self, rows: int | None) -> None:
@@ -254,10 +254,31 @@ def test_the_default_samples_cap_is_what_the_engine_batches() -> None:
         def load(self) -> EngineLoad | None:
             return None if self.rows is None else EngineLoad(rows=self.rows, busy=0)
 
-    assert samples_cap(Settings(), Rows(None)) == 64  # type: ignore[arg-type]  # max_num_seqs
-    assert samples_cap(Settings(max_num_seqs=128), Rows(None)) == 128  # type: ignore[arg-type]
-    assert samples_cap(Settings(), Rows(256)) == 256  # type: ignore[arg-type]  # what it says
-    assert samples_cap(Settings(max_num_seqs=8), Rows(None)) == 64  # type: ignore[arg-type]
-    assert samples_cap(Settings(max_inflight_samples=1024), Rows(8)) == 1024  # type: ignore[arg-type]
+    def cap(settings: Settings, rows: int | None) -> int:
+        return share_cap(settings, Rows(rows))  # type: ignore[arg-type]
+
+    assert cap(Settings(), None) == 64  # the local engine's max_num_seqs
+    assert cap(Settings(max_num_seqs=128), None) == 128
+    assert cap(Settings(), 256) == 256  # what the engine says it runs
+    assert cap(Settings(max_num_seqs=8), None) == 64  # at least max_samples
+    assert cap(Settings(fair_share_samples=32), 256) == 32
+    assert cap(Settings(max_inflight_samples=48), 256) == 48
     remote = Settings(engine="remote", vllm_urls=("http://a:1", "http://b:1"))
-    assert samples_cap(remote, Rows(None)) == 128  # type: ignore[arg-type]  # 64 rows each
+    assert cap(remote, None) == 128  # 64 rows each
+
+
+async def test_a_tenant_alone_holds_the_cap_and_shares_the_rows_beside_another() -> None:
+    adm = Admission(
+        max_requests=100, max_samples=1024, retry_after_s=1, metrics=Metrics(), share_samples=64
+    )
+    alone = [await adm.acquire(A, 32) for _ in range(6)]  # 192 samples: A alone, past 64
+    b = await adm.acquire(B, 4)  # B arrives: its first request fits
+    with pytest.raises(Overloaded):
+        await adm.acquire(A, 1)  # A is past its half of the rows now: refused at once
+    for slot in alone:
+        slot.release()
+    again = await adm.acquire(A, 28)  # within 32, beside B
+    with pytest.raises(Overloaded):
+        await adm.acquire(A, 8)  # 36 > 32
+    for slot in (again, b):
+        slot.release()
