@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
+from typing import ClassVar, Final
 
 from core import options
 from core.base import JSON, StrategyRequest
@@ -38,6 +38,7 @@ class VoteStop:
     round: int = 2  # samples per stage
     confidence: float = 0.95  # posterior probability that the leader leads
     min_samples: int = 3  # answered samples before the rule is read
+    measure: ClassVar[str] = "posterior"  # what ``judge`` reads, as events name it
 
     def judge(self, classes: Sequence[AnswerClass]) -> tuple[bool, float]:
         """Whether the vote so far stops the draw, and the posterior it read."""

@@ -184,11 +184,16 @@ function onProgress(ev) {
     status(`${ev.samples_done} of ${ev.samples} samples done`);
   }
   if (ev.leader_share !== undefined) status(`leader share ${(100 * ev.leader_share).toFixed(0)}%`);
+  if (ev.posterior !== undefined) {
+    // A vote drawn in stages (self-consistency's stop rule, auto's votes).
+    const state = ev.settled ? "settled: stopped" : "not settled: another stage";
+    status(`${ev.samples} samples drawn, vote ${state} (${(100 * ev.posterior).toFixed(0)}% sure)`);
+  }
   if (ev.tree) {
     onStep(ev);
     status(`step ${ev.step}: ${ev.live} live, ${ev.complete} complete, best ${ev.best_score ?? "–"}`);
   }
-  if (ev.phase && !ev.sample) status(`${ev.phase}: ${ev.samples} samples`);
+  if (ev.phase && !ev.sample && ev.posterior === undefined) status(`${ev.phase}: ${ev.samples} samples`);
   requestAnimationFrame(() => view.eventToPaint.push(performance.now() - arrived));
 }
 

@@ -30,6 +30,9 @@ class StopRule(Protocol):
     @property
     def round(self) -> int: ...
 
+    @property
+    def measure(self) -> str: ...
+
     def judge(self, classes: Sequence[AnswerClass]) -> tuple[bool, float]: ...
 
     def report(self, cap: int, rounds: int, done: bool, measure: float) -> dict[str, JSON]: ...
@@ -112,7 +115,8 @@ async def draw_adaptive(
         drawn.pool = read = analyse(ctx, drawn.samples)
         classes = build_classes(read.answers, drawn.rewards, exact=read.exact)
         drawn.settled, drawn.measure = stop.judge(classes)
-        yield Progress(data=round_event(len(drawn.samples), drawn.measure, drawn.settled))
+        event = round_event(len(drawn.samples), drawn.measure, drawn.settled, measure=stop.measure)
+        yield Progress(data=event)
         if drawn.settled:
             return
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from core import options
 from core.base import JSON, StrategyRequest
@@ -37,6 +37,7 @@ class AdaptiveStop:
     round: int = 4  # samples per round, the first included
     share: float = 0.5  # of the answered samples' summed weight, held by the leader
     weight: float = 0.5  # the leader's own summed weight
+    measure: ClassVar[str] = "leader_share"  # what ``judge`` reads, as events name it
 
     def judge(self, classes: Sequence[AnswerClass]) -> tuple[bool, float]:
         """Whether the vote so far stops the draw, and the leader's share it read."""
@@ -78,12 +79,15 @@ def leader_share(classes: Sequence[AnswerClass]) -> float:
     return lead / total if total > 0.0 else 0.0
 
 
-def round_event(samples: int, share: float, done: bool) -> dict[str, JSON]:
-    """The progress event after a round: what has been drawn and where the vote stands."""
+def round_event(
+    samples: int, share: float, done: bool, *, measure: str = "leader_share"
+) -> dict[str, JSON]:
+    """The progress event after a round: what has been drawn and where the vote stands
+    (``measure``: what the rule reads, the leader's share or the vote's posterior)."""
     return {
         "phase": "adaptive",
         "samples": samples,
-        "leader_share": round(share, 6),
+        measure: round(share, 6),
         "settled": done,
     }
 

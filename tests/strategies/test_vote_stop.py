@@ -145,3 +145,25 @@ async def test_auto_stops_its_vote_when_settled_and_says_so(
     assert plan["stopped"] == "settled" and plan["stages"] == 2
     assert plan["unspent_samples"] == plan["samples"] - 4 == plan["samples"] - info["samples"]
     assert "stages" not in whole["auto"] and whole["samples"] == whole["auto"]["samples"]
+
+
+async def test_each_stage_is_a_progress_event_with_the_posterior(
+    scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    """What the live view shows of a staged vote: after each stage, the samples drawn,
+    the posterior and whether it settled."""
+    import orjson
+
+    async with scripted_app(_answers(testbed_tokens, _cycle(7))) as app:
+        r = await app.client.post(
+            "/v1/chat/completions",
+            json={"model": app.model, "messages": QUESTION, "adaptive": True, "stream": True},
+            headers={"X-Strategy": "self-consistency", "X-Budget-Samples": "8"},
+        )
+    stages = [
+        orjson.loads(line.split(" ", 2)[2])
+        for line in r.text.splitlines()
+        if line.startswith(": thinkgate.progress") and '"posterior"' in line
+    ]
+    assert [(s["samples"], s["settled"]) for s in stages] == [(2, False), (4, True)]
+    assert stages[-1]["posterior"] >= 0.95 and "leader_share" not in stages[-1]
