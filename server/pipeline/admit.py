@@ -44,6 +44,7 @@ from server.process.metrics import route_label
 from server.tenancy.admission import Slot
 from server.tenancy.auth import is_batch_line, tenant_of
 from server.tenancy.tenants import Tenant
+from strategies.forced_answer import ForcedAnswers
 from strategies.reasoning import thinking_open_after
 from strategies.tool_calls import CallForm
 
@@ -75,7 +76,8 @@ class Admitted:
 
     def runs(self) -> list[AsyncGenerator[StrategyEvent, None]]:
         """The strategy's run per prompt, each over the engine as its request sees it
-        (``server.pipeline.request_engine``: affinity key, redraws billed, ceiling and clock)."""
+        (``server.pipeline.request_engine``: affinity key, redraws billed, ceiling and clock;
+        ``strategies.forced_answer``: a forced answer always comes)."""
         out: list[AsyncGenerator[StrategyEvent, None]] = []
         for i, ctx in enumerate(self.contexts):
             tally = Tally()
@@ -90,8 +92,12 @@ class Admitted:
                 allowance=allowance,
                 answer_reserve=self.gw.settings.answer_reserve,
             )
+            # A grammar-bound sample that ends inside its thinking still answers
+            # (strategies.forced_answer); outside the meter, whose ceiling and clock hold
+            # its answer's call as every other.
+            forced = ForcedAnswers(engine)
             run = with_tally(
-                self.strategy.run(replace(ctx, engine=engine, allowance=allowance)),
+                self.strategy.run(replace(ctx, engine=forced, allowance=allowance)),
                 tally,
                 allowance,
             )

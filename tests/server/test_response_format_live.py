@@ -139,3 +139,58 @@ def test_an_answer_cut_by_its_solution_budget_is_reported_cut(
     assert fits.choices[0].finish_reason == "stop"
     assert fits.model_extra["thinkgate"]["choices"][0]["solution_cut"] is False
     _holds(fits.choices[0].message.content)
+
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("forced", ["response_format", "tool_choice", "streamed"])
+def test_a_sample_that_ends_inside_its_thinking_still_answers(
+    openai_client: Any, served_model: str, testbed_tokens: Any, forced: str
+) -> None:
+    """EOS biased up draws it as the first token, inside the thinking: the grammar, which
+    starts at </think>, never held the sample. The answer comes all the same, held to the
+    grammar (strategies.forced_answer), and the bias cannot end it early: the grammar
+    allows EOS only once the JSON is complete."""
+    eos = testbed_tokens.eos_token_ids[0]
+    common: dict[str, Any] = {
+        "model": served_model,
+        "messages": MESSAGES,
+        "max_tokens": 200,
+        "temperature": 0,
+        "logit_bias": {str(eos): 100},
+    }
+    if forced == "tool_choice":
+        r = openai_client.chat.completions.create(
+            **common, tools=[ADD_TOOL], tool_choice="required"
+        )
+        assert r.choices[0].finish_reason == "tool_calls", r.choices[0]
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name == "add"
+        assert set(json.loads(call.function.arguments)) >= {"a", "b"}
+        return
+    if forced == "streamed":
+        stream = openai_client.chat.completions.create(
+            **common, response_format=FORMAT, stream=True
+        )
+        chunks = [c for c in stream if c.choices]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == [
+            "stop"
+        ]
+        _holds(content)
+        return
+    r = openai_client.chat.completions.create(**common, response_format=FORMAT)
+    assert r.choices[0].finish_reason == "stop", r.choices[0]
+    _holds(r.choices[0].message.content)
+    assert not r.choices[0].message.reasoning_content  # it thought nothing: EOS came first
