@@ -10,7 +10,7 @@ it is a string) is the server's own model, half the strategy names (header or bo
 ones the server serves, and what a request may cost is capped (``max_tokens``, ``n``,
 budgets; the testbed's context is small and each drawn sample costs CPU): only values
 of the right type are changed, so a case that does not fit the schema still does not.
-Batch jobs the fuzz creates are cancelled when it ends. Seeded: one seed, one sequence.
+Batch jobs and batches the fuzz creates are cancelled when it ends. Seeded: one seed, one sequence.
 
 ``python -m benchmarks.fuzz --url http://127.0.0.1:8000 --cases 1000`` prints the report
 as JSON and exits 1 if any answer was a 5xx. ``thinkgate bench reliability`` calls
@@ -35,6 +35,7 @@ MAX_BUDGET_TOKENS: Final = 32  # budget thinking/solution, X-Budget-Thinking/Sol
 MAX_BATCH_BUDGET: Final = 8  # total samples of a batch job
 EXAMPLES: Final = 10  # 5xx answers kept in the report
 JSONL: Final = "application/jsonl"
+BATCH_CREATES: Final = ("/v1/pets/batches", "/v1/batches")  # cancelled when the fuzz ends
 
 
 def run_fuzz(
@@ -45,9 +46,11 @@ def run_fuzz(
     max_tokens: int = MAX_TOKENS,
     timeout_s: float = 120.0,
     skip_paths: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Send ``cases`` generated requests to the server at ``base_url`` (``skip_paths``: a
-    regex of operation paths left out).
+    regex of operation paths left out; ``headers``: sent with every request, e.g. a key
+    for a server with keys).
 
     Returns ``{"cases", "seconds", "classes": {"2xx": n, "4xx": n, "5xx": n, "no_answer":
     n}, "statuses": {"400": n, ...}, "server_errors": [{method, path, status, body,
@@ -64,7 +67,8 @@ def run_fuzz(
     from tqdm import tqdm
 
     base_url = base_url.rstrip("/")
-    served = httpx.get(f"{base_url}/v1/models", timeout=30).json()["data"][0]
+    headers = dict(headers or {})
+    served = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=30).json()["data"][0]
     model, names = str(served["id"]), [str(n) for n in served.get("strategies", [])]
     schemathesis.openapi.media_type(JSONL, _jsonl_bodies(st))
     schema: schemathesis.BaseSchema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
@@ -74,8 +78,11 @@ def run_fuzz(
         schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE)
     )
     session = requests.Session()
+    session.headers.update(headers)  # a case's own header of the same name wins
     statuses: Counter[str] = Counter()
     refusals: Counter[str] = Counter()  # 4xx by route and param: how deep the fuzz got
+    answered: Counter[str] = Counter()  # 2xx by route
+    known: dict[str, list[str]] = {"file_id": [], "batch_id": []}  # ids the server made
     server_errors: list[dict[str, Any]] = []
     no_answers: list[dict[str, Any]] = []
     batches: list[str] = []
@@ -88,6 +95,7 @@ def run_fuzz(
             # Half the strategy names a case carries become real ones: past the 400.
             real = st.sampled_from(names) | st.none()
             _rename(case, "X-Strategy", "strategy", lambda: data.draw(real))
+        _reuse(case, known, data, st)
         try:
             response = case.call(base_url=base_url, session=session, timeout=timeout_s)
         except (requests.exceptions.InvalidHeader, requests.exceptions.InvalidURL, ValueError):
@@ -101,13 +109,16 @@ def run_fuzz(
             return
         sent += 1
         statuses[str(response.status_code)] += 1
+        if response.status_code < 300:
+            answered[f"{case.method.upper()} {case.path}"] += 1
+            _remember(case, response.content, known)
         if 400 <= response.status_code < 500:
             refusals[f"{case.method.upper()} {case.path} {_why(response.content)}"] += 1
         if response.status_code >= 500 and len(server_errors) < EXAMPLES:
             body = response.content[:500].decode("utf-8", "replace")
             server_errors.append({**_describe(case), "status": response.status_code, "body": body})
-        if case.path == "/v1/pets/batches" and case.method.upper() == "POST":
-            batches.extend(_batch_id(response.content))
+        if case.path in BATCH_CREATES and case.method.upper() == "POST":
+            batches.extend(f"{case.path}/{i}" for i in _batch_id(response.content))
 
     @hypothesis_seed(seed)
     @settings(
@@ -132,9 +143,9 @@ def run_fuzz(
         one()
     finally:
         bar.close()
-        for batch_id in batches:
+        for batch in batches:
             # Fuzzed jobs must not keep the engine busy after the fuzz.
-            httpx.post(f"{base_url}/v1/pets/batches/{batch_id}/cancel", timeout=30)
+            httpx.post(f"{base_url}{batch}/cancel", headers=headers, timeout=30)
         session.close()
     classes: Counter[str] = Counter()
     for status, count in statuses.items():
@@ -146,6 +157,7 @@ def run_fuzz(
         "classes": dict(sorted(classes.items())),
         "statuses": dict(sorted(statuses.items())),
         "top_refusals": dict(refusals.most_common(15)),
+        "answered": dict(sorted(answered.items())),
         "server_errors": server_errors,
         "no_answers": no_answers,
         "batches_cancelled": len(batches),
@@ -186,6 +198,27 @@ def _tame(case: Any, model: str, max_tokens: int) -> None:
                 case.query[key] = min(value, MAX_BATCH_BUDGET)
         if isinstance(case.query.get("average_budget"), (int, float)):
             case.query["average_budget"] = min(case.query["average_budget"], 2)
+
+
+def _reuse(case: Any, known: dict[str, list[str]], data: Any, st: Any) -> None:
+    """Half the ids a case names (a path's ``file_id``/``batch_id``, a body's
+    ``input_file_id``) become ones the server made earlier in the run: past the 404."""
+    params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
+    for name, ids in known.items():
+        if ids and isinstance(params.get(name), str) and data.draw(st.booleans()):
+            params[name] = data.draw(st.sampled_from(ids))
+    body, files = case.body, known["file_id"]
+    named = isinstance(body, dict) and isinstance(body.get("input_file_id"), str)
+    if named and files and data.draw(st.booleans()):
+        body["input_file_id"] = data.draw(st.sampled_from(files))
+
+
+def _remember(case: Any, content: bytes, known: dict[str, list[str]]) -> None:
+    if case.method.upper() != "POST":
+        return
+    kind = {"/v1/files": "file_id", "/v1/batches": "batch_id"}.get(case.path)
+    if kind is not None:
+        known[kind].extend(_batch_id(content))
 
 
 def _cap_header(headers: Any, name: str, cap: int) -> None:

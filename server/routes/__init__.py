@@ -19,6 +19,7 @@ from server.routes import (
     ui,
 )
 from server.routes import pets_batches as batches
+from server.routes.openapi_batch_api import document
 
 ROUTERS: tuple[APIRouter, ...] = (
     chat.router,
@@ -31,6 +32,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
     batches.router,
-    batch_api.router,
+    document(batch_api.router),  # its schemas: openapi_batch_api
     ui.router,
 )

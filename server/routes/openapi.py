@@ -33,6 +33,7 @@ ERRORS: Final[dict[int, str]] = {
     404: "Unknown `model` (or route, or batch).",
     408: "The request came too slowly (`--body-read-timeout-s`); the connection is closed.",
     413: "The body is over `--max-body-bytes`.",
+    415: "The body's `Content-Type` is not JSON (`code: unsupported_media_type`).",
     429: "Over `--max-inflight-requests` or `--max-inflight-samples`; see `Retry-After`.",
     500: "The engine failed.",
     503: "The engine is starting, restarting or dead, or the server is draining "

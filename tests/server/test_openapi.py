@@ -13,6 +13,7 @@ import pytest
 
 from server.app import create_app
 from server.pipeline.budgets import HEADERS, STRATEGY_HEADER
+from server.routes.openapi import ERROR_REF
 from server.settings import Settings
 
 GENERATION = ("/v1/chat/completions", "/v1/completions")
@@ -134,3 +135,67 @@ def test_batch_routes_document_body_query_and_errors(doc: dict[str, Any]) -> Non
                 schema = answer["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}
     assert "404" in doc["paths"]["/v1/pets/batches/{batch_id}"]["get"]["responses"]
+
+
+BATCH_API = {
+    ("post", "/v1/files"),
+    ("get", "/v1/files"),
+    ("get", "/v1/files/{file_id}"),
+    ("get", "/v1/files/{file_id}/content"),
+    ("delete", "/v1/files/{file_id}"),
+    ("post", "/v1/batches"),
+    ("get", "/v1/batches"),
+    ("get", "/v1/batches/{batch_id}"),
+    ("post", "/v1/batches/{batch_id}/cancel"),
+}
+
+
+def test_the_batch_api_documents_its_upload_create_pages_and_errors(doc: dict[str, Any]) -> None:
+    """FastAPI infers nothing for these routes (they read their request raw): the
+    upload's form, the create's fields and every error answer come from
+    ``server.routes.openapi_batch_api``, which schemathesis then fuzzes."""
+    found = {
+        (m, p)
+        for p, ops in doc["paths"].items()
+        for m in ops
+        if p.startswith(("/v1/files", "/v1/batches"))
+    }
+    assert found == BATCH_API
+    form = doc["paths"]["/v1/files"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert form["schema"]["required"] == ["file", "purpose"]
+    assert form["schema"]["properties"]["file"]["format"] == "binary"
+    create = doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/json"]
+    validator = jsonschema_rs.validator_for(create["schema"])
+    good = {
+        "input_file_id": "file-1",
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+    }
+    assert validator.is_valid(good)
+    assert validator.is_valid({**good, "allocation": {"method": "pets", "average_budget": 8}})
+    assert not validator.is_valid({**good, "completion_window": "1h"})
+    assert not validator.is_valid({**good, "allocation": {"method": "pets", "caps": 8}})
+    for path in ("/v1/files", "/v1/batches"):
+        params = {p["name"] for p in doc["paths"][path]["get"]["parameters"]}
+        assert {"limit", "after"} <= params
+    for method, path in BATCH_API:
+        errors = {s: a for s, a in doc["paths"][path][method]["responses"].items() if s[0] in "45"}
+        assert {"401", "503"} <= set(errors), (method, path)
+        for status, answer in errors.items():
+            if status != "422":  # FastAPI's own, for its path parameters
+                assert answer["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}
+
+
+def test_every_batch_api_route_is_described_and_every_description_has_a_route() -> None:
+    from fastapi import APIRouter
+
+    from server.routes import batch_api
+    from server.routes.openapi_batch_api import undocumented
+
+    assert undocumented(batch_api.router) == set()
+    router = APIRouter()
+
+    @router.get("/v1/files/{file_id}/other")
+    async def other() -> None: ...
+
+    assert ("GET", "/v1/files/{file_id}/other") in undocumented(router)  # the check can fail
