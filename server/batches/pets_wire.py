@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -24,6 +25,8 @@ from server.batches.pets.input import MAX_TOTAL_BUDGET, BatchOptions, BatchQuest
 from server.batches.pets.job import BatchView
 from server.batches.pets.result import QuestionOutcome
 from strategies.reasoning import thinking_open_after
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def checked_body(body: object, n: int) -> ChatCompletionRequest:
@@ -52,7 +55,10 @@ def parse_lines(
     """
     out: list[BatchQuestion] = []
     seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), 1):
+    # JSONL's lines end at a newline only (``\r\n`` and ``\r`` too, as the Batch API's file
+    # check reads them): ``str.splitlines`` would also break at U+2028, \x85, \x1e, ...,
+    # which a JSON string may hold raw, and number the lines after them wrongly.
+    for n, line in enumerate(_LINE_END.split(text), 1):
         if not line.strip():
             continue
         try:

@@ -57,14 +57,18 @@ def invalid(exc: ValidationError) -> InvalidRequest:
     err = next((e for e in errors if e["type"] == "value_error"), errors[0])
     if err["type"] == "json_invalid":
         return InvalidRequest(f"malformed JSON body: {err['msg']}")
-    if err["type"] == "model_type":
-        return InvalidRequest("the request body must be a JSON object")
     # Drop union-branch tags pydantic inserts ("str", "list[...]") from the path.
     loc = [str(p) for p in err["loc"] if not _is_tag(p)]
     # A discriminated union repeats its tag as a path part (``response_format`` of type
     # json_schema puts ``json_schema`` before its own ``json_schema`` field).
     loc = [p for i, p in enumerate(loc) if i == 0 or p != loc[i - 1]]
     param = ".".join(loc) or None
+    if err["type"] == "model_type":
+        # A nested object that is not one (``messages: [[]]``) names its field; only the
+        # body itself is "the request body".
+        if param is None:
+            return InvalidRequest("the request body must be a JSON object")
+        return InvalidRequest(f"{param}: must be a JSON object", param=param)
     msg = err["msg"].removeprefix("Value error, ")  # our validators' reasons, as they are
     if err["type"] == "missing":
         msg = "is required"

@@ -64,6 +64,7 @@ def test_bad_input_is_a_400(text: str, testbed_tokens: Any) -> None:
         ({"max_completion_tokens": "9"}, "body.max_completion_tokens"),
         ({"n": 0}, "body.n"),
         ({"messages": [{"role": "user"}]}, "body.messages"),
+        ({"messages": [[]]}, "body.messages.0: must be a JSON object"),  # not "the body"
         ({"modalities": ["audio"]}, "body.modalities"),
         ({"audio": {"voice": "x"}}, "body.audio is not supported"),  # refused online too
     ],
@@ -78,6 +79,21 @@ def test_every_field_is_checked_as_the_chat_route_checks_it(
         parse_lines(text, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
     assert info.value.message.startswith(f"line 2: {field}"), info.value.message
     assert info.value.status == 400
+
+
+@pytest.mark.parametrize("separator", ["\x1e", "\x0c", "\u2028", "\x85"])
+def test_lines_are_numbered_as_jsonl_numbers_them(separator: str, testbed_tokens: Any) -> None:
+    """Only a newline ends a line: characters ``str.splitlines`` also breaks on (inside a
+    JSON string, or in noise) neither split a line nor shift the next one's number."""
+    inside = json.loads(line("good"))
+    inside["body"]["messages"][0]["content"] = f"Compute 1{separator}+2 mod 10."
+    good = json.dumps(inside, ensure_ascii=False)
+    qs = parse_lines(good, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
+    assert len(qs) == 1
+    text = line("a") + "\n" + f"{separator}noise" + "\n" + line("c")
+    with pytest.raises(InvalidRequest) as info:
+        parse_lines(text, testbed_tokens, defaults=SamplingConfig(), max_questions=10)
+    assert info.value.message.startswith("line 2:"), info.value.message
 
 
 def test_options_need_exactly_one_budget_and_sane_caps() -> None:
