@@ -46,6 +46,7 @@ BENCHMARKS: Final[dict[str, tuple[str, str]]] = {
     "fit": ("benchmarks.fit", "thinkgate fit on a mixed workload, then its one judgment"),
     "batches": ("benchmarks.batches", "Batch API: two gateways on PostgreSQL, one killed"),
     "tenants": ("benchmarks.tenants", "one tenant's SC@32 flood beside another's plain requests"),
+    "security": ("benchmarks.security", "the default server on a network: keys, origins, uploads"),
     "live-view": ("benchmarks.live_view", "the /ui live view in headless Chromium: render times"),
 }
 
