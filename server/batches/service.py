@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -40,26 +40,40 @@ class Batches:
     allocations: PetsAllocations | None = None  # None: allocation batches are refused
     uploads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(UPLOADS))
 
-    async def upload(self, owner: str, purpose: str, filename: str, content: bytes) -> FileRecord:
+    async def upload(
+        self, owner: str, purpose: str, filename: str, chunks: AsyncIterator[bytes]
+    ) -> FileRecord:
+        """Store an upload as it is read (``chunks``), refusing it (413) at the first
+        byte past ``max_file_bytes`` with nothing kept."""
         if purpose not in PURPOSES:
             raise InvalidRequest(
                 f"purpose is {purpose!r}; this server keeps files for 'batch' only",
                 param="purpose",
             )
-        if len(content) > self.max_file_bytes:
-            raise PayloadTooLarge(
-                f"the file is {len(content)} bytes; the limit is {self.max_file_bytes}"
-            )
+        file_id = new_id("file-")
+        size = await self.store.parts.write(file_id, self._bounded(chunks))
         record = FileRecord(
-            id=new_id("file-"),
+            id=file_id,
             owner=owner,
             purpose=purpose,
             filename=filename or "upload.jsonl",
-            bytes=len(content),
+            bytes=size,
             created_at=int(time.time()),
         )
-        await self.store.create_file(record, content)
+        try:
+            await self.store.create_file(record, b"")
+        except BaseException:
+            await self.store.parts.discard(file_id)
+            raise
         return record
+
+    async def _bounded(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > self.max_file_bytes:
+                raise PayloadTooLarge(f"the file exceeds the limit of {self.max_file_bytes} bytes")
+            yield chunk
 
     async def file(self, owner: str, file_id: str) -> FileRecord:
         record = await self.store.file(file_id)
@@ -73,6 +87,21 @@ class Batches:
         if content is None:
             raise NotFound(f"no file with id {file_id!r}", param="file_id")
         return content
+
+    async def reader(self, owner: str, file_id: str) -> AsyncIterator[bytes]:
+        """A file's bytes a part at a time (a download), once the file is found to be
+        the tenant's (a 404 before the response starts, not in the middle of it)."""
+        await self.file(owner, file_id)
+        inline = await self.store.inline(file_id)
+        if inline is None:
+            raise NotFound(f"no file with id {file_id!r}", param="file_id")
+        return self._parts(inline, file_id)
+
+    async def _parts(self, inline: bytes, file_id: str) -> AsyncIterator[bytes]:
+        if inline:
+            yield inline
+        async for part in self.store.parts.read(file_id):
+            yield part
 
     async def delete(self, owner: str, file_id: str) -> None:
         if not await self.store.delete_file(file_id, owner):

@@ -28,6 +28,8 @@ from typing import Any, Final, TypeVar, cast
 
 from core.base import JSON
 from core.sql import Connection, Cursor
+from server.batches import file_parts
+from server.batches.file_parts import FileParts
 from server.batches.records import (
     RUNNABLE,
     BatchRecord,
@@ -83,6 +85,9 @@ class BatchStore:
             self._conn.schema(_SCHEMA)
             # Added after the first release of the table.
             self._conn.add_column("tg_batches", "allocation", "TEXT")
+            self._conn.schema(file_parts.SCHEMA)
+            self.parts = FileParts(self._conn, clock)
+            self.parts.sweep()
         except BaseException:
             self._conn.close_now()
             raise
@@ -119,6 +124,16 @@ class BatchStore:
         return await self._call(partial(self._content, file_id))
 
     def _content(self, file_id: str) -> bytes | None:
+        db = self._read()
+        row = db.one("SELECT content FROM tg_files WHERE id = ?", (file_id,))
+        return None if row is None else bytes(row[0]) + file_parts.joined(db, file_id)
+
+    async def inline(self, file_id: str) -> bytes | None:
+        """The bytes a file keeps in its row (an output file's; an upload's are in
+        ``parts``); None when there is no such file."""
+        return await self._call(partial(self._inline, file_id))
+
+    def _inline(self, file_id: str) -> bytes | None:
         row = self._read().one("SELECT content FROM tg_files WHERE id = ?", (file_id,))
         return None if row is None else bytes(row[0])
 
@@ -147,7 +162,10 @@ class BatchStore:
 
     def _delete_file(self, file_id: str, owner: str) -> bool:
         with self._write() as db:
-            return db.run("DELETE FROM tg_files WHERE id = ? AND owner = ?", (file_id, owner)) == 1
+            gone = db.run("DELETE FROM tg_files WHERE id = ? AND owner = ?", (file_id, owner))
+            if gone == 1:
+                file_parts.drop(db, file_id)
+            return gone == 1
 
     # --- batches
 

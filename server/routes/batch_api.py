@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import orjson
 from fastapi import APIRouter
 from pydantic import RootModel
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from core.errors import BackendUnavailable, GatewayError, InvalidRequest, Overloaded
 from server.apis.openai.validation import validate_json
+from server.batches.file_parts import PART_BYTES
 from server.batches.service import UPLOADS, Batches, listed, page_limit
 from server.errors import response_headers
 from server.gateway import gateway
@@ -63,11 +66,16 @@ async def upload(request: Request) -> Response:
                 raise InvalidRequest("the form has no file field 'file'", param="file")
             if not isinstance(purpose, str):
                 raise InvalidRequest("the form has no field 'purpose'", param="purpose")
-            content = await upload.read(limit + 1)
-            record = await batches.upload(owner, purpose, upload.filename or "", content)
+            record = await batches.upload(owner, purpose, upload.filename or "", _chunks(upload))
         finally:
             await form.close()
     return _json(request, record.render())
+
+
+async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
+    """The upload's spooled bytes a part at a time, never the whole file in memory."""
+    while chunk := await upload.read(PART_BYTES):
+        yield chunk
 
 
 @router.get("/v1/files")
@@ -92,9 +100,9 @@ async def retrieve_file(request: Request, file_id: str) -> Response:
 @router.get("/v1/files/{file_id}/content")
 async def file_content(request: Request, file_id: str) -> Response:
     batches, owner = _batches(request)
-    content = await batches.content(owner, file_id)
-    return Response(
-        content, media_type="application/octet-stream", headers=response_headers(request)
+    parts = await batches.reader(owner, file_id)
+    return StreamingResponse(
+        parts, media_type="application/octet-stream", headers=response_headers(request)
     )
 
 
