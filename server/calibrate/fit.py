@@ -173,6 +173,12 @@ def _ints(raw: str) -> tuple[int, ...]:
     return values
 
 
+def _ceilings(raw: str) -> tuple[int, ...]:
+    # "none": a judgment at the deadlines only (all of a model without think tags' fixed
+    # plans then run at every budget, so auto is held against each across the budgets).
+    return () if raw.strip() == "none" else _ints(raw)
+
+
 def _grader(raw: str) -> Grader:
     try:
         return Grader.parse(json.loads(raw) if raw.startswith("{") else raw)
@@ -204,7 +210,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", action="store_true", help="run the test part once (after a fit)")
     p.add_argument("--limit", type=int, default=None, help="--judge: the first N test questions")
     p.add_argument(
-        "--ceilings", type=_ints, default=(300, 1000), help="--judge: token ceilings to judge at"
+        "--ceilings",
+        type=_ceilings,
+        default=(300, 1000),
+        help="--judge: token ceilings to judge at (none: the deadlines only)",
     )
     p.add_argument(
         "--judge-plans",

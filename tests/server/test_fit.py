@@ -363,3 +363,11 @@ async def test_a_model_without_think_tags_is_fitted_on_the_plans_it_runs(
     plans = {(r["strategy"], r["samples"], r["thinking"]) for r in fitted.rows}
     assert ("self-consistency", 4, None) in plans and ("plain", 1, None) in plans
     assert all(r["thinking"] is None for r in fitted.rows)
+
+
+def test_ceilings_none_judges_at_the_deadlines_only(tmp_path: Path) -> None:
+    path = _file(tmp_path, *_sums(4))
+    assert _args(tmp_path, path, "--ceilings", "none").ceilings == ()
+    assert _args(tmp_path, path, "--ceilings", "300").ceilings == (300,)
+    with pytest.raises(SystemExit):
+        _args(tmp_path, path, "--ceilings", "")
