@@ -4,7 +4,8 @@ read it (``thinkgate serve --profile DIR``).
 ``DIR/profile.json`` names the model (its served name and a fingerprint of its tokenizer,
 so a profile is refused in front of another model), the workload and its fit/test split,
 and the measured constants: the answer's length (the deadline's reserve) and the decode
-speed by load. ``DIR/auto-table.json`` is ``auto``'s table (``strategies.auto``).
+speed by load. ``DIR/auto-table.json`` is ``auto``'s table (``strategies.auto``);
+``DIR/pets-table.json``, where the fit drew PETS's pools, is the PETS table.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Profile:
     table: AutoTable
     answer_reserve: int  # tokens an answer takes after the thinking (its 90th percentile)
     seconds_per_token: float  # decode speed per row, one request in flight
+    pets_table: Path | None = None  # PETS's table fitted on the workload, when there is one
 
     @classmethod
     def load(cls, directory: Path) -> Profile:
@@ -71,6 +73,7 @@ class Profile:
                 table=table,
                 answer_reserve=int(constants["answer_reserve"]),
                 seconds_per_token=float(constants["seconds_per_token"]["1"]),
+                pets_table=None if not doc.get("pets_table") else directory / doc["pets_table"],
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileError):

@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from server.calibrate import fit_run
+from server.calibrate import fit_pets, fit_run
 from server.calibrate.fit_cells import Schedule, Speeds, all_cells
 from server.calibrate.fit_journal import Journal, save_schedule, saved_schedule
 from server.calibrate.fit_profile import Fitted, code_version, write
@@ -67,6 +67,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         complete = await fit_run.rounds(run, sched.cells, qs, speeds)
         done = fit_run.finished(run, sched.cells, qs)
         rows = tuple(fit_run.row(run, c, done) for c in sched.cells)
+        pets = await _pets(run, args, qs if workload.label_free else list(fit), speeds)
     finally:
         bar.close()
         journal.close()
@@ -81,6 +82,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         rows=rows,
         speeds=speeds,
         answer_reserve=fit_run.answer_reserve(run),
+        pets=pets,
         questions=len(done),
         left_out=sched.left_out,
         refused=refused,
@@ -90,6 +92,26 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         machine=machine(),
         seed=args.seed,
         code=code,
+    )
+
+
+async def _pets(
+    run: fit_run.Run, args: argparse.Namespace, qs: Sequence[Any], speeds: Speeds
+) -> fit_pets.PetsFit:
+    """The PETS table on the pools the time left affords (what a resumed fit drew is
+    read back from the profile directory)."""
+    if (args.out / fit_pets.POOLS_FILE).exists():
+        n = len(qs)
+    else:
+        n = fit_pets.affordable(max(0.0, run.ends_at - time.monotonic()), speeds, len(qs))
+    fit_run.say(f"PETS: pools of {fit_pets.POOL} samples on {n} fit questions")
+    return await fit_pets.fit_table(
+        run.client,
+        qs[:n],
+        model=run.model,
+        seed=args.seed,
+        max_tokens=fit_run.sample_tokens(run),
+        out=args.out,
     )
 
 
@@ -133,7 +155,8 @@ async def _scheduled(
     sched = fit_run.plan_cells(
         speeds,
         refused,
-        seconds=max(0.0, run.ends_at - time.monotonic()),
+        # What the rows leave is the PETS pools' (fit_pets.SHARE of the time at least).
+        seconds=max(0.0, run.ends_at - time.monotonic()) * (1 - fit_pets.SHARE),
         available=len(run.fit),
         min_questions=args.min_questions,
         deadlines=args.deadlines,

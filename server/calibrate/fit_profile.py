@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from server.calibrate.fit_cells import Cell, Speeds
+from server.calibrate.fit_pets import PetsFit
 from server.calibrate.split import RULE, Split
 from server.calibrate.workload import Workload
 from strategies.auto import AutoTable, PlanRow
@@ -33,6 +34,7 @@ class Fitted:
     rows: tuple[dict[str, Any], ...]
     speeds: Speeds
     answer_reserve: int
+    pets: PetsFit
     questions: int  # per row (the questions every cell finished)
     left_out: tuple[Cell, ...]  # cells the time did not afford
     refused: dict[str, str]  # strategies the server does not run, with its answer
@@ -99,6 +101,12 @@ def write(out: Path, f: Fitted) -> None:
             },
         },
         "auto_table": TABLE_FILE,
+        "pets_table": f.pets.table,
+        "pets": {
+            "questions": f.pets.questions,
+            "pool": f.pets.pool,
+            "left_out": f.pets.reason,
+        },
         "fit": {
             "minutes": f.minutes,
             "took_s": round(f.took_s, 1),
@@ -170,9 +178,19 @@ def report(f: Fitted, plotted: bool) -> str:
             "",
             "Not run by this server: " + ", ".join(f"{k} ({v})" for k, v in f.refused.items()),
         ]
+    lines += ["", _pets_line(f.pets)]
     if plotted:
         lines += ["", f"![{score} by deadline]({PLOT_FILE})"]
     return "\n".join(lines) + "\n"
+
+
+def _pets_line(p: PetsFit) -> str:
+    if p.table is None:
+        return f"PETS table: left out ({p.reason}); `pets` then samples adaptively."
+    return (
+        f"PETS table (`{p.table}`): fitted on pools of {p.pool} samples of {p.questions} "
+        "fit questions; `pets` and PETS batches allocate by it under this profile."
+    )
 
 
 def row_label(r: dict[str, Any]) -> str:

@@ -93,6 +93,12 @@ def answer_reserve(run: Run) -> int:
     return max(1, int(percentile([float(_answer_tokens(o)) for o in alone if o.answered], 0.9)))
 
 
+def sample_tokens(run: Run) -> int:
+    """A plain sample's token limit for the PETS pools: twice the probe's longest."""
+    alone = run.journal.of("probe|alone", [q.id for q in run.fit[:PROBE]])
+    return max(64, 2 * max((o.tokens for o in alone), default=0))
+
+
 async def runnable(run: Run, cells: Sequence[Cell]) -> dict[str, str]:
     """What the server refuses (a PRM it lacks; thinking budgets, for a model without
     think tags), by ``fit_cells.kind``, each with the status it answered: one short

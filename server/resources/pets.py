@@ -3,7 +3,8 @@
 ``pets_resources`` is a ``server.resources.builders`` builder. The table comes from the
 ``pets_table`` setting (``--pets-table FILE``; default: the testbed table shipped in
 ``strategies/pets/tables/``; ``none``: no table, the ``pets`` strategy then uses its
-adaptive fallback). A table that exists but does not parse fails start-up loudly. A
+adaptive fallback; under ``--profile DIR``, the profile's own table where the fit made
+one). A table that exists but does not parse fails start-up loudly. A
 table is calibrated on one model (``calibration.model``): the default one, made on the
 testbed base model, is left out in front of any other model (logged; ``pets`` then
 samples adaptively); one named with ``--pets-table`` is used as told (a warning when it
@@ -36,6 +37,7 @@ from server.batches.pets.sql_store import FILE_NAME, SqlBatchStore
 from server.settings import Settings
 from strategies.pets.online import TABLE_KEY
 from strategies.pets.table import DEFAULT_TABLE, PetsTable
+from strategies.profile import Profile
 
 log = structlog.get_logger("thinkgate.pets")
 
@@ -69,6 +71,10 @@ def _table(settings: Settings, served: ServedModel) -> PetsTable | None:
     """The online allocation table to attach, or None (logged why)."""
     path = table_path(settings)
     named = settings.pets_table is not None
+    if not named and settings.profile is not None:
+        # A profile's table was fitted on this model (the profile is checked at start).
+        own = Profile.load(Path(settings.profile)).pets_table
+        path, named = (own, True) if own is not None else (path, named)
     if path is None:
         log.info("pets.table.disabled", fallback="adaptive")
         return None

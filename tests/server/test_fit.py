@@ -16,7 +16,7 @@ import pytest
 
 from core.engine import GenerateRequest, Sample
 from engines.scripted import samples_of
-from server.calibrate import fit
+from server.calibrate import fit, fit_pets
 from server.calibrate.fit_journal import JOURNAL_FILE
 from server.calibrate.fit_profile import write
 from server.calibrate.graders import Grader, GraderError
@@ -371,3 +371,37 @@ def test_ceilings_none_judges_at_the_deadlines_only(tmp_path: Path) -> None:
     assert _args(tmp_path, path, "--ceilings", "300").ceilings == (300,)
     with pytest.raises(SystemExit):
         _args(tmp_path, path, "--ceilings", "")
+
+
+async def test_a_fit_draws_pets_pools_and_its_profile_brings_the_pets_table(
+    tmp_path: Path, scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    from strategies.pets.online import TABLE_KEY
+    from strategies.pets.table import PetsTable
+
+    path = _file(tmp_path, *_sums(60))
+    args = _args(tmp_path, path)
+    calls: list[GenerateRequest] = []
+    async with scripted_app(_handler(testbed_tokens, calls)) as app:
+        fitted = await fit.fitting(app.openai(), args, read_workload(path))
+        served = app.model
+    write(args.out, fitted)
+    assert fitted.pets.table == "pets-table.json" and fitted.pets.questions >= 12
+    pools = (args.out / "pets-pools.jsonl").read_text().splitlines()
+    assert len(pools) == fitted.pets.questions
+    assert all(len(json.loads(line)["answers"]) == 32 for line in pools)
+    fit_prompts = {q.prompt for q in read_workload(path).questions if q.id in fitted.split.fit_ids}
+    assert {json.loads(line)["messages"][-1]["content"] for line in pools} <= fit_prompts
+    table = PetsTable.load(args.out / "pets-table.json")
+    assert table.calibration["model"] == served and table.average_budget == 16.0
+    assert Profile.load(args.out).pets_table == args.out / "pets-table.json"
+    assert "PETS table (`pets-table.json`)" in (args.out / "report.md").read_text()
+    async with scripted_app(_handler(testbed_tokens, calls), profile=str(args.out)) as app:
+        attached = app.asgi.state.gateway.resources.get(TABLE_KEY)
+        assert attached is not None
+        assert attached.calibration["source"] == table.calibration["source"]
+    # Too little time for the pools: left out, and the report says why.
+    short = await fit_pets.fit_table(
+        None, [], model=served, seed=0, max_tokens=64, out=tmp_path / "none"
+    )
+    assert short.table is None and "12 needed" in (short.reason or "")
