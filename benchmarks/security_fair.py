@@ -41,6 +41,12 @@ class Answer:
     seconds: float
 
 
+def solo_p95(url: str, key: str, prompts: list[str], *, max_tokens: int) -> float:
+    """B alone, one block (for a run of the held tenant's lines without the fair ones)."""
+    b, _ = asyncio.run(_phase(url, ("", key), prompts, max_tokens, 0))
+    return p95([x.seconds for x in b if x.status == 200])
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if ordered else float("nan")
@@ -250,11 +256,11 @@ def held_to_four(
     url: str, keys: tuple[str, str], prompts: list[str], *, max_tokens: int, solo_p95: float
 ) -> list[Line]:
     """The held tenant's line and its online neighbour's (``keys``: the held tenant's and
-    B's). Two submissions of 64 samples over 8 questions: one asking for up to 64 a
+    B's). Two submissions of 64 samples over 16 questions: one asking for up to 64 a
     question (``cap``), one leaving the cap to the server; each must be refused or held
     to 4 a question. B's requests run beside the one that runs (or the last)."""
     name = "tenant held to 4 samples: 64-sample allocation batch"
-    lines = [chat_line(f"q{i}", p, max_tokens=max_tokens) for i, p in enumerate(prompts[:8])]
+    lines = [chat_line(f"q{i}", p, max_tokens=max_tokens) for i, p in enumerate(prompts[:16])]
     notes: list[str] = []
     failures, run = 0, None
     for cap in (64, None):
