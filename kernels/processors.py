@@ -106,10 +106,14 @@ class ModelSetup:
     dropped: tuple[str, ...]  # asked, but the model lacks what their wrapper needs
 
 
-def model_setup(names: Iterable[str], model_path: str) -> ModelSetup:
+def model_setup(
+    names: Iterable[str], model_path: str, predictor_home: str | None = None
+) -> ModelSetup:
     """The processors of ``names`` usable with the model at ``model_path``: a wrapped one
     only when the model ships what its wrapper reads (without it the processor could
-    only pass logits through, so it is left out and its strategy answers 503)."""
+    only pass logits through, so it is left out and its strategy answers 503).
+    ``predictor_home``: a directory whose ``bg_predictor/`` (a profile's, fitted on a
+    workload) is used in place of the model's own, where it has one."""
     from kernels.guidance import plugin as bg_plugin
     from kernels.guidance.predictor import has_predictor
 
@@ -120,6 +124,9 @@ def model_setup(names: Iterable[str], model_path: str) -> ModelSetup:
         spec = BY_NAME.get(name)
         if spec is None or not spec.wrapped:
             kept.append(name)
+        elif predictor_home is not None and has_predictor(predictor_home):
+            kept.append(name)
+            overrides.update(bg_plugin.hf_overrides(predictor_home))
         elif has_predictor(model_path):
             kept.append(name)
             overrides.update(bg_plugin.hf_overrides())

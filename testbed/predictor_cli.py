@@ -1,6 +1,7 @@
 """``thinkgate train-predictor``: train the budget predictor of a model, save it beside it.
 
-1. Traces: the model itself answers testbed train-split questions through the vLLM
+1. Traces: the model itself answers testbed train-split questions (or ``--prompts``'
+   questions: ``thinkgate fit`` passes its workload's fit part) through the vLLM
    engine (temperature 1, one sample each); traces whose thinking never closed are
    dropped.
 2. Features: one ``transformers`` forward pass per batch of traces; the final (normed)
@@ -73,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--minutes", type=float, default=4.0, help="wall-clock cap on training")
     p.add_argument("--out", type=Path, default=None, help="model dir to write into")
+    p.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="JSONL questions (messages or prompt) to draw the traces on, cycled "
+        "(default: testbed train-split questions); `thinkgate fit` passes its fit part",
+    )
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -90,34 +98,53 @@ def resolve_tokens(model_dir: Path) -> tuple[int, tuple[int, ...], int]:
     return think_end, boundary_token_ids(decoded), vocab
 
 
+def chats(n: int, seed: int, prompts: Path | None) -> list[list[dict[str, str]]]:
+    """``n`` chats to draw traces on: ``prompts``' questions in turn (each drawn again
+    at temperature 1 when there are fewer than ``n``), or testbed train-split questions."""
+    if prompts is None:
+        from testbed.task import make_questions
+
+        return [
+            [{"role": "user", "content": q.prompt}] for q in make_questions("train", n, seed=seed)
+        ]
+    from server.calibrate.workload import read_workload
+
+    qs = read_workload(prompts).questions
+    if not qs:
+        raise SystemExit(f"{prompts}: no questions")
+    return [qs[i % len(qs)].chat() for i in range(n)]
+
+
 def draw_traces(
-    model_dir: Path, n: int, *, seed: int, max_tokens: int, progress: bool = True
+    model_dir: Path,
+    n: int,
+    *,
+    seed: int,
+    max_tokens: int,
+    progress: bool = True,
+    prompts: Path | None = None,
 ) -> Traces:
-    """``n`` traces at temperature 1 from the vLLM engine (testbed train split)."""
+    """``n`` traces at temperature 1 from the vLLM engine (``chats``)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from transformers import AutoTokenizer
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     from kernels.offline_engine import cpu_llm
-    from testbed.task import make_questions
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     think_end = tok.convert_tokens_to_ids("</think>")
-    questions = make_questions("train", n, seed=seed)
-    prompts: list[list[int]] = []
-    for q in questions:
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": q.prompt}], add_generation_prompt=True, tokenize=False
-        )
-        prompts.append(list(tok(text, add_special_tokens=False).input_ids))
+    encoded: list[list[int]] = []
+    for chat in chats(n, seed, prompts):
+        text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        encoded.append(list(tok(text, add_special_tokens=False).input_ids))
     llm = cpu_llm(model_dir, seed=seed)
     params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=None)
     outs = llm.generate(
-        [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=progress
+        [TokensPrompt(prompt_token_ids=p) for p in encoded], params, use_tqdm=progress
     )
     kept_prompts, kept_outputs = [], []
-    for prompt, out in zip(prompts, outs, strict=True):
+    for prompt, out in zip(encoded, outs, strict=True):
         ids = list(out.outputs[0].token_ids)
         if think_end in ids:
             kept_prompts.append(prompt)
@@ -299,7 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     think_end, boundary_ids, vocab = resolve_tokens(model_dir)
     traces = draw_traces(
-        model_dir, args.traces, seed=args.seed, max_tokens=args.max_tokens, progress=progress
+        model_dir,
+        args.traces,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        progress=progress,
+        prompts=args.prompts,
     )
     if len(traces.outputs) < 10:
         print(
@@ -338,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record.update(
         {
             "model": str(testbed.portable_path(model_dir)),
+            "prompts": "testbed train split" if args.prompts is None else args.prompts.name,
             "traces_drawn": traces.drawn,
             "traces_closed": len(traces.outputs),
             "mean_thinking_tokens": round(sum(lengths) / len(lengths), 1),

@@ -169,7 +169,7 @@ class LocalEngine:
         # A wrapped processor (budget guidance) only with a model that ships what its
         # wrapper reads, selected through hf_overrides; without it, left out (its
         # strategy answers 503 instead of a processor that passes logits through).
-        setup = model_setup(local.logits_processors, settings.model_path)
+        setup = model_setup(local.logits_processors, settings.model_path, settings.profile)
         for name in setup.dropped:
             log.warning("engine.processor_unavailable", processor=name, model=settings.model_path)
         if setup.hf_overrides:

@@ -7,8 +7,9 @@ A replica is not a thinkgate server: it is ``python -m vllm.entrypoints.openai.a
   takes the V1 classes on CPU or with ``VLLM_USE_V2_MODEL_RUNNER=0``, else the Model
   Runner V2 classes: each runner's loader refuses the other's);
 * the budget-guidance wrapper architecture (``--hf-overrides``) and processor when the
-  model ships a predictor (``bg_predictor/``), else no guidance processor (a gateway
-  then answers budget-guidance requests with a 503, as locally);
+  model ships a predictor (``bg_predictor/``) or ``--profile DIR`` has one (fitted by
+  ``thinkgate fit`` on a workload), else no guidance processor (a gateway then answers
+  budget-guidance requests with a 503, as locally);
 * the token-in/token-out routes (``--enable-scale-out``);
 * a drain on SIGTERM (``--shutdown-timeout 30``: vLLM's engine finishes the requests it
   runs, up to 30 s, instead of aborting them; its server stops taking new connections,
@@ -141,13 +142,14 @@ def build_command(
     processors: Sequence[str] = DEFAULT_PROCESSORS,
     runner: Runner | None = None,
     cpu: bool | None = None,
+    profile: str | None = None,
 ) -> list[str]:
     """The vLLM server command line of a replica (nothing is started)."""
     path = model if model is not None else defaults.installed().model
     rest = list(passthrough)
     chosen = runner or detect_runner(path, rest)
     on_cpu = executor.on_cpu() if cpu is None else cpu
-    setup = model_setup(processors, path)
+    setup = model_setup(processors, path, profile)
     names = setup.names
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
     if model is None:
@@ -279,6 +281,12 @@ def main(argv: Sequence[str]) -> int:
         help="start vLLM's router (vllm-router) over these replica URLs, comma-separated, "
         "with the flags a thinkgate gateway needs, instead of a replica",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="a `thinkgate fit` profile: budget guidance runs on its predictor (fitted on "
+        "the workload) in place of the model's own",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command, do not start it")
     args, rest = parser.parse_known_args(list(argv))
     if args.router is not None:
@@ -298,7 +306,9 @@ def main(argv: Sequence[str]) -> int:
         cmd = build_prm_command(args.prm or None, rest, server=args.prm_server)
     else:
         try:
-            cmd = build_command(args.model, rest, processors=processors, runner=args.runner)
+            cmd = build_command(
+                args.model, rest, processors=processors, runner=args.runner, profile=args.profile
+            )
         except RuntimeError as exc:  # vLLM found no device to build its config for
             parser.error(
                 f"cannot tell which model runner vLLM will use here ({exc}); pass --runner v1 or v2"

@@ -7,7 +7,8 @@
   order), so the processor runs the predictor on them in the same step: no second
   forward pass;
 * it owns the predictor (``bg_predictor.*`` parameters), loaded from
-  ``MODEL_DIR/bg_predictor/`` beside the checkpoint, and installs it with the token
+  ``MODEL_DIR/bg_predictor/`` beside the checkpoint (or from a profile's directory named
+  by ``hf_overrides[HOME_KEY]``), and installs it with the token
   facts from the predictor's config (``</think>`` id, newline-token mask).
 
 Select it with ``hf_overrides={"architectures": [ARCHITECTURE]}`` on a model directory
@@ -48,14 +49,15 @@ _PREFIX = "bg_predictor."
 class BGQwen2ForCausalLM(Qwen2ForCausalLM):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        model_dir = Path(vllm_config.model_config.model)
+        hf = vllm_config.model_config.hf_config
+        # The predictor beside the model, or a profile's (bg_plugin.HOME_KEY).
+        model_dir = Path(getattr(hf, bg_plugin.HOME_KEY, None) or vllm_config.model_config.model)
         if not has_predictor(model_dir):
             raise ValueError(
                 f"{ARCHITECTURE} needs a budget predictor in {model_dir / PREDICTOR_DIR} "
                 "(train one with `thinkgate train-predictor`), or serve the plain architecture"
             )
         config = load_config(model_dir)
-        hf = vllm_config.model_config.hf_config
         if (config.hidden_size, config.vocab_size) != (hf.hidden_size, hf.vocab_size):
             raise ValueError(
                 f"predictor in {model_dir / PREDICTOR_DIR} was trained for hidden size "

@@ -22,6 +22,16 @@ def register() -> None:
         ModelRegistry.register_model(ARCHITECTURE, _TARGET)
 
 
-def hf_overrides() -> dict[str, list[str]]:
-    """The ``hf_overrides`` that select the wrapper for a model directory."""
-    return {"architectures": [ARCHITECTURE]}
+# The hf_overrides key naming where the predictor lives when it is not beside the model
+# (a profile's, fitted by ``thinkgate fit`` on a workload): vLLM sets it on the model's
+# config, where the wrapper reads it in every worker.
+HOME_KEY: Final = "thinkgate_predictor_home"
+
+
+def hf_overrides(home: str | None = None) -> dict[str, object]:
+    """The ``hf_overrides`` that select the wrapper for a model directory, with the
+    predictor in ``home/bg_predictor/`` (default: the model's own directory)."""
+    overrides: dict[str, object] = {"architectures": [ARCHITECTURE]}
+    if home is not None:
+        overrides[HOME_KEY] = home
+    return overrides

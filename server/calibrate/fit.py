@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from server.calibrate import fit_pets, fit_run
+from server.calibrate import fit_pets, fit_predictor, fit_run
 from server.calibrate.fit_cells import Schedule, Speeds, all_cells
 from server.calibrate.fit_journal import Journal, save_schedule, saved_schedule
 from server.calibrate.fit_profile import Fitted, code_version, write
@@ -230,6 +230,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-after", default=None, help="the answer follows this marker (####)")
     p.add_argument("--choices-field", default=None, help="a list of options, lettered A, B, ...")
     p.add_argument("--grader", type=_grader, default=Grader(), help="math|number|choice|exact|JSON")
+    p.add_argument(
+        "--predictor-traces",
+        type=int,
+        default=400,
+        help="traces the budget predictor is trained on (0: no predictor)",
+    )
+    p.add_argument(
+        "--predictor-minutes", type=float, default=3.0, help="the predictor's training time"
+    )
     p.add_argument("--judge", action="store_true", help="run the test part once (after a fit)")
     p.add_argument("--limit", type=int, default=None, help="--judge: the first N test questions")
     p.add_argument(
@@ -288,5 +297,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"thinkgate fit: {exc}", file=sys.stderr)
         return 2
     write(args.out, fitted)
+    predictor = _predictor(args, fitted)
     print(f"wrote {args.out}/ ({len(fitted.rows)} rows x {fitted.questions} questions)")
-    return 0
+    if predictor.failed:
+        print(f"thinkgate fit: the budget predictor: {predictor.reason}", file=sys.stderr)
+    return 1 if predictor.failed else 0
+
+
+def _predictor(args: argparse.Namespace, fitted: Fitted) -> fit_predictor.PredictorFit:
+    """Budget guidance's predictor on the fit part's prompts (after the server stopped)."""
+    from server.calibrate.fit_server import model_of
+
+    fit_ids = set(fitted.split.fit_ids)
+    prompts = fit_predictor.write_prompts(
+        args.out, [q for q in fitted.workload.questions if q.id in fit_ids]
+    )
+    model = None if args.server else model_of(args)
+    why = "--predictor-traces 0" if args.predictor_traces == 0 else None
+    why = why or fit_predictor.why_not(model, fitted.refused)
+    if why is not None or model is None:
+        out = fit_predictor.PredictorFit(False, why)
+    else:
+        out = fit_predictor.train(
+            model,
+            args.out,
+            prompts,
+            traces=args.predictor_traces,
+            minutes=args.predictor_minutes,
+            seed=args.seed,
+        )
+    fit_predictor.record(args.out, out)
+    return out

@@ -29,19 +29,13 @@ class ServerError(RuntimeError):
 @contextmanager
 def serving(args: argparse.Namespace, *, profile: Path | None) -> Iterator[str]:
     """The URL to measure, for the block."""
-    from server.calibrate.fit import FitError
 
     if args.server:
         if profile is not None:
             _check_serves(args.server, args.api_key, profile)
         yield args.server.rstrip("/")
         return
-    model = args.model
-    if model is None:
-        try:
-            model = defaults.installed().model
-        except defaults.NoDefaultModel as exc:
-            raise FitError(f"--model or --server is required: {exc}") from exc
+    model = model_of(args)
     flags = ["--reward-model", "none"]
     flags += ["--auto-table", "none"] if profile is None else ["--profile", str(profile)]
     if args.max_model_len is not None:
@@ -57,6 +51,18 @@ def serving(args: argparse.Namespace, *, profile: Path | None) -> Iterator[str]:
     print(f"server log: {name}", file=sys.stderr)
     with thinkgate(model, *flags, log=Path(name)) as url:
         yield url
+
+
+def model_of(args: argparse.Namespace) -> str:
+    """The model a server is started on: ``--model``, or the installed default."""
+    from server.calibrate.fit import FitError
+
+    if args.model is not None:
+        return str(args.model)
+    try:
+        return defaults.installed().model
+    except defaults.NoDefaultModel as exc:
+        raise FitError(f"--model or --server is required: {exc}") from exc
 
 
 def _check_serves(url: str, api_key: str, profile: Path) -> None:

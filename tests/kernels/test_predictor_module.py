@@ -136,3 +136,17 @@ def test_training_learns_a_length_signal_from_hidden_states() -> None:
     assert isinstance(val, dict) and isinstance(start, dict)
     assert val["nll"] < start["nll"] - 0.5
     assert evaluate(predictor, data)["nll"] == pytest.approx(val["nll"], abs=1e-3)
+
+
+def test_the_traces_are_drawn_on_a_workloads_questions_when_given(tmp_path: Path) -> None:
+    from testbed.predictor_cli import chats
+
+    prompts = tmp_path / "fit-part.jsonl"
+    prompts.write_text(
+        '{"messages": [{"role": "user", "content": "What is 1+2?"}]}\n{"prompt": "Name 3."}\n'
+    )
+    got = chats(5, 0, prompts)
+    assert [c[-1]["content"] for c in got] == ["What is 1+2?", "Name 3."] * 2 + ["What is 1+2?"]
+    default = chats(3, 0, None)
+    assert len(default) == 3 and all(c[0]["role"] == "user" for c in default)
+    assert {c[0]["content"] for c in default}.isdisjoint({"What is 1+2?", "Name 3."})

@@ -60,3 +60,27 @@ def test_a_wrapped_processor_only_with_a_model_that_ships_its_predictor(
     )
     # A processor named by class is kept as given (its needs are its own business).
     assert model_setup(["pkg.mod:Cls"], str(tmp_path)).names == ("pkg.mod:Cls",)
+
+
+def test_a_profiles_predictor_is_named_to_the_wrapper_in_place_of_the_models(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from kernels.guidance.predictor import PREDICTOR_DIR
+
+    profile = tmp_path / "profile"
+    shutil.copytree(testbed.model_path("base") / PREDICTOR_DIR, profile / PREDICTOR_DIR)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    # A model without a predictor of its own guides with the profile's.
+    setup = model_setup(DEFAULT, str(bare), str(profile))
+    assert setup.names == DEFAULT and setup.dropped == ()
+    assert setup.hf_overrides == {
+        "architectures": [bg_plugin.ARCHITECTURE],
+        bg_plugin.HOME_KEY: str(profile),
+    }
+    # A profile without one leaves the model's own (or none) as before.
+    assert model_setup(DEFAULT, str(bare), str(tmp_path / "empty")).dropped == ("guidance",)
+    base = model_setup(DEFAULT, str(testbed.model_path("base")), str(tmp_path / "empty"))
+    assert base.hf_overrides == {"architectures": [bg_plugin.ARCHITECTURE]}

@@ -405,3 +405,28 @@ async def test_a_fit_draws_pets_pools_and_its_profile_brings_the_pets_table(
         None, [], model=served, seed=0, max_tokens=64, out=tmp_path / "none"
     )
     assert short.table is None and "12 needed" in (short.reason or "")
+
+
+def test_the_predictor_is_trained_only_where_it_can_be_and_the_profile_says_why(
+    tmp_path: Path,
+) -> None:
+    from server.calibrate import fit_predictor
+    from testbed import model_path
+
+    base = str(model_path("base"))
+    assert fit_predictor.why_not(base, {}) is None
+    assert "given by URL" in (fit_predictor.why_not(None, {}) or "")
+    no_tags = {"budget-guidance (thinking budget)": "400", "elastic (thinking budget)": "400"}
+    assert "think tags" in (fit_predictor.why_not(base, no_tags) or "")
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert "LlamaForCausalLM" in (fit_predictor.why_not(str(llama), {}) or "")
+    out = tmp_path / "prof"
+    out.mkdir()
+    (out / "profile.json").write_text('{"name": "prof"}')
+    (out / "report.md").write_text("# report\n")
+    fit_predictor.record(out, fit_predictor.PredictorFit(False, "no think tags"))
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["predictor"] == {"dir": None, "left_out": "no think tags"}
+    assert "Budget predictor: left out (no think tags)" in (out / "report.md").read_text()
