@@ -46,6 +46,7 @@ from core.budget import Budget
 from core.engine import Engine, EngineLoad
 from core.errors import BackendUnavailable, InvalidRequest
 from core.registry import REGISTRY_KEY
+from strategies.vote_stop import CONFIDENCE as STOP_CONFIDENCE
 from strategies.vote_stop import FLAG as STOP_FLAG
 
 MAX_SAMPLES: Final = 16  # the rule's largest vote (more rarely pays on a deadline)
@@ -89,19 +90,27 @@ class AutoTable:
     rows: tuple[PlanRow, ...]
     questions: int = 0
     profile: str | None = None  # the profile it belongs to (``strategies.profile``)
+    # The staged votes' stop confidence the profile's fit chose (None: the rule's default).
+    stop_confidence: float | None = None
 
     @classmethod
     def load(cls, path: Path, profile: str | None = None) -> AutoTable:
         data = json.loads(path.read_text())
         rows = tuple(PlanRow(**r) for r in data["rows"])
+        stop = data.get("stop_confidence")
         return cls(
-            model=data["model"], rows=rows, questions=int(data.get("questions", 0)), profile=profile
+            model=data["model"],
+            rows=rows,
+            questions=int(data.get("questions", 0)),
+            profile=profile,
+            stop_confidence=None if stop is None else float(stop),
         )
 
     def as_json(self) -> dict[str, JSON]:
         return {
             "model": self.model,
             "questions": self.questions,
+            **({} if self.stop_confidence is None else {"stop_confidence": self.stop_confidence}),
             "rows": [
                 {
                     "strategy": r.strategy,
@@ -430,7 +439,11 @@ def _plan_options(ctx: StrategyContext, plan: Plan) -> dict[str, JSON]:
     wanted = ctx.request.options.get(STOP_FLAG, True)
     if not isinstance(wanted, bool):
         raise InvalidRequest(f"{STOP_FLAG} must be true or false", param=STOP_FLAG)
-    return {STOP_FLAG: True} if wanted else {}
+    if not wanted:
+        return {}
+    table = ctx.resources.get(TABLE_KEY)
+    fitted = table.stop_confidence if table is not None else None
+    return {STOP_FLAG: True} if fitted is None else {STOP_FLAG: True, STOP_CONFIDENCE: fitted}
 
 
 def _stages(result: Result) -> dict[str, JSON]:

@@ -29,7 +29,8 @@ from core.errors import InvalidRequest
 from strategies.selection import AnswerClass
 
 FLAG: Final = "adaptive"
-TUNING: Final = ("adaptive_round", "adaptive_confidence")
+CONFIDENCE: Final = "adaptive_confidence"
+TUNING: Final = ("adaptive_round", CONFIDENCE)
 OPTIONS: Final = frozenset({FLAG, *TUNING})
 
 

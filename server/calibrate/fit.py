@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from server.calibrate import fit_pets, fit_predictor, fit_run
+from server.calibrate import fit_pets, fit_predictor, fit_run, fit_stop
 from server.calibrate.fit_cells import Schedule, Speeds, all_cells
 from server.calibrate.fit_journal import Journal, save_schedule, saved_schedule
 from server.calibrate.fit_profile import Fitted, code_version, write
@@ -68,6 +68,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         done = fit_run.finished(run, sched.cells, qs)
         rows = tuple(fit_run.row(run, c, done) for c in sched.cells)
         pets = await _pets(run, args, qs if workload.label_free else list(fit), speeds)
+        stop = _stop(args.out)
     finally:
         bar.close()
         journal.close()
@@ -83,6 +84,7 @@ async def fitting(client: Any, args: argparse.Namespace, workload: Workload) -> 
         speeds=speeds,
         answer_reserve=fit_run.answer_reserve(run),
         pets=pets,
+        stop=stop,
         questions=len(done),
         left_out=sched.left_out,
         refused=refused,
@@ -113,6 +115,15 @@ async def _pets(
         max_tokens=fit_run.sample_tokens(run),
         out=args.out,
     )
+
+
+def _stop(out: Path) -> fit_stop.StopFit:
+    """The stop rule's confidence, replayed on the PETS pools (the default without them)."""
+    from strategies.pets.calibration.pools import load_pools
+
+    cache = out / fit_pets.POOLS_FILE
+    pools = [r.to_pool() for r in load_pools(cache)] if cache.exists() else []
+    return fit_stop.fit_stop(pools)
 
 
 def client_of(url: str, api_key: str) -> Any:

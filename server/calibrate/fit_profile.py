@@ -7,13 +7,14 @@ import json
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from server.calibrate.fit_cells import Cell, Speeds
 from server.calibrate.fit_pets import PetsFit
+from server.calibrate.fit_stop import StopFit
 from server.calibrate.split import RULE, Split
 from server.calibrate.workload import Workload
 from strategies.auto import AutoTable, PlanRow
@@ -35,6 +36,7 @@ class Fitted:
     speeds: Speeds
     answer_reserve: int
     pets: PetsFit
+    stop: StopFit
     questions: int  # per row (the questions every cell finished)
     left_out: tuple[Cell, ...]  # cells the time did not afford
     refused: dict[str, str]  # strategies the server does not run, with its answer
@@ -69,7 +71,10 @@ def code_version() -> str:
 def write(out: Path, f: Fitted) -> None:
     out.mkdir(parents=True, exist_ok=True)
     table = AutoTable(
-        model=f.model, rows=tuple(PlanRow(**r) for r in f.rows), questions=f.questions
+        model=f.model,
+        rows=tuple(PlanRow(**r) for r in f.rows),
+        questions=f.questions,
+        stop_confidence=f.stop.confidence if f.stop.chosen_by == "fit" else None,
     )
     (out / TABLE_FILE).write_text(json.dumps(table.as_json(), indent=1) + "\n")
     doc = {
@@ -101,6 +106,13 @@ def write(out: Path, f: Fitted) -> None:
             },
         },
         "auto_table": TABLE_FILE,
+        "stop_rule": {
+            "rule": "beta",
+            "confidence": f.stop.confidence,
+            "chosen_by": f.stop.chosen_by,
+            "pools": f.stop.pools,
+            "candidates": [asdict(c) for c in f.stop.candidates],
+        },
         "pets_table": f.pets.table,
         "pets": {
             "questions": f.pets.questions,
@@ -178,10 +190,27 @@ def report(f: Fitted, plotted: bool) -> str:
             "",
             "Not run by this server: " + ", ".join(f"{k} ({v})" for k, v in f.refused.items()),
         ]
-    lines += ["", _pets_line(f.pets)]
+    lines += ["", _pets_line(f.pets), "", *_stop_lines(f.stop)]
     if plotted:
         lines += ["", f"![{score} by deadline]({PLOT_FILE})"]
     return "\n".join(lines) + "\n"
+
+
+def _stop_lines(s: StopFit) -> list[str]:
+    if s.chosen_by != "fit":
+        why = "no PETS pools" if not s.candidates else "no candidate agreed often enough"
+        return [f"Stop rule: the default confidence {s.confidence} ({why})."]
+    lines = [
+        f"Stop rule: `auto`'s staged votes stop at confidence {s.confidence}, the lowest "
+        f"whose stopped answers agree with the whole 16-sample draw's on {s.pools} fit "
+        "questions' pools (replayed, at least 99% agreeing):",
+        "",
+        "| confidence | agreement | samples | accuracy |",
+        "|---|---|---|---|",
+    ]
+    for c in s.candidates:
+        lines.append(f"| {c.confidence} | {c.agreement:.3f} | {c.samples:.1f} | {c.accuracy:.3f} |")
+    return lines
 
 
 def _pets_line(p: PetsFit) -> str:

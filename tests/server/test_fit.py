@@ -395,6 +395,10 @@ async def test_a_fit_draws_pets_pools_and_its_profile_brings_the_pets_table(
     table = PetsTable.load(args.out / "pets-table.json")
     assert table.calibration["model"] == served and table.average_budget == 16.0
     assert Profile.load(args.out).pets_table == args.out / "pets-table.json"
+    # The stop rule replayed on the pools: every sample agrees, so the lowest confidence.
+    stop = json.loads((args.out / "profile.json").read_text())["stop_rule"]
+    assert stop["chosen_by"] == "fit" and stop["pools"] == fitted.pets.questions
+    assert stop["confidence"] == 0.8 == Profile.load(args.out).table.stop_confidence
     assert "PETS table (`pets-table.json`)" in (args.out / "report.md").read_text()
     async with scripted_app(_handler(testbed_tokens, calls), profile=str(args.out)) as app:
         attached = app.asgi.state.gateway.resources.get(TABLE_KEY)

@@ -167,3 +167,57 @@ async def test_each_stage_is_a_progress_event_with_the_posterior(
     ]
     assert [(s["samples"], s["settled"]) for s in stages] == [(2, False), (4, True)]
     assert stages[-1]["posterior"] >= 0.95 and "leader_share" not in stages[-1]
+
+
+def test_the_fit_replays_the_rule_on_pools_and_keeps_the_lowest_confidence_that_agrees() -> None:
+    from server.calibrate.fit_stop import CANDIDATES, fit_stop, replay
+    from strategies.pets.calibration.simulate import Pool
+
+    # 3 to 1 after 4 samples is 0.81; 5 to 1 after 6 is 0.94; 7 to 1 after 8 is 0.98.
+    one_off = (0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    assert replay(one_off, VoteStop(confidence=0.8)) == (0, 4)
+    assert replay(one_off, VoteStop(confidence=0.95)) == (0, 8)
+    assert replay((None,) * 16, VoteStop()) == (None, 16)  # nothing answered: the cap
+    # Agreeing pools agree at every confidence (4 of 4 is 0.97, 6 of 6 0.99): the lowest,
+    # fewest samples, is kept.
+    agreeing = [Pool(labels=(0,) * 32, gold=0)] * 10
+    easy = fit_stop(agreeing)
+    assert easy.chosen_by == "fit" and easy.confidence == CANDIDATES[0]
+    assert [c.samples for c in easy.candidates] == [4.0, 4.0, 4.0, 4.0, 6.0, 6.0]
+    # A pool whose first samples lead the wrong way: a low confidence stops on the wrong
+    # answer, so the fit keeps a confidence high enough to draw on.
+    misleading = Pool(labels=(1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), gold=0)
+    fitted = fit_stop([*agreeing, misleading] * 10)
+    low = next(c for c in fitted.candidates if c.confidence == 0.8)
+    assert low.agreement < 0.99 and low.accuracy < 1.0
+    assert fitted.chosen_by == "fit" and fitted.confidence > 0.8
+    chosen = next(c for c in fitted.candidates if c.confidence == fitted.confidence)
+    assert chosen.agreement >= 0.99 and chosen.accuracy == 1.0
+    assert fit_stop([]).chosen_by == "default" and fit_stop([]).confidence == VoteStop().confidence
+
+
+async def test_auto_stops_its_votes_at_the_confidence_its_table_was_fitted_with(
+    tmp_path: Any, scripted_app: Callable[..., Any], testbed_tokens: Any
+) -> None:
+    import json
+
+    def table(stop: float | None) -> str:
+        path = tmp_path / f"table-{stop}.json"
+        row = {"strategy": "self-consistency", "samples": 8, "thinking": None}
+        row |= {"accuracy": 0.9, "tokens": 400.0, "seconds": 1.0}
+        doc: dict[str, Any] = {"model": "testbed-base", "questions": 40, "rows": [row]}
+        if stop is not None:
+            doc["stop_confidence"] = stop
+        path.write_text(json.dumps(doc))
+        return str(path)
+
+    ended = {}
+    for stop in (None, 0.8):
+        # 7, 7, 7, 3 over and over: 3 to 1 after 4 samples (0.81), 6 to 2 after 8 (0.91).
+        handler = _answers(testbed_tokens, _cycle(7, 7, 7, 3))
+        async with scripted_app(handler, auto_table=table(stop)) as app:
+            info = await _ask(app, "auto", {}, **{"X-Budget-Tokens": "4000"})
+        assert info["auto"]["strategy"] == "self-consistency"
+        ended[stop] = (info["auto"]["stages"], info["auto"]["stopped"], info["samples"])
+    # The default (0.95) draws all 8; the fitted 0.8 stops settled after 4.
+    assert ended == {None: (4, "cap", 8), 0.8: (2, "settled", 4)}
