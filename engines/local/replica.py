@@ -244,7 +244,7 @@ def router_env(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def main(argv: Sequence[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="thinkgate replica",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -288,6 +288,11 @@ def main(argv: Sequence[str]) -> int:
         "the workload) in place of the model's own",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the command, do not start it")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = _parser()
     args, rest = parser.parse_known_args(list(argv))
     if args.router is not None:
         workers = [u.strip() for u in args.router.split(",") if u.strip()]

@@ -78,6 +78,21 @@ def test_a_model_without_predictor_gets_no_guidance(tmp_path: Path) -> None:
     assert cmd.count("--max-model-len") == 1
 
 
+def test_a_profiles_predictor_guides_a_model_without_one(tmp_path: Path) -> None:
+    import shutil
+
+    profile = tmp_path / "profile"
+    shutil.copytree(testbed.model_path("base") / "bg_predictor", profile / "bg_predictor")
+    model = tmp_path / "model"
+    model.mkdir()
+    cmd = build_command(str(model), [], runner="v1", cpu=True, profile=str(profile))
+    assert "kernels.guidance.vllm_v1:BudgetGuidanceLogitsProcessor" in _after(
+        cmd, "--logits-processors"
+    )
+    overrides = json.loads(cmd[cmd.index("--hf-overrides") + 1])
+    assert overrides["thinkgate_predictor_home"] == str(profile)
+
+
 def test_user_flags_win_and_no_processors_means_none() -> None:
     cmd = build_command(
         None,
