@@ -119,8 +119,12 @@ class BatchRunner:
             except Exception as exc:  # a database hiccup: try again at the next tick
                 log.error("batch.claim_failed", error=str(exc))
             self._wake.clear()
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a wake-up that
+            # lands in the same tick as a cancellation and drops the cancellation, so a
+            # shutdown right after a batch was created waited out the whole tick.
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._lease_s / 3)
+                async with asyncio.timeout(self._lease_s / 3):
+                    await self._wake.wait()
 
     def _forget(self, batch_id: str) -> Callable[[asyncio.Task[None]], None]:
         def done(_: asyncio.Task[None]) -> None:

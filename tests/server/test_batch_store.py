@@ -251,3 +251,14 @@ async def test_a_line_whose_call_fails_is_answered_with_a_500_not_retried_foreve
         orjson.loads(x) for x in (await store.content(done.error_file_id) or b"").splitlines()
     ]
     assert error["custom_id"] == "q1" and error["response"]["status_code"] == 500
+
+
+async def test_a_runner_woken_as_it_is_closed_stops_at_once(store: BatchStore) -> None:
+    """A batch created while the gateway shuts down wakes the claim loop in the same tick
+    as its cancellation: the loop must still stop (``asyncio.wait_for`` in Python 3.11
+    returned the wake-up and dropped the cancellation, so shutdown waited out the tick)."""
+    runner = BatchRunner(store, Calls(), lease_s=600.0)
+    await runner.start()
+    await asyncio.sleep(0.05)  # the loop is waiting for its next tick
+    runner.wake()
+    await asyncio.wait_for(runner.aclose(), 5.0)

@@ -167,8 +167,9 @@ class BatchJobs:
             if changed is None:
                 await asyncio.sleep(WATCH_POLL_S)
             else:
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), WATCH_POLL_S)
+                with suppress(TimeoutError):  # not wait_for: it can drop a cancellation
+                    async with asyncio.timeout(WATCH_POLL_S):
+                        await changed.wait()
 
     async def aclose(self) -> None:
         """Shutdown: stop claiming, stop the runners here (their engine requests abort),
