@@ -58,7 +58,30 @@ def test_the_verdict_says_whether_the_whole_interval_clears_the_goal() -> None:
     # The same median with one slow and one fast block: the interval reaches below 1.5x.
     noisy = [r for b, x in enumerate((1.7, 1.7, 1.1, 2.6)) for r in pair(b, 16.0 / x)]
     (line,) = goal_lines([], noisy, TREE, ARGS)
-    assert "median 1.70x" in line and "not all above 1.5x" in line and "(met:" in line
+    # The verdict is the interval's, not the median's: not met.
+    assert "median 1.70x" in line and "not all above 1.5x" in line and "(not met:" in line
+
+
+def test_a_question_back_in_another_block_is_one_observation() -> None:
+    def block(strategy: str, b: int, right: int) -> Rate:
+        answers = tuple(k < right for k in range(4))
+        return Rate(
+            strategy,
+            b,
+            4,
+            4.0 if strategy == TREE else 8.0,
+            right,
+            100.0,
+            answers,
+            ids=(0, 1, 2, 3),
+        )
+
+    # The same 4 questions in 8 blocks: the interval is over 4 questions, not 32.
+    rates = [r for b in range(8) for r in (block("self-consistency", b, 4), block(TREE, b, 3))]
+    (line,) = goal_lines([], rates, TREE, ARGS)
+    assert "over 4 distinct questions" in line
+    # One of 4 lost, within a 3-point margin? No: the lower end is far below -3.
+    assert "(not met:" in line
 
 
 def test_a_faster_tree_below_the_interval_is_not_met() -> None:
