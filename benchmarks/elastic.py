@@ -43,6 +43,7 @@ class _Row:
     answered: float  # share of responses with a \boxed{} answer
     mean_tokens: float  # completion tokens per response
     mean_thinking: float
+    correct: tuple[bool, ...] = ()  # per question, in question order (paired intervals)
 
 
 async def _run_method(
@@ -103,6 +104,7 @@ async def _run_method(
         answered=sum(r[1] for r in results) / n,
         mean_tokens=sum(r[2] for r in results) / n,
         mean_thinking=sum(r[3] for r in results) / n,
+        correct=tuple(r[0] for r in results),
     )
 
 
@@ -143,6 +145,35 @@ def _table(rows: Sequence[_Row]) -> str:
     return "\n".join(lines)
 
 
+RULE = (
+    "Rule, stated before the run: the processor's gain at a budget is established when the "
+    "lower end of the paired 95% interval of elastic@base minus truncate@base (t interval "
+    "over distinct questions) is above 0."
+)
+
+
+def _paired_table(rows: Sequence[_Row]) -> str:
+    """elastic@base minus truncate@base, question by question, at each budget."""
+    from server.calibrate.stats import paired
+
+    lines = [
+        "| t | elastic@base | truncate@base | difference [95%] (points) | gain established |",
+        "|---:|---:|---:|---|---|",
+    ]
+    by = {(r.method, r.budget): r for r in rows}
+    for (method, t), e in sorted(by.items(), key=lambda kv: kv[0][1]):
+        cut = by.get(("truncate@base", t))
+        if method != "elastic@base" or cut is None or len(e.correct) != len(cut.correct):
+            continue
+        mean, lo, hi = paired([float(x) for x in e.correct], [float(x) for x in cut.correct])
+        lines.append(
+            f"| {t} | {100 * e.accuracy:.1f}% | {100 * cut.accuracy:.1f}% | "
+            f"{100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
+            f"{'yes' if lo > 0 else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
 def plot(rows: Sequence[_Row], path: Path) -> None:
     import matplotlib
 
@@ -178,6 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument(
+        "--question-seed",
+        type=int,
+        default=100,
+        help="questions of n operations are drawn with seed Q + n (another Q: fresh ones)",
+    )
+    ap.add_argument(
         "--only",
         choices=["base", "elastic", "vllm"],
         action="append",
@@ -188,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = [
         q
         for ops in range(1, 13)
-        for q in make_questions("test", args.per_op, seed=100 + ops, min_ops=ops, max_ops=ops)
+        for q in make_questions(
+            "test", args.per_op, seed=args.question_seed + ops, min_ops=ops, max_ops=ops
+        )
     ]
     logs = args.out / "logs"
     started = time.time()
@@ -204,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     rows = [r for r in kept if not any(r.method in groups[g] for g in only)]
     print(f"{len(questions)} questions, budgets {budgets}", flush=True)
+    print(f"rule: {RULE}", flush=True)
     if "base" in only:
         with thinkgate(model_path("base"), log=logs / "elastic-base.log") as url:
             rows += _sweep(
@@ -235,9 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "elastic@* and vllm-budget@* force `</think>` after t thinking tokens; truncate@base "
         "cuts the whole response at t+1+s tokens (`answered` = a `\\boxed{}` answer came).\n\n"
         f"{_table(rows)}\n\n"
+        f"On one model (`base`), the processor against truncation at each t. {RULE}\n\n"
+        f"{_paired_table(rows)}\n\n"
         f"Machine: {machine()}. Wall time of the last invocation {wall:.0f} s.\n"
         f"Command: `.venv/bin/python -m benchmarks.elastic --per-op {args.per_op} "
-        f"--budgets {args.budgets}`\n\n![plot](elastic.png)\n"
+        f"--budgets {args.budgets} --question-seed {args.question_seed}`\n\n![plot](elastic.png)\n"
     )
     (args.out / "elastic.md").write_text(text)
     print(text)
