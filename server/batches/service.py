@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from core.base import JSON
-from core.errors import BackendUnavailable, InvalidRequest, NotFound, PayloadTooLarge
+from core.errors import BackendUnavailable, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from server.batches.allocation import PetsAllocations
 from server.batches.allocation import check as allocation_check
 from server.batches.lines import read_lines
@@ -29,6 +29,7 @@ MAX_PAGE: Final = 100
 PURPOSES: Final = ("batch",)
 
 
+MAX_QUEUED_LINES: Final = 100_000
 UPLOADS: Final = 4  # uploads in progress at once (each spools its file to disk)
 
 
@@ -38,6 +39,9 @@ class Batches:
     runner: BatchRunner
     max_file_bytes: int
     allocations: PetsAllocations | None = None  # None: allocation batches are refused
+    # Lines one tenant may have waiting in running batches: past it, a new batch is a 429
+    # (OpenAI's batch queue limit), so no tenant queues unbounded work.
+    max_queued_lines: int = MAX_QUEUED_LINES
     uploads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(UPLOADS))
 
     async def upload(
@@ -134,6 +138,14 @@ class Batches:
             )
         content = await self.store.content(file_id) or b""
         lines, errors = read_lines(content, endpoint)
+        queued = await self.store.queued_lines(owner)
+        if not errors and queued + len(lines) > self.max_queued_lines:
+            raise Overloaded(
+                f"{queued} lines of this tenant's batches are still queued; with these "
+                f"{len(lines)} that is over the {self.max_queued_lines} a tenant may queue: "
+                "wait for a batch to finish",
+                code="rate_limit_exceeded",
+            )
         if allocation is not None and self.allocations is not None and not errors:
             job_id = await self.allocations.submit(allocation, lines, tenant=owner)
             allocation = {**allocation, "job_id": job_id}

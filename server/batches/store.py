@@ -238,6 +238,15 @@ class BatchStore:
         )
         return [(_batch_record(r), self._counts(db, str(r[0]))) for r in rows]
 
+    async def queued_lines(self, owner: str) -> int:
+        """Lines not yet answered in ``owner``'s batches that are still running."""
+        sql = (
+            "SELECT COUNT(*) FROM tg_batch_lines l JOIN tg_batches b ON l.batch_id = b.id "
+            "WHERE b.owner = ? AND b.status IN (?, ?) AND l.result IS NULL"
+        )
+        row = await self._call(partial(self._read().one, sql, (owner, *RUNNABLE)))
+        return 0 if row is None else int(row[0])
+
     async def cancel(self, batch_id: str) -> bool:
         """Mark a batch that is not over as cancelling; its runner finalises it."""
         return await self._call(partial(self._cancel, batch_id))

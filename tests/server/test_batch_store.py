@@ -262,3 +262,42 @@ async def test_a_runner_woken_as_it_is_closed_stops_at_once(store: BatchStore) -
     await asyncio.sleep(0.05)  # the loop is waiting for its next tick
     runner.wake()
     await asyncio.wait_for(runner.aclose(), 5.0)
+
+
+async def test_a_tenant_may_queue_only_so_many_lines(store: BatchStore) -> None:
+    """A new batch past the tenant's queued lines is a 429 (OpenAI's batch queue limit);
+    answered lines and other tenants' do not count."""
+    from core.errors import Overloaded
+    from server.batches.records import FileRecord
+    from server.batches.service import Batches
+
+    line = (
+        b'{"custom_id": "c%d", "method": "POST", "url": "/v1/chat/completions", '
+        b'"body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}\n'
+    )
+
+    async def upload(owner: str, n: int) -> str:
+        data = b"".join(line % i for i in range(n))
+        fid = new_id("file-")
+
+        async def one() -> AsyncIterator[bytes]:
+            yield data
+
+        await store.parts.write(fid, one())
+        record = FileRecord(
+            id=fid, owner=owner, purpose="batch", filename="b.jsonl", bytes=len(data), created_at=1
+        )
+        await store.create_file(record, b"")
+        return fid
+
+    runner = BatchRunner(store, Calls())  # never started: the lines stay queued
+    batches = Batches(store, runner, max_file_bytes=1 << 20, max_queued_lines=5)
+    body = {"endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    first, _ = await batches.create("t", {**body, "input_file_id": await upload("t", 3)})
+    with pytest.raises(Overloaded, match="3 lines of this tenant's batches are still queued"):
+        await batches.create("t", {**body, "input_file_id": await upload("t", 3)})
+    await batches.create("u", {**body, "input_file_id": await upload("u", 5)})  # another's
+    # Answered lines leave the queue.
+    for index in range(3):
+        await store.record(first.id, index, {"ok": 1}, ok=True, owner=runner.owner)
+    await batches.create("t", {**body, "input_file_id": await upload("t", 5)})
