@@ -43,6 +43,7 @@ from engines.local.vllm_logprobs import (
 from engines.settings import EngineSettings
 from engines.tokens import TokenizerTokens
 from engines.vllm_errors import map_vllm_errors
+from kernels.guidance import plugin as bg_plugin
 from kernels.processors import Runner, model_setup, spec_for
 
 if TYPE_CHECKING:
@@ -174,6 +175,8 @@ class LocalEngine:
             log.warning("engine.processor_unavailable", processor=name, model=settings.model_path)
         if setup.hf_overrides:
             args.hf_overrides = {**(args.hf_overrides or {}), **setup.hf_overrides}  # type: ignore[dict-item]
+            home = setup.hf_overrides.get(bg_plugin.HOME_KEY, settings.model_path)
+            log.info("engine.predictor", home=str(home))  # whose budget predictor guides
         context = served_context(args)
         args.max_model_len = context
         args.max_num_batched_tokens = batched_tokens(

@@ -67,11 +67,15 @@ def train(
     cmd += ["--prompts", str(prompts), "--out", str(out), "--traces", str(traces)]
     cmd += ["--minutes", f"{minutes:g}", "--seed", str(seed)]
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
     if done.returncode != 0:
         why = f"train-predictor exited {done.returncode} (its stderr above)"
         return PredictorFit(False, why, failed=True)
-    record = json.loads(done.stdout[done.stdout.index("{") :])
+    # The held-out figures as the predictor's own config records them (its stdout also
+    # carries the engine's prints).
+    from kernels.guidance.predictor import load_config
+
+    record = load_config(out).training
     keep = ("val", "val_marginal_baseline", "traces_drawn", "traces_closed", "epochs_run")
     return PredictorFit(True, None, {k: record[k] for k in keep if k in record})
 

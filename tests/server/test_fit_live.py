@@ -65,7 +65,9 @@ def test_fit_then_judge_on_the_testbed(tmp_path: Path) -> None:
     )
     assert judged.returncode == 0, judged.stderr[-3000:]
     log = Path(re.findall(r"server log: (\S+)", judged.stderr)[0]).read_text()
-    assert f"predictor loaded from {out / 'bg_predictor'}" in log, log[-3000:]
+    # The judgment's engine guides with the profile's predictor, not the model's own.
+    homes = [json.loads(line)["home"] for line in log.splitlines() if '"engine.predictor"' in line]
+    assert homes and Path(homes[0]).resolve() == out.resolve(), homes
     entry = json.loads((out / "judgments.json").read_text())[0]
     assert entry["questions"] == 4 and not entry["second_look"]
     assert any(c["plan"] == "auto" for c in entry["cells"])
